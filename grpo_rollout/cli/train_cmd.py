@@ -1,0 +1,55 @@
+"""``grpo-rollout train``: validate, train, and print a final summary; user mistakes end in a message, not a traceback."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import List, Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+
+from ..config import check_config
+from .render import print_problems
+
+
+def run_train(console: Console, config_path: Path, overrides: List[str], resume: Optional[str]) -> int:
+    """Run the ``train`` command; returns the exit code."""
+    with console.status("Checking config…"):
+        loaded, problems = check_config(config_path, overrides)
+    print_problems(console, problems)
+    if any(p.is_error for p in problems):
+        console.print("[red]Not starting: fix the errors above[/] (grpo-rollout validate-config shows them too).")
+        return 1
+
+    from ..data import DatasetError
+    from ..rewards.calling import RewardError
+    from ..rollouts.contract import RolloutError
+    from ..trainer import train
+    from ..trainer.progress import RichReporter
+
+    try:
+        result = train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=RichReporter(console),
+                       check=False)
+    except KeyboardInterrupt:
+        console.print("[yellow]Interrupted.[/]")
+        return 130
+    except (RolloutError, RewardError, DatasetError, FileNotFoundError, ValueError) as exc:
+        console.print(Panel(escape(str(exc)), title=f"[red]{type(exc).__name__}", border_style="red"))
+        if exc.__cause__ is not None:
+            console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")
+        return 1
+    k = max(1, min(5, len(result.history) // 3))
+    start, end = result.mean_reward(True, k), result.mean_reward(False, k)
+    lines = [f"steps: {result.steps}"]
+    if result.history:
+        delta = end - start
+        arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
+        lines.append(f"reward (mean of first {k} steps): {start:.3f}")
+        lines.append(f"reward (mean of last {k} steps):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
+                     else f"reward (mean of last {k} steps):  {end:.3f}")
+    lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
+    lines.append(f"metrics: {escape(str(result.output_dir / 'metrics.jsonl'))}")
+    console.print(Panel("\n".join(lines), title="[bold green]Training finished", expand=False))
+    return 0

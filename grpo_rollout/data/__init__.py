@@ -1,0 +1,84 @@
+"""Loading the training prompts (``data.train``) into a ``datasets.Dataset``.
+
+``data.train`` may be:
+- a local ``.jsonl``/``.json``/``.csv``/``.parquet`` file (relative to the current directory, or else to the config
+  file's folder),
+- a dotted path or ``file.py:function`` naming a function that returns a ``datasets.Dataset`` (or a list of dicts),
+- a hub dataset name (``org/name``), loaded with ``datasets.load_dataset(name, split=data.split)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from ..config.imports import ImportSpecError, resolve_callable
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+class DatasetError(ValueError):
+    """``data.train`` could not be loaded; the message says why and what to write instead."""
+
+
+def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, Any]:
+    """Decide what kind of source ``spec`` is: ``("file", Path)``, ``("function", spec)`` or ``("hub", spec)``.
+
+    Raises:
+        DatasetError: for an empty spec or a data file that does not exist.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise DatasetError("`data.train` is empty")
+    suffix = Path(spec).suffix.lower()
+    if suffix in FILE_BUILDERS:
+        for path in (Path(spec).expanduser(), (base_dir or Path.cwd()) / spec):
+            if path.is_file():
+                return "file", path
+        raise DatasetError(f"data file `{spec}` not found (looked in {Path.cwd()} and {base_dir or Path.cwd()})")
+    if ":" in spec:
+        return "function", spec
+    if "/" in spec or "." not in spec:
+        return "hub", spec
+    return "function", spec
+
+
+def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path] = None):
+    """Load ``data.train`` as a ``datasets.Dataset`` (rows of named columns).
+
+    Raises:
+        DatasetError: the file is missing or unreadable, the function fails or returns something else, or the hub
+            dataset cannot be loaded (no network, unknown name, unknown split).
+    """
+    import datasets
+
+    datasets.disable_progress_bars()
+    kind, target = classify_source(spec, base_dir)
+    try:
+        if kind == "file":
+            ds = datasets.load_dataset(FILE_BUILDERS[target.suffix.lower()], data_files=str(target), split="train")
+        elif kind == "function":
+            try:
+                fn = resolve_callable(target, base_dir)
+            except ImportSpecError as exc:
+                raise DatasetError(f"`{spec}`: {exc}") from exc
+            ds = fn()
+            if isinstance(ds, list):
+                ds = datasets.Dataset.from_list(ds)
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise DatasetError(f"`{spec}` returned splits {list(ds)}, none named `{split}`; set `data.split`")
+                ds = ds[split]
+            if not isinstance(ds, datasets.Dataset):
+                raise DatasetError(f"`{spec}` returned {type(ds).__name__}; it must return a datasets.Dataset "
+                                   "or a list of dicts")
+        else:
+            ds = datasets.load_dataset(target, split=split)
+    except DatasetError:
+        raise
+    except Exception as exc:  # datasets raises many types; the message is what matters
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatasetError(f"loading `{spec}` failed: {type(exc).__name__}: {first}") from exc
+    if len(ds) == 0:
+        raise DatasetError(f"`{spec}` has no rows")
+    return ds

@@ -1,0 +1,86 @@
+"""The one generation interface rollouts talk to, whatever the backend (transformers in-process or a vLLM server).
+
+Generation is token-in/token-out: prompts go in as token-id lists and completions come back as the sampled token ids
+with the sampler's log-probabilities, so what the trainer trains on is exactly what was sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Union
+
+Prompt = Union[str, List[dict]]
+
+
+@dataclass
+class GenerationResult:
+    """What :meth:`GenerationClient.generate` returns for ``P`` prompts and ``n`` samples each.
+
+    Attributes:
+        prompt_ids: ``P`` token-id lists (as sent, after truncation).
+        completion_ids: ``P × n`` token-id lists, grouped by prompt (completion ``i`` belongs to prompt ``i // n``).
+        logprobs: ``P × n`` lists, one float per completion token: log-probability of the sampled token under the
+            distribution it was sampled from (after temperature/top-k/top-p), in nats.
+        finish_reasons: ``P × n`` strings, ``"stop"`` (end-of-sequence token) or ``"length"`` (hit ``max_tokens``).
+    """
+
+    prompt_ids: List[List[int]]
+    completion_ids: List[List[int]]
+    logprobs: List[List[float]]
+    finish_reasons: List[str]
+
+
+class GenerationClient(ABC):
+    """A generation backend. The same object is handed to rollout functions that take a ``client`` parameter.
+
+    Attributes:
+        tokenizer: the model's Hugging Face tokenizer.
+        max_prompt_length: prompts longer than this many tokens are cut from the left (``None``: never).
+    """
+
+    tokenizer: Any
+    max_prompt_length: Optional[int] = None
+
+    def encode_prompt(self, prompt: Prompt) -> List[int]:
+        """Token ids of one prompt: chat messages get the chat template with the generation prompt; strings are
+        tokenized as they are. Truncated from the left to ``max_prompt_length``."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        else:
+            ids = self.tokenizer.apply_chat_template(list(prompt), tokenize=True, add_generation_prompt=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+        ids = list(ids)
+        if self.max_prompt_length and len(ids) > self.max_prompt_length:
+            ids = ids[-self.max_prompt_length:]
+        return ids
+
+    def encode_prompts(self, prompts: Sequence[Prompt]) -> List[List[int]]:
+        """:meth:`encode_prompt` for each prompt."""
+        return [self.encode_prompt(p) for p in prompts]
+
+    @abstractmethod
+    def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                 max_tokens: int = 256, seed: Optional[int] = None,
+                 stop: Optional[Sequence[str]] = None) -> GenerationResult:
+        """Sample ``n`` completions for each of the ``P`` token-id prompts. ``stop``: extra stop strings (the text
+        up to and including the stop string is returned). Raises ``ValueError`` on invalid settings."""
+
+    async def agenerate(self, prompt_ids: Sequence[Sequence[int]], **kwargs: Any) -> GenerationResult:
+        """Async form of :meth:`generate`, for rollouts that run samples concurrently (default: a worker thread)."""
+        return await asyncio.to_thread(self.generate, prompt_ids, **kwargs)
+
+    def update_weights(self, model: Any) -> None:
+        """Make the backend sample from ``model``'s current weights (no-op when it shares the trainer's model)."""
+
+    def close(self) -> None:
+        """Release the backend (stop a spawned server)."""
+
+    def __enter__(self) -> "GenerationClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

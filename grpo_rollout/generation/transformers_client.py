@@ -1,0 +1,111 @@
+"""In-process generation with ``transformers`` (``vllm.mode: off``): slow, but needs nothing beyond the trainer's model.
+
+The client samples from the very model object the trainer updates, so no weight sync is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+from .base import GenerationClient, GenerationResult
+
+
+class TransformersClient(GenerationClient):
+    """Generation with ``model.generate`` on the trainer's own model.
+
+    Args:
+        model: a ``transformers`` causal LM (shared with the trainer).
+        tokenizer: its tokenizer.
+        max_prompt_length: prompts are cut from the left to this many tokens (``None``: never).
+        batch_size: at most this many sequences (prompts × n) per ``generate`` call, to bound memory.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, max_prompt_length: Optional[int] = None, batch_size: int = 256):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_prompt_length = max_prompt_length
+        self.batch_size = batch_size
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos = eos if eos is not None else tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids)
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
+                 max_tokens: int = 256, seed: Optional[int] = None,
+                 stop: Optional[Sequence[str]] = None) -> GenerationResult:
+        """See :meth:`GenerationClient.generate`. Batches of ``batch_size`` sequences, left-padded."""
+        if temperature <= 0:
+            raise ValueError("temperature must be > 0 for sampling")
+        prompts = [list(p)[-self.max_prompt_length:] if self.max_prompt_length else list(p) for p in prompt_ids]
+        if seed is not None:
+            torch.manual_seed(seed)
+        per_call = max(1, self.batch_size // n)
+        completions: List[List[int]] = []
+        logprobs: List[List[float]] = []
+        reasons: List[str] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(prompts), per_call):
+                c, lp, r = self._generate_batch(prompts[start:start + per_call], n, temperature, top_p, top_k, min_p,
+                                                repetition_penalty, max_tokens, stop)
+                completions += c
+                logprobs += lp
+                reasons += r
+        finally:
+            self.model.train(was_training)
+        return GenerationResult(prompts, completions, logprobs, reasons)
+
+    def _generate_batch(self, prompts, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, stop):
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p):] = torch.tensor(p)
+            attention[i, width - len(p):] = 1
+        kwargs = dict(do_sample=True, num_return_sequences=n, temperature=temperature, top_p=top_p,
+                      top_k=top_k if top_k and top_k > 0 else None, min_p=min_p or None,
+                      repetition_penalty=repetition_penalty, max_new_tokens=max_tokens, output_scores=True,
+                      return_dict_in_generate=True, pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids))
+        if stop:
+            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+        out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
+        new = out.sequences[:, width:].cpu()
+        # (steps, rows, vocab) -> log-prob of the sampled token at each step
+        scores = torch.stack(out.scores, dim=0).float().log_softmax(-1)
+        token_lp = scores.gather(-1, new.T.unsqueeze(-1).to(scores.device)).squeeze(-1).T.cpu()
+        completions, logprobs, reasons = [], [], []
+        for row, lps in zip(new.tolist(), token_lp.tolist()):
+            length, reason = self._real_length(row, stop)
+            completions.append(row[:length])
+            logprobs.append(lps[:length])
+            reasons.append(reason)
+        return completions, logprobs, reasons
+
+    def _real_length(self, row: List[int], stop: Optional[Sequence[str]]) -> tuple[int, str]:
+        """Length of the sampled part of ``row`` (generate pads finished rows) and why sampling ended."""
+        for i, t in enumerate(row):
+            if t in self.eos_ids:
+                end = i + 1
+                break
+        else:
+            end = len(row)
+        if stop:
+            def has_stop(k: int) -> bool:
+                text = self.tokenizer.decode(row[:k])
+                return any(s in text for s in stop)
+            if has_stop(end):
+                lo, hi = 1, end  # smallest k whose text contains a stop string
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    lo, hi = (lo, mid) if has_stop(mid) else (mid + 1, hi)
+                return lo, "stop"
+        if end < len(row) or (row and row[end - 1] in self.eos_ids):
+            return end, "stop"
+        return end, "length"

@@ -1,0 +1,34 @@
+"""Loading the policy (and reference) model and tokenizer named by ``model.name_or_path``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision: Optional[str] = None,
+                             trust_remote_code: bool = False,
+                             progress: Optional[Callable[[str], None]] = None) -> Tuple[Any, Any, str]:
+    """Load a causal LM and its tokenizer; ``builtin:`` names are converted once (see :mod:`.builtin`).
+
+    Returns ``(model, tokenizer, resolved_path)``. The tokenizer gets a pad token (the EOS token) if it has none.
+
+    Raises:
+        ValueError: unknown built-in name or missing package. OSError: transformers cannot find the model.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress output is enough
+
+    from .builtin import resolve_model_path
+
+    path = resolve_model_path(name_or_path, progress=progress)
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=getattr(torch, DTYPES[dtype]),
+                                                 trust_remote_code=trust_remote_code)
+    return model, tokenizer, path

@@ -1,0 +1,137 @@
+"""Calling reward functions: signature dispatch, async functions, ``None`` scores, the weighted sum.
+
+A reward function is ``f(prompts, completions, completion_ids, **kwargs) -> list[float | None]`` with one score per
+completion (``N = P × n``). It receives, as keyword arguments, only what it names (or everything, if it takes
+``**kwargs``): the standard arguments below, every dataset column of the prompt's row (repeated per completion), every
+extra key the rollout returned, and its own ``kwargs`` from the config. ``None`` means "no opinion" on that completion:
+it counts as 0 in the weighted sum and is left out of that function's mean/std. ``async def`` functions run
+concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from ..signatures import describe, required_params, select_kwargs
+
+#: Arguments every reward function can ask for by name.
+STANDARD_REWARD_ARGS = ("prompts", "completions", "completion_ids", "step")
+
+
+class RewardError(ValueError):
+    """A reward function raised or returned something other than one float/None per completion."""
+
+
+@dataclass
+class RewardFunction:
+    """A resolved reward function with its weight and config kwargs; ``name`` is used in metrics."""
+
+    name: str
+    fn: Callable
+    weight: float = 1.0
+    kwargs: Optional[Dict[str, Any]] = None
+
+
+@dataclass
+class RewardResult:
+    """Scores of one batch.
+
+    Attributes:
+        total: ``N`` weighted sums (``None`` scores count as 0).
+        per_function: name → ``N`` scores, ``nan`` where the function returned ``None``.
+    """
+
+    total: List[float]
+    per_function: Dict[str, List[float]]
+
+    def stats(self) -> Dict[str, float]:
+        """``rewards/<name>/mean`` and ``/std`` per function over non-``None`` scores (``nan`` if all ``None``)."""
+        out = {}
+        for name, scores in self.per_function.items():
+            vals = [s for s in scores if not math.isnan(s)]
+            mean = sum(vals) / len(vals) if vals else float("nan")
+            var = sum((v - mean) ** 2 for v in vals) / len(vals) if vals else float("nan")
+            out[f"rewards/{name}/mean"] = mean
+            out[f"rewards/{name}/std"] = math.sqrt(var) if vals else float("nan")
+        return out
+
+
+def unique_names(functions: Sequence[Callable]) -> List[str]:
+    """Metric names for reward functions: ``__name__``, suffixed ``_2``, ``_3`` ... when repeated."""
+    names, seen = [], {}
+    for fn in functions:
+        base = getattr(fn, "__name__", type(fn).__name__)
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}_{seen[base]}")
+    return names
+
+
+def _check_scores(name: str, scores: Any, n: int) -> List[float]:
+    if hasattr(scores, "tolist"):
+        scores = scores.tolist()
+    if not isinstance(scores, (list, tuple)):
+        raise RewardError(f"reward function `{name}` returned {type(scores).__name__}; it must return a list with one "
+                          f"float (or None) per completion ({n})")
+    if len(scores) != n:
+        raise RewardError(f"reward function `{name}` returned {len(scores)} scores for {n} completions")
+    out = []
+    for i, s in enumerate(scores):
+        if s is None:
+            out.append(float("nan"))
+        elif isinstance(s, numbers.Real) and not math.isnan(s):  # bools count as 0/1
+            out.append(float(s))
+        else:
+            raise RewardError(f"reward function `{name}` returned {s!r} for completion {i}; expected a float or None")
+    return out
+
+
+async def _call_all(functions: Sequence[RewardFunction], args: Mapping[str, Any]) -> List[Any]:
+    async def one(rf: RewardFunction) -> Any:
+        available = {**args, **(rf.kwargs or {})}
+        missing = [p for p in required_params(rf.fn) if p not in available]
+        if missing:
+            extras = sorted(set(args) - set(STANDARD_REWARD_ARGS))
+            raise RewardError(f"reward function `{rf.name}` needs {', '.join(f'`{m}`' for m in missing)}, which is "
+                              f"neither a standard argument, a dataset column nor a rollout extra (available: "
+                              f"{', '.join(extras) or 'none'}); return it from the rollout or give it a default")
+        kwargs = select_kwargs(rf.fn, available)
+        try:
+            if inspect.iscoroutinefunction(rf.fn) or inspect.iscoroutinefunction(getattr(rf.fn, "__call__", None)):
+                return await rf.fn(**kwargs)
+            return rf.fn(**kwargs)
+        except Exception as exc:
+            raise RewardError(f"reward function `{rf.name}` ({describe(rf.fn)}) raised "
+                              f"{type(exc).__name__}: {exc}") from exc
+
+    return await asyncio.gather(*(one(rf) for rf in functions))
+
+
+def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[Any], completions: Sequence[Any],
+                    completion_ids: Sequence[Sequence[int]], columns: Mapping[str, Sequence[Any]],
+                    extras: Mapping[str, Sequence[Any]], step: int) -> RewardResult:
+    """Call every reward function on a batch of ``N`` completions and combine their scores.
+
+    Args:
+        prompts, completions, completion_ids: ``N`` entries each (one per completion).
+        columns: dataset columns, ``N`` values each. extras: rollout extras, ``N`` values each.
+        step: the training step.
+
+    Raises:
+        RewardError: naming the function when one raises or returns the wrong number/type of scores.
+    """
+    n = len(completions)
+    args: Dict[str, Any] = {**columns, **extras, "prompts": list(prompts), "completions": list(completions),
+                            "completion_ids": [list(c) for c in completion_ids], "step": step}
+    raw = asyncio.run(_call_all(functions, args))
+    per_function = {rf.name: _check_scores(rf.name, scores, n) for rf, scores in zip(functions, raw)}
+    total = [0.0] * n
+    for rf in functions:
+        for i, s in enumerate(per_function[rf.name]):
+            if not math.isnan(s):
+                total[i] += rf.weight * s
+    return RewardResult(total, per_function)

@@ -1,0 +1,38 @@
+"""Calling a rollout function with the sampling settings and the context objects it names."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Mapping, Sequence
+
+from ..signatures import accepts_var_kwargs, describe, named_params
+from .contract import CONTEXT_ARGS, RolloutError, RolloutOutput, check_rollout_output
+
+
+def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, Any], rollout_kwargs: Mapping[str, Any],
+                 context: Mapping[str, Any], vocab_size: int | None = None) -> RolloutOutput:
+    """Call ``fn(prompts, **sampling, **rollout_kwargs, **named context)`` and check the result.
+
+    Args:
+        prompts: the ``P`` unique prompts of the step.
+        sampling: ``n``, ``temperature``, ... (see :data:`~grpo_rollout.rollouts.contract.SAMPLING_ARGS`).
+        rollout_kwargs: the config's ``rollout.kwargs`` (sampling keys in it agree with ``sampling``, checked earlier).
+        context: ``client``, ``tokenizer``, ``rows``, ``step``; each is passed only if ``fn`` names it.
+
+    Raises:
+        RolloutError: the function raised, or returned something that breaks the contract.
+    """
+    names = set(named_params(fn))
+    kwargs: Dict[str, Any] = {**sampling, **rollout_kwargs}
+    kwargs.update({k: v for k, v in context.items() if k in CONTEXT_ARGS and k in names})
+    if not accepts_var_kwargs(fn):
+        kwargs = {k: v for k, v in kwargs.items() if k in names}
+    try:
+        result = fn(list(prompts), **kwargs)
+    except RolloutError:
+        raise
+    except Exception as exc:
+        raise RolloutError(f"the rollout function {describe(fn)} raised {type(exc).__name__}: {exc}") from exc
+    try:
+        return check_rollout_output(result, len(prompts), int(sampling["n"]), vocab_size)
+    except RolloutError as exc:
+        raise RolloutError(f"{describe(fn)}: {exc}") from exc

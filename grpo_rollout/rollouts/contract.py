@@ -1,0 +1,182 @@
+"""The rollout contract: what a rollout function is called with and what it must return.
+
+A rollout function is called once per training step::
+
+    rollout(prompts, *, n, temperature, top_p, top_k, min_p, repetition_penalty, max_completion_length, seed,
+            **rollout_kwargs, [client], [tokenizer], [rows], [step]) -> dict
+
+- ``prompts``: the step's P **unique** prompts, as they are in the dataset (strings, or lists of chat messages).
+- the sampling settings of the config's ``sampling`` section as keyword arguments (``n`` = ``num_generations``), plus
+  everything in ``rollout.kwargs``.
+- context objects, passed only to functions that name them as parameters: ``client`` (the generation backend, see
+  :class:`grpo_rollout.generation.GenerationClient`), ``tokenizer``, ``rows`` (the P dataset rows, dicts), ``step``.
+  A function written as ``def rollout(prompts, **sampling_kwargs)`` receives the sampling settings only.
+
+It returns a dict with:
+
+- ``completion_ids``: P × n token-id lists, grouped by prompt, in prompt order (completion ``i`` belongs to prompt
+  ``i // n``).
+- ``prompt_ids``: P token-id lists (one per prompt) or P × n (one per completion).
+- ``logprobs``: P × n lists with one float per completion token (the sampler's log-probabilities), or ``None``: the
+  trainer then computes them with the policy before the update.
+- ``completion_mask`` (optional): P × n lists of 0/1 per completion token; 1 = sampled by the model and trained on,
+  0 = inserted by a tool or environment (no loss; its ``logprobs`` entry is a placeholder that is never read).
+- any other key: a list with one value per completion (P × n) or per prompt (P, repeated n times), or a scalar; these
+  "extras" reach every reward function as keyword arguments.
+
+:func:`check_rollout_output` turns the dict into a :class:`RolloutOutput` and raises :class:`RolloutError` naming the
+key, the sample index and the sizes when anything is off.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+#: Sampling settings every rollout receives as keyword arguments, mapped to their ``sampling.*`` key.
+SAMPLING_ARGS: Dict[str, str] = {
+    "n": "num_generations",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "max_completion_length": "max_completion_length",
+    "seed": "seed",
+}
+#: Objects passed only to rollout functions that name them.
+CONTEXT_ARGS = ("client", "tokenizer", "rows", "step")
+#: Keys of the returned dict that are not extras.
+CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask")
+
+
+class RolloutError(ValueError):
+    """A rollout function returned something that breaks the contract (the message names key, sample and sizes)."""
+
+
+@dataclass
+class RolloutOutput:
+    """A checked rollout result, always per completion (``N = P × n`` rows, grouped by prompt).
+
+    Attributes:
+        prompt_ids: ``N`` lists of prompt token ids.
+        completion_ids: ``N`` lists of completion token ids.
+        logprobs: ``N`` lists of floats (same lengths as ``completion_ids``) or ``None``.
+        completion_mask: ``N`` lists of 0/1 (same lengths as ``completion_ids``); 1 = trained on.
+        extras: name → list of ``N`` values.
+        num_prompts: ``P``; num_generations: ``n``.
+    """
+
+    prompt_ids: List[List[int]]
+    completion_ids: List[List[int]]
+    logprobs: Optional[List[List[float]]]
+    completion_mask: List[List[int]]
+    extras: Dict[str, List[Any]] = field(default_factory=dict)
+    num_prompts: int = 0
+    num_generations: int = 0
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+
+def _as_list(value: Any) -> Any:
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        return value.tolist()
+    return value
+
+
+def _int_lists(key: str, value: Any, expected: Sequence[int], vocab_size: Optional[int], allow_empty: bool) -> List[List[int]]:
+    value = _as_list(value)
+    if not isinstance(value, (list, tuple)):
+        raise RolloutError(f"`{key}` must be a list of token-id lists, got {type(value).__name__}")
+    if len(value) not in expected:
+        sizes = " or ".join(str(e) for e in expected)
+        raise RolloutError(f"`{key}` has {len(value)} entries; expected {sizes}")
+    out = []
+    for i, ids in enumerate(value):
+        ids = _as_list(ids)
+        if not isinstance(ids, (list, tuple)):
+            raise RolloutError(f"`{key}[{i}]` must be a list of token ids, got {type(ids).__name__}")
+        if not ids and not allow_empty:
+            raise RolloutError(f"`{key}[{i}]` is empty")
+        for j, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+                raise RolloutError(f"`{key}[{i}][{j}]` is {t!r}; token ids must be ints")
+            if t < 0 or (vocab_size is not None and t >= vocab_size):
+                raise RolloutError(f"`{key}[{i}][{j}]` = {t} is outside the vocabulary [0, {vocab_size})")
+        out.append([int(t) for t in ids])
+    return out
+
+
+def _per_token(key: str, value: Any, completion_ids: List[List[int]], kind: type) -> List[List[Any]]:
+    value = _as_list(value)
+    if not isinstance(value, (list, tuple)) or len(value) != len(completion_ids):
+        got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+        raise RolloutError(f"`{key}` must have one list per completion ({len(completion_ids)}), got {got}")
+    out = []
+    for i, (row, ids) in enumerate(zip(value, completion_ids)):
+        row = _as_list(row)
+        if not isinstance(row, (list, tuple)) or len(row) != len(ids):
+            got = len(row) if isinstance(row, (list, tuple)) else type(row).__name__
+            raise RolloutError(f"`{key}[{i}]` has {got} values but completion_ids[{i}] has {len(ids)} tokens")
+        if kind is float:
+            for j, x in enumerate(row):
+                if not isinstance(x, numbers.Real) or math.isnan(x) or x > 1e-4:
+                    raise RolloutError(f"`{key}[{i}][{j}]` = {x!r}; log-probabilities are floats <= 0")
+            out.append([float(x) for x in row])
+        else:
+            for j, x in enumerate(row):
+                if x not in (0, 1, True, False):
+                    raise RolloutError(f"`{key}[{i}][{j}]` = {x!r}; the mask holds 0 (tool/env token) or 1 (trained)")
+            out.append([int(x) for x in row])
+    return out
+
+
+def check_rollout_output(result: Any, num_prompts: int, num_generations: int,
+                         vocab_size: Optional[int] = None) -> RolloutOutput:
+    """Check a rollout's return value against the contract and normalise it to one row per completion.
+
+    Args:
+        result: what the rollout function returned.
+        num_prompts: ``P``, the number of unique prompts it was given.
+        num_generations: ``n``.
+        vocab_size: when given, every token id must be below it.
+
+    Raises:
+        RolloutError: naming the key, the sample index and the sizes of the first violation.
+    """
+    total = num_prompts * num_generations
+    if not isinstance(result, Mapping):
+        raise RolloutError(f"the rollout returned {type(result).__name__}; it must return a dict with "
+                           "`prompt_ids`, `completion_ids` and `logprobs`")
+    for key in ("prompt_ids", "completion_ids"):
+        if key not in result:
+            raise RolloutError(f"the rollout's result has no `{key}` (keys: {sorted(result)})")
+    completion_ids = _int_lists("completion_ids", result["completion_ids"], (total,), vocab_size, allow_empty=True)
+    prompt_ids = _int_lists("prompt_ids", result["prompt_ids"], sorted({num_prompts, total}), vocab_size,
+                            allow_empty=False)
+    if len(prompt_ids) == num_prompts and num_prompts != total:
+        prompt_ids = [prompt_ids[i // num_generations] for i in range(total)]
+    logprobs = result.get("logprobs")
+    logprobs = None if logprobs is None else _per_token("logprobs", logprobs, completion_ids, float)
+    mask = result.get("completion_mask")
+    mask = [[1] * len(c) for c in completion_ids] if mask is None else _per_token("completion_mask", mask,
+                                                                                  completion_ids, int)
+    extras = {}
+    for key, value in result.items():
+        if key in CORE_KEYS:
+            continue
+        value = _as_list(value)
+        if isinstance(value, (list, tuple)):
+            if len(value) == total:
+                extras[key] = list(value)
+            elif len(value) == num_prompts:
+                extras[key] = [value[i // num_generations] for i in range(total)]
+            else:
+                raise RolloutError(f"extra `{key}` has {len(value)} values; expected {total} (one per completion) "
+                                   f"or {num_prompts} (one per prompt), or a single scalar")
+        else:
+            extras[key] = [value] * total
+    return RolloutOutput(prompt_ids, completion_ids, logprobs, mask, extras, num_prompts, num_generations)

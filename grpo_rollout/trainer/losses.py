@@ -1,0 +1,119 @@
+"""The GRPO objective: clipped importance ratio, optional KL to a reference model, and the four aggregations.
+
+Per completion token ``t`` of sequence ``i`` with advantage ``A_i``::
+
+    ratio_it = exp(logp_it - old_logp_it)
+    l_it     = -min(ratio_it · A_i, clip(ratio_it, 1 - epsilon, 1 + epsilon_high) · A_i) + beta · KL_it
+    KL_it    = exp(ref_it - logp_it) - (ref_it - logp_it) - 1         (the "k3" estimator, Schulman 2020)
+
+(PPO: Schulman et al. 2017; GRPO: Shao et al. 2024, arXiv:2402.03300 eq. 3; clip-higher ``epsilon_high``: DAPO, Yu et
+al. 2025, arXiv:2503.14476.) The token losses are then aggregated over a batch of ``S`` sequences:
+
+- ``grpo``: mean over tokens of each sequence, then mean over sequences (the DeepSeekMath formula; favours short
+  sequences' tokens).
+- ``dr_grpo``: sum over all tokens / (``S`` × ``max_completion_length``), a constant normaliser (Dr. GRPO, Liu et al.
+  2025, arXiv:2503.20783).
+- ``dapo``: sum over all tokens / number of tokens of the whole batch (DAPO's token-level loss).
+- ``bnpo``: sum / number of tokens of each *micro-batch*, averaged over micro-batches (TRL's ``bnpo``: equal to
+  ``dapo`` when the batch is one micro-batch).
+
+A training batch is processed as micro-batches with gradient accumulation; :func:`aggregate` takes the totals of the
+whole batch (:class:`BatchTotals`) so that the summed micro-batch losses equal the full-batch loss exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import torch
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+
+
+@dataclass
+class BatchTotals:
+    """Sizes of the whole training batch that a micro-batch's loss is normalised by.
+
+    Attributes:
+        num_sequences: ``S``, sequences in the batch. num_tokens: trained tokens (mask 1) in the batch.
+        num_micro_batches: how many micro-batches the batch is split into.
+        max_completion_length: the configured ``sampling.max_completion_length`` (for ``dr_grpo``).
+    """
+
+    num_sequences: int
+    num_tokens: int
+    num_micro_batches: int
+    max_completion_length: int
+
+
+def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, *, epsilon: float,
+                   epsilon_high: Optional[float] = None, beta: float = 0.0,
+                   ref_logps: Optional[torch.Tensor] = None,
+                   token_weights: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
+    """Clipped-surrogate (+ KL) loss of every completion token.
+
+    Args:
+        logps: ``(B, C)`` current policy log-probs of the completion tokens (with grad).
+        old_logps: ``(B, C)`` log-probs of the policy that generated the batch (no grad).
+        advantages: ``(B,)`` one advantage per sequence.
+        epsilon, epsilon_high: lower/upper clip range (``epsilon_high=None`` → ``epsilon``).
+        beta: KL coefficient; with ``beta > 0`` ``ref_logps`` ``(B, C)`` is required.
+        token_weights: optional ``(B, C)`` multiplier (e.g. sampler/trainer importance-sampling correction).
+
+    Returns:
+        dict with ``loss`` ``(B, C)``, ``ratio`` ``(B, C)``, ``kl`` ``(B, C)`` (zeros when ``beta == 0``),
+        ``clipped_low`` / ``clipped_high`` ``(B, C)`` bool: where the clip bound was the active term.
+
+    Raises:
+        ValueError: ``beta > 0`` without ``ref_logps``.
+    """
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    ratio = torch.exp(logps - old_logps)
+    adv = advantages.unsqueeze(1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv
+    loss = -torch.min(unclipped, clipped)
+    if token_weights is not None:
+        loss = loss * token_weights
+    if beta > 0:
+        if ref_logps is None:
+            raise ValueError("beta > 0 needs ref_logps")
+        delta = ref_logps - logps
+        kl = torch.exp(delta) - delta - 1
+        loss = loss + beta * kl
+    else:
+        kl = torch.zeros_like(logps)
+    return {
+        "loss": loss,
+        "ratio": ratio,
+        "kl": kl,
+        "clipped_low": (ratio < 1 - epsilon) & (adv < 0),
+        "clipped_high": (ratio > 1 + eps_high) & (adv > 0),
+    }
+
+
+def aggregate(token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str, totals: BatchTotals) -> torch.Tensor:
+    """This micro-batch's share of the batch loss (a scalar); summing it over all micro-batches gives the loss of
+    the whole batch as defined by ``loss_type`` (see the module docstring).
+
+    Args:
+        token_loss: ``(B, C)`` from :func:`per_token_loss`. mask: ``(B, C)`` 1 for trained tokens, 0 otherwise.
+        loss_type: ``grpo``, ``dr_grpo``, ``dapo`` or ``bnpo``.
+        totals: sizes of the whole batch.
+
+    Raises:
+        ValueError: unknown ``loss_type``.
+    """
+    mask = mask.to(token_loss.dtype)
+    masked = token_loss * mask
+    if loss_type == "grpo":
+        per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+        return per_seq.sum() / totals.num_sequences
+    if loss_type == "dr_grpo":
+        return masked.sum() / (totals.num_sequences * totals.max_completion_length)
+    if loss_type == "dapo":
+        return masked.sum() / max(totals.num_tokens, 1)
+    if loss_type == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1) / totals.num_micro_batches
+    raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")

@@ -1,0 +1,41 @@
+"""Which prompts a step trains on: a deterministic function of the step, so resuming replays the same order."""
+
+from __future__ import annotations
+
+import random
+from typing import List
+
+
+class PromptSampler:
+    """Walks the dataset epoch by epoch, ``prompts_per_step`` rows per step.
+
+    Each epoch is a permutation of ``range(num_rows)`` seeded with ``seed + epoch`` (or the identity when
+    ``shuffle`` is false); step ``s`` takes positions ``s·P … s·P + P - 1`` of the concatenated epochs.
+
+    Args:
+        num_rows: dataset size (> 0). prompts_per_step: ``P``. seed: base seed. shuffle: permute each epoch.
+    """
+
+    def __init__(self, num_rows: int, prompts_per_step: int, seed: int, shuffle: bool = True):
+        if num_rows <= 0 or prompts_per_step <= 0:
+            raise ValueError("num_rows and prompts_per_step must be positive")
+        self.num_rows, self.per_step, self.seed, self.shuffle = num_rows, prompts_per_step, seed, shuffle
+        self._epochs: dict[int, List[int]] = {}
+
+    def _epoch(self, epoch: int) -> List[int]:
+        if epoch not in self._epochs:
+            order = list(range(self.num_rows))
+            if self.shuffle:
+                random.Random(self.seed + epoch).shuffle(order)
+            self._epochs = {epoch: order}  # keep only the current epoch
+        return self._epochs[epoch]
+
+    def indices(self, step: int) -> List[int]:
+        """Row indices of step ``step`` (0-based)."""
+        start = step * self.per_step
+        return [self._epoch(pos // self.num_rows)[pos % self.num_rows] for pos in range(start, start + self.per_step)]
+
+    def position(self, step: int) -> dict:
+        """Where the data stands before step ``step``: epoch and row offset (stored in checkpoints)."""
+        pos = step * self.per_step
+        return {"epoch": pos // self.num_rows, "offset": pos % self.num_rows}

