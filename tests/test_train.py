@@ -37,6 +37,7 @@ def _config(root: Path, model: Path, **training):
         "training": {"output_dir": str(root / "out"), "prompts_per_step": 4, "micro_batch_size": 16,
                      "learning_rate": 3e-3, "loss_type": "dapo", "logging_steps": 1, **training},
         "logging": {"report_to": ["jsonl"]},
+        "vllm": {"mode": "off"},
     })
     assert not problems
     return cfg

@@ -24,9 +24,13 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
         return 1
 
     from ..data import DatasetError
+    from ..generation.backend import BackendError
+    from ..generation.spawn import ServerStartError
+    from ..generation.vllm_client import ServerError
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer import train
+    from ..trainer.loop import StaleWeightsError
     from ..trainer.progress import RichReporter
 
     try:
@@ -35,7 +39,8 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     except KeyboardInterrupt:
         console.print("[yellow]Interrupted.[/]")
         return 130
-    except (RolloutError, RewardError, DatasetError, FileNotFoundError, ValueError) as exc:
+    except (RolloutError, RewardError, DatasetError, FileNotFoundError, ValueError, BackendError, ServerStartError,
+            ServerError, StaleWeightsError) as exc:
         console.print(Panel(escape(str(exc)), title=f"[red]{type(exc).__name__}", border_style="red"))
         if exc.__cause__ is not None:
             console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")

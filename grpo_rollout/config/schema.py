@@ -92,6 +92,8 @@ class TrainingConfig:
     num_iterations: int = 1
     scale_rewards: str = "group"
     mask_truncated_completions: bool = False
+    sampler_correction: str = "token_truncate"
+    sampler_correction_cap: float = 2.0
     logprob_chunk_size: int = 1024
     gradient_checkpointing: bool = False
     save_steps: int = 0
@@ -104,7 +106,7 @@ class TrainingConfig:
 class VllmConfig:
     """How generation reaches vLLM: ``spawn`` a managed server, ``attach`` to ``url``, or ``off`` (transformers)."""
 
-    mode: str = "off"
+    mode: str = "spawn"
     url: Optional[str] = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -114,6 +116,7 @@ class VllmConfig:
     kv_cache_space_gib: int = 2
     enforce_eager: bool = True
     startup_timeout_s: float = 600.0
+    max_logprob_mismatch: Optional[float] = 0.5
     extra_args: List[str] = field(default_factory=list)
 
 
@@ -147,4 +150,5 @@ ENUMS: Dict[str, tuple] = {
     "training.scale_rewards": SCALE_REWARDS,
     "training.lr_scheduler": ("constant", "linear", "cosine"),
     "vllm.mode": VLLM_MODES,
+    "training.sampler_correction": ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
 }

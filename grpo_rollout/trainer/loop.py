@@ -25,18 +25,24 @@ import torch
 
 from ..config import Config, ConfigError, resolve_callable, to_yaml, validate
 from ..data import load_train_dataset
+from ..generation.backend import open_backend
 from ..models.loading import load_model_and_tokenizer
 from ..rewards.calling import RewardError, RewardFunction, compute_rewards, unique_names
 from ..rollouts import builtin_rollout
 from ..rollouts.calling import call_rollout
 from ..rollouts.contract import RolloutError, RolloutOutput
 from .advantages import group_advantages, zero_std_fraction
+from .importance import importance_weights
 from .checkpoint import find_checkpoint, load_trainer_state, restore_rng, save_checkpoint
 from .logprobs import completion_logprobs, pack
 from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
 from .progress import RichReporter
-from .sampler import PromptSampler
+from .prompt_order import PromptSampler
+
+
+class StaleWeightsError(RuntimeError):
+    """The generation server's log-probs say it is not on the trainer's weights."""
 
 
 @dataclass
@@ -115,13 +121,9 @@ class _Run:
         eos = eos if eos is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
-        self.client = self._make_client()
+        self.client = open_backend(self.cfg, self.model, self.tokenizer, self.model_path, self.output_dir,
+                                   say=say, status=self.reporter.status)
         return state["step"] if state is not None else 0
-
-    def _make_client(self):
-        from ..generation.transformers_client import TransformersClient
-
-        return TransformersClient(self.model, self.tokenizer, self.cfg.sampling.max_prompt_length)
 
     # -- one step ------------------------------------------------------------------------------------------------
     def sampling_kwargs(self, step: int) -> Dict[str, Any]:
@@ -171,7 +173,7 @@ class _Run:
             "completions/min_length": min(lengths),
             "completions/truncated_fraction": sum(truncated) / n,
             "learning_rate": self.scheduler.get_last_lr()[0],
-            "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
+                "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
         samples = [{"prompt": per_completion_prompts[i], "completion": texts[i], "reward": scored.total[i],
@@ -213,8 +215,11 @@ class _Run:
             for b in batches:
                 logps = completion_logprobs(self.model, b["packed"], s.temperature, t.logprob_chunk_size)
                 old = b.get("old", logps.detach())
+                if b["sampler"] is not None and "is_weights" not in b:
+                    b["is_weights"] = importance_weights(old, b["sampler"], b["mask"], t.sampler_correction,
+                                                         t.sampler_correction_cap)
                 res = per_token_loss(logps, old, b["adv"], epsilon=t.epsilon, epsilon_high=t.epsilon_high,
-                                     beta=t.beta, ref_logps=b.get("ref"))
+                                     beta=t.beta, ref_logps=b.get("ref"), token_weights=b.get("is_weights"))
                 loss = aggregate(res["loss"], b["mask"], t.loss_type, totals)
                 loss.backward()
                 loss_total += loss.item()
@@ -224,8 +229,15 @@ class _Run:
                     sums["clip_low"] += (res["clipped_low"] * m).sum().item()
                     sums["clip_high"] += (res["clipped_high"] * m).sum().item()
                     if b["sampler"] is not None:
-                        sums["lp_diff"] += ((logps.detach() - b["sampler"]).abs() * m).sum().item()
+                        sums["lp_diff"] += ((old - b["sampler"]).abs() * m).sum().item()
+                        w = b["is_weights"][m.bool()]
+                        if w.numel():
+                            sums["is_min"] = min(sums.get("is_min", math.inf), w.min().item())
+                            sums["is_max"] = max(sums.get("is_max", 0.0), w.max().item())
+                            sums["is_sum"] = sums.get("is_sum", 0.0) + w.sum().item()
                 sums["ratio_max"] = max(sums["ratio_max"], (res["ratio"].detach() * b["mask"]).max().item())
+            if iteration == 0 and out.logprobs is not None:
+                self.check_sampler_mismatch(sums["lp_diff"] / trained_tokens)
             max_norm = t.max_grad_norm if t.max_grad_norm > 0 else math.inf
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
             self.optimizer.step()
@@ -237,7 +249,25 @@ class _Run:
                  "ratio/max": sums["ratio_max"], "num_tokens": totals.num_tokens}
         if out.logprobs is not None:
             stats["sampler/logprob_abs_diff"] = sums["lp_diff"] / trained_tokens
+            stats["sampler/is_weight_mean"] = sums.get("is_sum", 0.0) / trained_tokens
+            stats["sampler/is_weight_min"] = sums.get("is_min", float("nan"))
+            stats["sampler/is_weight_max"] = sums.get("is_max", float("nan"))
         return stats
+
+    def check_sampler_mismatch(self, mean_abs_diff: float) -> None:
+        """Fail fast when the sampler's log-probs are far from the trainer's on the same weights: with vLLM that
+        means the server is not sampling from the weights it was sent (a failed or partial weight sync).
+
+        Raises:
+            StaleWeightsError: ``mean_abs_diff`` (nats per token) exceeds ``vllm.max_logprob_mismatch``.
+        """
+        limit = self.cfg.vllm.max_logprob_mismatch
+        if self.cfg.vllm.mode != "off" and limit is not None and mean_abs_diff > limit:
+            raise StaleWeightsError(
+                f"vLLM's log-probs differ from the trainer's by {mean_abs_diff:.3f} nats per token on average "
+                f"(limit vllm.max_logprob_mismatch = {limit}) right after a weight sync: the server is not sampling "
+                "from the trainer's current weights. Check the server log (output_dir/vllm.log); if the two "
+                "legitimately differ (e.g. bfloat16 sampler), raise the limit or set it to null")
 
     def save(self, step: int) -> Path:
         """Checkpoint after ``step`` completed steps."""

@@ -47,6 +47,12 @@ class RichReporter:
         if not self.quiet:
             (self.progress.console if self.progress else self.console).print(f"[dim]•[/] {escape(text)}")
 
+    def status(self, text: str):
+        """A spinner shown while ``with reporter.status(text): ...`` runs."""
+        from contextlib import nullcontext
+
+        return nullcontext() if self.quiet else self.console.status(escape(text))
+
     def start(self, total_steps: int, first_step: int) -> None:
         """Show the bar; ``first_step`` > 0 when resuming."""
         if self.quiet:

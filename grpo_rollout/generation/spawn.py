@@ -1,0 +1,114 @@
+"""``vllm.mode: spawn``: run the grpo-rollout vLLM server as a managed child process on a free loopback port.
+
+The child gets its own process group (so stopping it stops vLLM's engine processes too) and, on Linux, is told to
+exit if the trainer dies without cleaning up (``PR_SET_PDEATHSIG``), so no server outlives its run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import httpx
+
+from .server.launch import ServerSettings, server_command
+
+
+class ServerStartError(RuntimeError):
+    """The spawned server exited or did not become healthy in time; the message ends with its log's last lines."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class ManagedServer:
+    """A vLLM server child process.
+
+    Args:
+        settings: model, dtype, lengths... (``port`` 0 = pick a free one). log_path: where its output goes.
+    """
+
+    def __init__(self, settings: ServerSettings, log_path: Path):
+        if not settings.port:
+            settings.port = free_port(settings.host)
+        self.settings, self.log_path = settings, Path(log_path)
+        self.url = f"http://{settings.host}:{settings.port}"
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self, timeout_s: float = 600.0, on_wait: Optional[Callable[[float], None]] = None) -> str:
+        """Start the server and wait until ``/health/`` answers; return its URL.
+
+        Raises:
+            ServerStartError: the process exited, or ``timeout_s`` seconds passed (the server is stopped then).
+        """
+        argv, env = server_command(self.settings)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("w")
+        self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        preexec_fn=_die_with_parent)
+        log.close()
+        atexit.register(self.stop)
+        start = time.monotonic()
+        while True:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self.process = None
+                raise ServerStartError(f"the vLLM server exited with code {code} while starting; last lines of "
+                                       f"{self.log_path}:\n{_tail(self.log_path)}")
+            try:
+                if httpx.get(self.url + "/health/", timeout=2).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            waited = time.monotonic() - start
+            if waited > timeout_s:
+                self.stop()
+                raise ServerStartError(f"the vLLM server did not answer within {timeout_s:.0f} s (raise "
+                                       f"vllm.startup_timeout_s?); last lines of {self.log_path}:\n{_tail(self.log_path)}")
+            if on_wait is not None:
+                on_wait(waited)
+            time.sleep(1.0)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """Stop the server and every process of its group (SIGTERM, then SIGKILL after ``grace_s``). Idempotent."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+        try:  # engine workers that outlived the API process
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,39 @@
+"""Correcting for the sampler/trainer mismatch: the sampler (vLLM) and the trainer compute slightly different
+probabilities for the same tokens (kernels, precision, or a stale weight copy), so the batch is slightly off-policy.
+
+Truncated importance sampling (TIS; Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
+Training") reweights each token's loss by ``w = π_trainer(token) / π_sampler(token)``, capped at ``cap``; the masked
+variant (MIS) drops tokens (or whole sequences) whose ratio exceeds the cap instead. Sequence-level modes use the
+product of the token ratios of the sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def importance_weights(trainer_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor, mode: str,
+                       cap: float) -> torch.Tensor:
+    """Per-token loss weights ``(B, C)``.
+
+    Args:
+        trainer_logps, sampler_logps: ``(B, C)`` log-probs of the same tokens (nats), trainer's without grad.
+        mask: ``(B, C)`` 1 on trained tokens (others are ignored and get weight 0 or 1, it does not matter).
+        mode: one of :data:`MODES`. cap: upper bound (> 0) of the ratio.
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    if mode == "none":
+        return torch.ones_like(trainer_logps)
+    log_ratio = (trainer_logps - sampler_logps) * mask
+    if mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(dim=1, keepdim=True).expand_as(trainer_logps)
+    ratio = torch.exp(log_ratio.clamp(max=50.0))
+    if mode.endswith("truncate"):
+        return ratio.clamp(max=cap)
+    if mode.endswith("mask"):
+        return torch.where(ratio <= cap, ratio, torch.zeros_like(ratio))
+    raise ValueError(f"importance-sampling mode must be one of {', '.join(MODES)}, got {mode!r}")
