@@ -73,8 +73,8 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
                                                              "are used.", show_default=False),
           model: Optional[str] = typer.Option(None, "--model", help="Model folder, hub id or builtin: name "
                                               "(overrides the config)."),
-          host: Optional[str] = typer.Option(None, "--host", help="Address to bind [default: 127.0.0.1]."),
-          port: Optional[int] = typer.Option(None, "--port", help="Port [default: 8000]."),
+          host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1, or the config's vllm.host)."),
+          port: Optional[int] = typer.Option(None, "--port", help="Port (default 8000, or the config's vllm.port)."),
           max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest sequence in tokens."),
           api_key: Optional[str] = typer.Option(None, "--api-key", help="Require this bearer token."),
           extra: Optional[List[str]] = typer.Option(None, "--vllm-arg", help="Extra argument passed to vLLM "

@@ -82,7 +82,8 @@ class ManagedServer:
                 raise ServerStartError(f"the vLLM server exited with code {code} while starting; last lines of "
                                        f"{self.log_path}:\n{_tail(self.log_path)}")
             try:
-                if httpx.get(self.url + "/health/", timeout=2).status_code == 200:
+                headers = {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
+                if httpx.get(self.url + "/health/", headers=headers, timeout=2).status_code == 200:
                     return self.url
             except httpx.HTTPError:
                 pass

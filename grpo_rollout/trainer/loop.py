@@ -327,7 +327,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
                 reporter.message(f"Saved {last_saved}")
         if done > 0:
             last_saved = run.save(done)
-    except (KeyboardInterrupt, RolloutError, RewardError):
+    except (KeyboardInterrupt, RolloutError, RewardError, StaleWeightsError):
         if done > 0 and (last_saved is None or not last_saved.name.endswith(f"-{done}")):
             reporter.stop()
             saved = run.save(done)

@@ -56,8 +56,9 @@ class UpdateWeightsRequest(BaseModel):
 
 
 class _State:
-    def __init__(self, engine: Any, tokenizer: Any, model: str, max_model_len: int, vocab_size: int):
-        self.engine, self.tokenizer, self.model = engine, tokenizer, model
+    def __init__(self, engine: Any, tokenizer: Any, model: str, max_model_len: int, vocab_size: int,
+                 api_keys: List[str]):
+        self.engine, self.tokenizer, self.model, self.api_keys = engine, tokenizer, model, api_keys
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.weight_version = 0
         self.lock = asyncio.Lock()
@@ -70,6 +71,8 @@ def _state(request: Request) -> _State:
     state = getattr(request.app.state, "grpo_rollout", None)
     if state is None:
         raise HTTPException(503, "grpo-rollout routes are not initialised (no engine)")
+    if state.api_keys and request.headers.get("authorization", "") not in {f"Bearer {k}" for k in state.api_keys}:
+        raise HTTPException(401, "missing or wrong API key (send `Authorization: Bearer KEY`)")
     return state
 
 
@@ -106,11 +109,14 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
             raise HTTPException(400, f"prompts[{i}] is empty")
         if len(ids) + 1 > state.max_model_len:
             raise HTTPException(400, f"prompts[{i}] has {len(ids)} tokens; max_model_len is {state.max_model_len}")
-    params = SamplingParams(n=body.n, temperature=body.temperature, top_p=body.top_p,
-                            top_k=body.top_k if body.top_k > 0 else -1, min_p=body.min_p,
-                            repetition_penalty=body.repetition_penalty, seed=body.seed, stop=body.stop,
-                            include_stop_str_in_output=True, logprobs=0, max_tokens=body.max_tokens,
-                            output_kind=RequestOutputKind.FINAL_ONLY)
+    try:
+        params = SamplingParams(n=body.n, temperature=body.temperature, top_p=body.top_p,
+                                top_k=body.top_k if body.top_k > 0 else -1, min_p=body.min_p,
+                                repetition_penalty=body.repetition_penalty, seed=body.seed, stop=body.stop,
+                                include_stop_str_in_output=True, logprobs=0, max_tokens=body.max_tokens,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+    except ValueError as exc:  # vLLM's own checks of the sampling settings
+        raise HTTPException(400, f"invalid sampling settings: {exc}") from exc
 
     async def one(ids: List[int]) -> List[Any]:
         # with n > 1 a yield may carry only some of the n samples: keep the latest state of each by index
@@ -151,6 +157,11 @@ async def update_weights(body: UpdateWeightsRequest, request: Request) -> Dict[s
     return {"weight_version": state.weight_version}
 
 
+def _api_keys(args: Any) -> List[str]:
+    keys = getattr(args, "api_key", None) or []
+    return [keys] if isinstance(keys, str) else list(keys)
+
+
 class GrpoRolloutPlugin:
     """The ``vllm.endpoint_plugins`` entry point (zero-argument factory)."""
 
@@ -169,4 +180,4 @@ class GrpoRolloutPlugin:
         model_config = engine_client.model_config
         state.grpo_rollout = _State(engine_client, tokenizer, getattr(args, "served_model_name", None) and
                                     args.served_model_name[0] or args.model, model_config.max_model_len,
-                                    model_config.get_vocab_size())
+                                    model_config.get_vocab_size(), _api_keys(args))
