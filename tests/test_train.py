@@ -14,6 +14,8 @@ from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
 from tiny_model import make_tiny_model
 
+pytestmark = pytest.mark.slow
+
 # Trivial task for a random model: sampling from its top-10 tokens, prefer even token ids.
 TASK = '''
 def even_ids(completion_ids, **kwargs):

@@ -223,7 +223,7 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
     rollout = builtin_rollout() if not spec else _resolve(spec, "rollout.function", base_dir, problems)
     if rollout is not None and spec:
         _check_rollout_signature(rollout, config, problems)
-    extras = _rollout_extras(rollout) if rollout is not None else set()
+    extras = _rollout_extras(rollout) if rollout is not None else None  # unknown: already reported
     if not config.rewards:
         _err(problems, "rewards", [], "no reward function configured",
              "add `rewards: [{function: my_module:my_reward}]`")

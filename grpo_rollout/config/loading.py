@@ -64,6 +64,10 @@ def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
     """Nearest valid key for an unknown ``prefix + bad_key``: a close name in the same section first, then the same
     or a close name in another section. Returns the full dotted key, or ``None``."""
     same_level = list(_hints(cls))
+    from .checks import SAMPLING_ALIASES  # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
+
+    if cls.__name__ == "SamplingConfig" and bad_key in SAMPLING_ALIASES:
+        return prefix + SAMPLING_ALIASES[bad_key]
     close = difflib.get_close_matches(bad_key, same_level, n=1, cutoff=0.6)
     if close:
         return prefix + close[0]

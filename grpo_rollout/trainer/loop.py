@@ -41,6 +41,16 @@ from .progress import RichReporter
 from .prompt_order import PromptSampler
 
 
+def extras_means(extras: Dict[str, List[Any]]) -> Dict[str, float]:
+    """``extras/<name>``: the per-step mean of every numeric rollout extra (bools count as 0/1; ``None`` skipped)."""
+    out = {}
+    for name, values in extras.items():
+        nums = [float(v) for v in values if isinstance(v, (int, float))]
+        if nums and len(nums) == len([v for v in values if v is not None]):
+            out[f"extras/{name}"] = sum(nums) / len(nums)
+    return out
+
+
 class StaleWeightsError(RuntimeError):
     """The generation server's log-probs say it is not on the trainer's weights."""
 
@@ -168,6 +178,7 @@ class _Run:
             **scored.stats(),
             "frac_reward_zero_std": zero_std_fraction(rewards, g),
             **train_stats,
+            **extras_means(out.extras),
             "completions/mean_length": sum(lengths) / n,
             "completions/max_length": max(lengths),
             "completions/min_length": min(lengths),
