@@ -72,7 +72,6 @@ class VllmClient(GenerationClient):
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self._headers, self._timeout = headers, timeout
         self.weight_version = 0
-        self._weights_dir: Optional[Path] = None
         self.last_sync_seconds = 0.0
 
     def health(self) -> Dict[str, Any]:
