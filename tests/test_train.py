@@ -97,3 +97,38 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_model):
     a = AutoModelForCausalLM.from_pretrained(full_dir / "out" / "checkpoint-4").state_dict()
     b = AutoModelForCausalLM.from_pretrained(part_dir / "out" / "checkpoint-4").state_dict()
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+USER_ROLLOUT = '''
+def rollout(prompts, client, **sampling_kwargs):
+    """A user rollout that drives the backend itself and adds an extra key."""
+    result = client.generate(client.encode_prompts(prompts), n=sampling_kwargs["n"],
+                             temperature=sampling_kwargs["temperature"], top_k=sampling_kwargs["top_k"],
+                             max_tokens=sampling_kwargs["max_completion_length"], seed=sampling_kwargs["seed"])
+    return {"prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids, "logprobs": result.logprobs,
+            "first_token": [ids[0] for ids in result.completion_ids]}
+
+SEEN = []
+
+def first_token_even(completions, first_token, **kwargs):
+    SEEN.append(list(first_token))
+    return [float(t % 2 == 0) for t in first_token]
+'''
+
+
+def test_user_rollout_with_extras_trains(tmp_path, tiny_model):
+    import sys
+
+    (tmp_path / "user_rollout.py").write_text(USER_ROLLOUT)
+    cfg = _config(tmp_path, tiny_model, max_steps=2)
+    cfg.rollout.function = f"{tmp_path / 'user_rollout.py'}:rollout"
+    cfg.rewards[0].function = f"{tmp_path / 'user_rollout.py'}:first_token_even"
+    result = train(cfg, base_dir=tmp_path, reporter=_quiet())
+    assert result.steps == 2
+    # the module was imported by file path; find it among the loaded modules
+    module = next(m for name, m in sys.modules.items() if name.startswith("grpo_rollout_user_") and
+                  hasattr(m, "SEEN") and getattr(m, "__file__", "") == str(tmp_path / "user_rollout.py"))
+    assert len(module.SEEN) == 2 and all(len(x) == 4 * 8 for x in module.SEEN)  # the extra reached the reward
+    assert result.history[0]["rewards/first_token_even/mean"] == pytest.approx(
+        sum(t % 2 == 0 for t in module.SEEN[0]) / 32)
+    assert result.history[0]["sampler/logprob_abs_diff"] < 1e-4

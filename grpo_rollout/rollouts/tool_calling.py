@@ -32,11 +32,9 @@ from .multi_turn import (Conversation, Sampling, as_messages, contract_dict, eos
 from .tool_parsing import CALL_CLOSE, parse_tool_calls
 from .tools import ToolError, ToolResult, example_call, load_tools, run_tool_call, tool_schema
 
-DEFAULT_SYSTEM_PROMPT = """You are a helpful assistant with access to these tools:
-<tools>
+DEFAULT_SYSTEM_PROMPT = """You can use these tools:
 {tools}
-</tools>
-To call a tool, write its name and arguments as JSON inside <tool_call></tool_call> tags, for example:
+To call a tool, write its name and arguments as JSON inside <tool_call></tool_call> tags, exactly like this example:
 {example}
 The tool's answer comes back in the next message. When you know the answer, reply without a tool call."""
 
@@ -55,12 +53,23 @@ def template_renders_tools(tokenizer: Any, schemas: Sequence[Dict[str, Any]]) ->
     return with_tools != without and all(s["function"]["name"] in with_tools for s in schemas)
 
 
+def tool_signature(schema: Dict[str, Any]) -> str:
+    """One line describing a tool: ``- multiply(a: integer, b: integer): Multiply two integers.``"""
+    fn = schema.get("function", schema)
+    props = fn.get("parameters", {}).get("properties", {})
+    params = ", ".join(f"{name}: {prop.get('type', 'any')}" for name, prop in props.items())
+    return f"- {fn['name']}({params}): {fn.get('description', '').strip()}"
+
+
 def system_prompt_text(schemas: Sequence[Dict[str, Any]], template: Optional[str] = None) -> str:
-    """The tools system prompt: ``template`` (default :data:`DEFAULT_SYSTEM_PROMPT`) with ``{tools}`` replaced by
-    one JSON schema per line and ``{example}`` by an example call of the first tool."""
+    """The tools system prompt: ``template`` (default :data:`DEFAULT_SYSTEM_PROMPT`) with ``{tools}`` replaced by one
+    line per tool (:func:`tool_signature`), ``{tools_json}`` by one JSON schema per line and ``{example}`` by an
+    example call of the first tool. (Compact lines rather than JSON schemas by default: measured on SmolLM2-135M, a
+    prompt holding the JSON schemas got 0 valid calls in 64 samples where a short one got 8.)"""
     text = DEFAULT_SYSTEM_PROMPT if template is None else template
-    tools = "\n".join(json.dumps(s) for s in schemas)
-    return text.replace("{tools}", tools).replace("{example}", example_call(schemas[0]) if schemas else "")
+    return (text.replace("{tools_json}", "\n".join(json.dumps(s) for s in schemas))
+            .replace("{tools}", "\n".join(tool_signature(s) for s in schemas))
+            .replace("{example}", example_call(schemas[0]) if schemas else ""))
 
 
 def with_system_prompt(messages: List[Dict[str, Any]], text: str) -> List[Dict[str, Any]]:

@@ -62,16 +62,47 @@ def _decoder_and_head(model: torch.nn.Module):
     return decoder, head
 
 
+def filter_logits(logits: torch.Tensor, targets: torch.Tensor, top_k: int = -1, top_p: float = 1.0,
+                  min_p: float = 0.0) -> torch.Tensor:
+    """Set to ``-inf`` the logits a top-k / top-p (nucleus) / min-p sampler would never draw, so that a log-softmax
+    over the result is the distribution actually sampled (what vLLM reports as ``processed_logprobs``).
+
+    Args:
+        logits: ``(M, vocab)`` temperature-scaled logits. targets: ``(M,)`` the sampled tokens, always kept (a token
+            on the boundary of the kept set must not get ``-inf`` through a rounding difference).
+        top_k: keep the ``top_k`` largest (``<= 0``: off). top_p: keep the smallest set with probability mass
+            ``>= top_p``. min_p: keep tokens with probability ``>= min_p × max probability``.
+    """
+    remove = torch.zeros_like(logits, dtype=torch.bool)
+    if top_k and 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        remove |= logits < kth
+    if top_p < 1.0:
+        sorted_logits, order = logits.masked_fill(remove, float("-inf")).sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        beyond = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches top_p
+        remove |= torch.zeros_like(remove).scatter(-1, order, beyond)
+    if min_p > 0.0:
+        probs = logits.masked_fill(remove, float("-inf")).softmax(-1)
+        remove |= probs < min_p * probs.max(dim=-1, keepdim=True).values
+    remove[torch.arange(len(targets)), targets] = False
+    return logits.masked_fill(remove, float("-inf"))
+
+
 def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0,
-                        chunk_size: int = 1024) -> torch.Tensor:
+                        chunk_size: int = 1024, top_k: int = -1, top_p: float = 1.0,
+                        min_p: float = 0.0) -> torch.Tensor:
     """Log-probabilities of each completion token, ``(B, C)`` (0 at padding), differentiable w.r.t. the model.
 
-    Logits are divided by ``temperature`` before the log-softmax, so the values describe the distribution the
-    sampler drew from (as TRL does). Positions are processed ``chunk_size`` at a time through the output projection.
+    Logits are divided by ``temperature`` and filtered like the sampler filtered them (``top_k``, ``top_p``,
+    ``min_p``; see :func:`filter_logits`) before the log-softmax, so the values describe the distribution the sampler
+    drew from and are comparable with its log-probs. Positions are processed ``chunk_size`` at a time through the
+    output projection.
 
     Raises:
         TypeError: the model has no separate decoder / output projection.
     """
+    filtering = (top_k and top_k > 0) or top_p < 1.0 or min_p > 0.0
     decoder, head = _decoder_and_head(model)
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)
@@ -87,7 +118,10 @@ def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature:
     for s in range(0, rows.numel(), chunk_size):
         h = hidden[rows[s:s + chunk_size].to(device), cols[s:s + chunk_size].to(device)]
         logits = head(h).float() / temperature
-        flat.append(logits.log_softmax(-1).gather(-1, targets[s:s + chunk_size].unsqueeze(-1)).squeeze(-1))
+        chunk_targets = targets[s:s + chunk_size]
+        if filtering:
+            logits = filter_logits(logits, chunk_targets, top_k, top_p, min_p)
+        flat.append(logits.log_softmax(-1).gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
     out = torch.zeros((b, c), dtype=torch.float32, device=device)
     if flat:
         out = out.index_put((rows.to(device), torch.nonzero(valid)[:, 1].to(device)), torch.cat(flat))

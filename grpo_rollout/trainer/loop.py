@@ -96,7 +96,13 @@ class _Run:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "config.yaml").write_text(to_yaml(config))
         self.model = self.tokenizer = self.ref_model = self.client = None
+        self.applied = 0  # steps whose optimizer updates are in the weights
         self.num_generations = s.num_generations
+        # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
+        self.sampling_filter = {"top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
+        # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
+        # reproduce: its log-probs are then logged but neither corrected for nor checked
+        self.sampler_comparable = s.repetition_penalty == 1.0
 
     # -- set-up --------------------------------------------------------------------------------------------------
     def load(self, resume: Optional[str]) -> int:
@@ -168,6 +174,7 @@ class _Run:
         t2 = time.perf_counter()
         truncated = [not any(tok in self.eos_ids for tok in ids) for ids in out.completion_ids]
         train_stats = self.update(out, advantages, truncated)
+        self.applied = step + 1  # the weights now include this step, whatever happens next
         t3 = time.perf_counter()
         self.client.update_weights(self.model)
         t4 = time.perf_counter()
@@ -215,20 +222,23 @@ class _Run:
         with torch.no_grad():
             for b in batches:
                 if t.num_iterations > 1:
-                    b["old"] = completion_logprobs(self.model, b["packed"], s.temperature, t.logprob_chunk_size)
+                    b["old"] = completion_logprobs(self.model, b["packed"], s.temperature, t.logprob_chunk_size,
+                                                   **self.sampling_filter)
                 if self.ref_model is not None:
-                    b["ref"] = completion_logprobs(self.ref_model, b["packed"], s.temperature, t.logprob_chunk_size)
+                    b["ref"] = completion_logprobs(self.ref_model, b["packed"], s.temperature, t.logprob_chunk_size,
+                                                   **self.sampling_filter)
         sums = {"kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "ratio_max": 0.0, "lp_diff": 0.0}
         trained_tokens = max(totals.num_tokens, 1)
         params = [p for p in self.model.parameters() if p.requires_grad]
         for iteration in range(t.num_iterations):
             loss_total = 0.0
             for b in batches:
-                logps = completion_logprobs(self.model, b["packed"], s.temperature, t.logprob_chunk_size)
+                logps = completion_logprobs(self.model, b["packed"], s.temperature, t.logprob_chunk_size,
+                                            **self.sampling_filter)
                 old = b.get("old", logps.detach())
                 if b["sampler"] is not None and "is_weights" not in b:
-                    b["is_weights"] = importance_weights(old, b["sampler"], b["mask"], t.sampler_correction,
-                                                         t.sampler_correction_cap)
+                    mode = t.sampler_correction if self.sampler_comparable else "none"
+                    b["is_weights"] = importance_weights(old, b["sampler"], b["mask"], mode, t.sampler_correction_cap)
                 res = per_token_loss(logps, old, b["adv"], epsilon=t.epsilon, epsilon_high=t.epsilon_high,
                                      beta=t.beta, ref_logps=b.get("ref"), token_weights=b.get("is_weights"))
                 loss = aggregate(res["loss"], b["mask"], t.loss_type, totals)
@@ -247,7 +257,7 @@ class _Run:
                             sums["is_max"] = max(sums.get("is_max", 0.0), w.max().item())
                             sums["is_sum"] = sums.get("is_sum", 0.0) + w.sum().item()
                 sums["ratio_max"] = max(sums["ratio_max"], (res["ratio"].detach() * b["mask"]).max().item())
-            if iteration == 0 and out.logprobs is not None:
+            if iteration == 0 and out.logprobs is not None and self.sampler_comparable:
                 self.check_sampler_mismatch(sums["lp_diff"] / trained_tokens)
             max_norm = t.max_grad_norm if t.max_grad_norm > 0 else math.inf
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
@@ -321,7 +331,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
     done = 0
     last_saved: Optional[Path] = None
     try:
-        done = run.load(resume)
+        done = run.applied = run.load(resume)
         logger.truncate_after(done)
         reporter.start(t.max_steps, done)
         for step in range(done, t.max_steps):
@@ -339,10 +349,11 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         if done > 0:
             last_saved = run.save(done)
     except (KeyboardInterrupt, RolloutError, RewardError, StaleWeightsError):
-        if done > 0 and (last_saved is None or not last_saved.name.endswith(f"-{done}")):
+        applied = run.applied  # may be done + 1 when stopped between the update and the end of a step
+        if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
             reporter.stop()
-            saved = run.save(done)
-            reporter.message(f"Stopped after {done} step(s); saved {saved} (continue with --resume latest)")
+            saved = run.save(applied)
+            reporter.message(f"Stopped after {applied} step(s); saved {saved} (continue with --resume latest)")
         raise
     finally:
         reporter.stop()

