@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 from pathlib import Path
 from typing import List, Optional
 
@@ -33,6 +34,10 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     from ..trainer.loop import StaleWeightsError
     from ..trainer.progress import RichReporter
 
+    def _terminate(signum, frame):  # `kill` / a job scheduler: stop like Ctrl-C (save finished steps, stop vLLM)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         result = train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=RichReporter(console),
                        check=False)
