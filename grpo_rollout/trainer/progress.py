@@ -45,7 +45,9 @@ class RichReporter:
     def message(self, text: str) -> None:
         """A status line (model conversion, loading, saving)."""
         if not self.quiet:
-            (self.progress.console if self.progress else self.console).print(f"[dim]•[/] {escape(text)}")
+            # soft_wrap: a path or command in the message stays on one line, so it can be copied
+            (self.progress.console if self.progress else self.console).print(f"[dim]•[/] {escape(text)}",
+                                                                             soft_wrap=True)
 
     def status(self, text: str):
         """A spinner shown while ``with reporter.status(text): ...`` runs."""
