@@ -169,9 +169,12 @@ class GrpoRolloutPlugin:
     required_tasks = ("generate",)
 
     def attach_router(self, app: FastAPI) -> None:
+        """Add ``/generate/``, ``/update_weights/`` and ``/health/`` to vLLM's app."""
         app.include_router(router)
 
     async def init_state(self, engine_client: Any, state: Any, args: Any) -> None:
+        """Keep the engine, the model's tokenizer, its limits and the API keys for the routes (no engine: routes
+        answer 503)."""
         if engine_client is None:
             return
         from transformers import AutoTokenizer
