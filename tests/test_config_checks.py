@@ -371,6 +371,43 @@ def test_rollout_signature_that_does_not_fit(project, errs, signature, needle):
         assert "**sampling_kwargs" in p.fix
 
 
+HOOKED_ROLLOUT = (
+    "def rollout(prompts, **kw):\n    return {}\n\n"
+    "def validate_kwargs(kwargs, base_dir):\n"
+    "    assert base_dir.is_dir()\n"
+    "    return [('rollout.kwargs.level', f\"level {kwargs['level']} is not a maze level\", 'use 1 to 3')] "
+    "if kwargs.get('level', 1) > 3 else []\n\n"
+    "rollout.validate_kwargs = validate_kwargs\n")
+
+
+def test_rollout_validate_kwargs_hook_reports_its_problems(project, errs):
+    assert project.check(with_rollout(project, HOOKED_ROLLOUT, kwargs={"level": 2})) == []
+    [p] = errs(project.check(with_rollout(project, HOOKED_ROLLOUT, kwargs={"level": 7})))
+    assert (p.key, p.value, p.message, p.fix) == ("rollout.kwargs.level", 7, "level 7 is not a maze level", "use 1 to 3")
+
+
+def test_rollout_validate_kwargs_hook_that_raises_is_reported(project, errs):
+    source = HOOKED_ROLLOUT + "rollout.validate_kwargs = lambda kwargs, base_dir: kwargs['missing']\n"
+    [p] = errs(project.check(with_rollout(project, source)))
+    assert p.key == "rollout.kwargs" and "validate_kwargs raised KeyError" in p.message
+
+
+@pytest.mark.parametrize("function, kwargs, key, needle", [
+    ("tool_calling:tool_calling_rollout", {"tools": ["no_such_module:f"]}, "rollout.kwargs.tools", "no_such_module"),
+    ("tool_calling:tool_calling_rollout", {}, "rollout.kwargs.tools", "no tools configured"),
+    ("tool_calling:tool_calling_rollout", {"tools": ["json:dumps"], "tool_prompt": "xml"},
+     "rollout.kwargs.tool_prompt", "must be auto, template or system"),
+    ("environment:environment_rollout", {"env": "json:JSONDecoder"}, "rollout.kwargs.env", "reset(row) and step(text)"),
+    ("environment:environment_rollout", {"env": "json:dumps", "max_turns": 0}, "rollout.kwargs.max_turns", ">= 1"),
+])
+def test_builtin_multi_turn_rollouts_check_their_kwargs(project, errs, function, kwargs, key, needle):
+    cfg = project.baseline()
+    cfg["rollout"] = {"function": f"grpo_rollout.rollouts.{function}", "kwargs": kwargs}
+    found = errs(project.check(cfg))
+    assert key in [p.key for p in found], [str(p) for p in found]
+    assert any(needle in p.message for p in found if p.key == key)
+
+
 PLAIN_ROLLOUT = "def rollout(prompts, **kw):\n    return {}\n"
 NEEDS_FOO = "def needs_foo(completions, foo, **kwargs):\n    return [foo] * len(completions)\n"
 

@@ -223,6 +223,7 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
     rollout = builtin_rollout() if not spec else _resolve(spec, "rollout.function", base_dir, problems)
     if rollout is not None and spec:
         _check_rollout_signature(rollout, config, problems)
+        _check_rollout_kwargs(rollout, config, base_dir, problems)
     extras = _rollout_extras(rollout) if rollout is not None else None  # unknown: already reported
     if not config.rewards:
         _err(problems, "rewards", [], "no reward function configured",
@@ -238,6 +239,24 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
         if not math.isfinite(r.weight):
             _err(problems, f"rewards[{i}].weight", r.weight, "must be a finite number", "e.g. 1.0")
         _check_reward_signature(fn, i, r.function, r.kwargs, extras, dataset_columns, problems)
+
+
+def _check_rollout_kwargs(fn: Callable, config: Config, base_dir: Path, problems: List[Problem]) -> None:
+    """Run the rollout's own static checks of ``rollout.kwargs``, when it has them: an optional attribute
+    ``fn.validate_kwargs(kwargs, base_dir) -> [(key, message, fix), ...]`` (the built-in tool-calling and environment
+    rollouts check that their tools/environment import). A hook that itself fails is reported, not raised."""
+    hook = getattr(fn, "validate_kwargs", None)
+    if not callable(hook):
+        return
+    kwargs = dict(config.rollout.kwargs)
+    try:
+        found = list(hook(kwargs, base_dir))
+    except Exception as exc:  # a user's hook: its bug must not hide the other problems
+        _err(problems, "rollout.kwargs", "", f"{config.rollout.function}.validate_kwargs raised "
+             f"{type(exc).__name__}: {exc}", "fix the hook, or the kwargs it could not read")
+        return
+    for key, message, fix in found:
+        _err(problems, key, kwargs.get(key.rsplit(".", 1)[-1], ""), message, fix)
 
 
 def _check_rollout_signature(fn: Callable, config: Config, problems: List[Problem]) -> None:

@@ -5,6 +5,7 @@ The client samples from the very model object the trainer updates, so no weight 
 
 from __future__ import annotations
 
+import threading
 from typing import Any, List, Optional, Sequence
 
 import torch
@@ -20,6 +21,9 @@ class TransformersClient(GenerationClient):
         tokenizer: its tokenizer.
         max_prompt_length: prompts are cut from the left to this many tokens (``None``: never).
         batch_size: at most this many sequences (prompts × n) per ``generate`` call, to bound memory.
+
+    Calls from several threads (e.g. :meth:`agenerate` from concurrent multi-turn samples) run one at a time: they
+    share one model, its train/eval mode and torch's global RNG.
     """
 
     def __init__(self, model: Any, tokenizer: Any, max_prompt_length: Optional[int] = None, batch_size: int = 256):
@@ -32,6 +36,7 @@ class TransformersClient(GenerationClient):
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
+        self._lock = threading.Lock()
 
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
@@ -42,6 +47,12 @@ class TransformersClient(GenerationClient):
         if temperature <= 0:
             raise ValueError("temperature must be > 0 for sampling")
         prompts = [list(p)[-self.max_prompt_length:] if self.max_prompt_length else list(p) for p in prompt_ids]
+        with self._lock:
+            return self._generate_locked(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
+                                         max_tokens, seed, stop)
+
+    def _generate_locked(self, prompts, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed,
+                         stop) -> GenerationResult:
         if seed is not None:
             torch.manual_seed(seed)
         per_call = max(1, self.batch_size // n)

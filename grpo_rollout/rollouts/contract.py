@@ -3,13 +3,14 @@
 A rollout function is called once per training step::
 
     rollout(prompts, *, n, temperature, top_p, top_k, min_p, repetition_penalty, max_completion_length, seed,
-            **rollout_kwargs, [client], [tokenizer], [rows], [step]) -> dict
+            **rollout_kwargs, [client], [tokenizer], [rows], [step], [base_dir]) -> dict
 
 - ``prompts``: the step's P **unique** prompts, as they are in the dataset (strings, or lists of chat messages).
 - the sampling settings of the config's ``sampling`` section as keyword arguments (``n`` = ``num_generations``), plus
   everything in ``rollout.kwargs``.
 - context objects, passed only to functions that name them as parameters: ``client`` (the generation backend, see
-  :class:`grpo_rollout.generation.GenerationClient`), ``tokenizer``, ``rows`` (the P dataset rows, dicts), ``step``.
+  :class:`grpo_rollout.generation.GenerationClient`), ``tokenizer``, ``rows`` (the P dataset rows, dicts), ``step``,
+  ``base_dir`` (the config file's folder, a string: where relative file paths in ``rollout.kwargs`` are looked up).
   A function written as ``def rollout(prompts, **sampling_kwargs)`` receives the sampling settings only.
 
 It returns a dict with:
@@ -47,7 +48,7 @@ SAMPLING_ARGS: Dict[str, str] = {
     "seed": "seed",
 }
 #: Objects passed only to rollout functions that name them.
-CONTEXT_ARGS = ("client", "tokenizer", "rows", "step")
+CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir")
 #: Keys of the returned dict that are not extras.
 CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask")
 

@@ -39,16 +39,7 @@ from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
 from .progress import RichReporter
 from .prompt_order import PromptSampler
-
-
-def extras_means(extras: Dict[str, List[Any]]) -> Dict[str, float]:
-    """``extras/<name>``: the per-step mean of every numeric rollout extra (bools count as 0/1; ``None`` skipped)."""
-    out = {}
-    for name, values in extras.items():
-        nums = [float(v) for v in values if isinstance(v, (int, float))]
-        if nums and len(nums) == len([v for v in values if v is not None]):
-            out[f"extras/{name}"] = sum(nums) / len(nums)
-    return out
+from .rollout_stats import extras_means, tool_metrics, truncated_flags
 
 
 class StaleWeightsError(RuntimeError):
@@ -157,7 +148,8 @@ class _Run:
         rows = [self.dataset[i] for i in self.sampler.indices(step)]
         prompts = [row[cfg.data.prompt_column] for row in rows]
         out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
-                           {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step},
+                           {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
+                            "base_dir": str(self.base_dir)},
                            self.vocab_size)
         t1 = time.perf_counter()
         n = len(out)
@@ -172,7 +164,7 @@ class _Run:
         rewards = torch.tensor(scored.total, dtype=torch.float32)
         advantages = group_advantages(rewards, g, cfg.training.scale_rewards)
         t2 = time.perf_counter()
-        truncated = [not any(tok in self.eos_ids for tok in ids) for ids in out.completion_ids]
+        truncated = truncated_flags(out.completion_ids, out.extras, self.eos_ids)
         train_stats = self.update(out, advantages, truncated)
         self.applied = step + 1  # the weights now include this step, whatever happens next
         t3 = time.perf_counter()
@@ -186,6 +178,7 @@ class _Run:
             "frac_reward_zero_std": zero_std_fraction(rewards, g),
             **train_stats,
             **extras_means(out.extras),
+            **tool_metrics(out.extras),
             "completions/mean_length": sum(lengths) / n,
             "completions/max_length": max(lengths),
             "completions/min_length": min(lengths),

@@ -1,0 +1,324 @@
+"""Token-in/token-out conversations for multi-turn rollouts (tool calling, environments).
+
+One sample is a :class:`Conversation`: the prompt's token ids, then turns of *sampled* tokens (kept exactly as the
+sampler returned them, never re-tokenized; ``completion_mask`` 1, the sampler's log-probs) and *inserted* tokens
+(tool answers, environment observations and the chat template's glue around them; ``completion_mask`` 0, placeholder
+log-prob 0.0).
+
+The inserted text comes from the tokenizer's chat template: the conversation is rendered with the last assistant
+message's content followed by a sentinel, then the new messages and the generation prompt; everything after the
+sentinel is the text that closes the assistant turn, holds the new messages and opens the next assistant turn. If the
+sampled turn already ended with the end-of-turn token (``<|im_end|>`` for ChatML), that token's text is dropped from
+the front, so it is not written twice. Only this inserted text is tokenized.
+
+:func:`run_episodes` drives many conversations concurrently (one ``client.agenerate`` request per sample turn, so a
+vLLM server batches them) and :func:`contract_dict` turns them into the rollout contract's dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Sequence
+
+from .contract import RolloutError
+
+#: Appended to the last assistant message when rendering, to find where its content ends in the template's output.
+SENTINEL = "\u2063<<grpo-rollout:end-of-sampled-text>>\u2063"
+
+#: ``on_turn(text) -> messages to append, or None when the episode is over``.
+TurnHandler = Callable[[str], Awaitable[Optional[List[Dict[str, Any]]]]]
+
+
+def as_messages(prompt: Any) -> List[Dict[str, Any]]:
+    """A prompt as chat messages: a string becomes one user message; a message list is copied.
+
+    Raises:
+        RolloutError: neither a string nor a list of ``{role, content}`` dicts.
+    """
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt):
+        return [dict(m) for m in prompt]
+    raise RolloutError(f"a multi-turn prompt must be a string or a list of chat messages, got {str(prompt)[:80]!r}")
+
+
+def render(tokenizer: Any, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool, **template_kwargs: Any) -> str:
+    """The chat template's text for ``messages`` (``template_kwargs``: e.g. ``tools=``)."""
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         **template_kwargs)
+
+
+def encode_text(tokenizer: Any, text: str) -> List[int]:
+    """Token ids of template text (special tokens written in it, like ``<|im_start|>``, become their ids)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def eos_ids_of(client: Any, tokenizer: Any) -> set:
+    """Token ids that end a turn: the client's ``eos_ids`` when it has them, else the tokenizer's EOS."""
+    ids = getattr(client, "eos_ids", None)
+    return set(ids) if ids else {tokenizer.eos_token_id}
+
+
+@dataclass
+class Conversation:
+    """One sample of a multi-turn rollout, kept as tokens.
+
+    Attributes:
+        messages: the chat history (assistant turns hold the decoded sampled text); used only to render inserted text.
+        prompt_ids: token ids of the first prompt (with the generation prompt).
+        completion_ids, logprobs, completion_mask: one entry per completion token (sampled: the sampler's log-prob
+            and mask 1; inserted: 0.0 and mask 0).
+        turns: sampled turns so far. stop_reason: why the episode ended (``"done"``, ``"max_turns"``, ``"length"``).
+        last_text: the last sampled turn's text (special tokens skipped). last_finish: its finish reason.
+    """
+
+    tokenizer: Any
+    messages: List[Dict[str, Any]]
+    prompt_ids: List[int]
+    eos_ids: set
+    template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    completion_ids: List[int] = field(default_factory=list)
+    logprobs: List[float] = field(default_factory=list)
+    completion_mask: List[int] = field(default_factory=list)
+    turns: int = 0
+    stop_reason: Optional[str] = None
+    last_text: str = ""
+    last_finish: str = ""
+    _ended_with_eos: bool = False
+
+    @classmethod
+    def start(cls, tokenizer: Any, messages: List[Dict[str, Any]], eos_ids: set,
+              max_prompt_length: Optional[int] = None, **template_kwargs: Any) -> "Conversation":
+        """Render ``messages`` with the generation prompt and tokenize it (cut from the left to ``max_prompt_length``)."""
+        ids = encode_text(tokenizer, render(tokenizer, messages, True, **template_kwargs))
+        if max_prompt_length and len(ids) > max_prompt_length:
+            ids = ids[-max_prompt_length:]
+        return cls(tokenizer, list(messages), ids, set(eos_ids), dict(template_kwargs))
+
+    @property
+    def input_ids(self) -> List[int]:
+        """Prompt plus completion so far: what the next turn is generated from."""
+        return self.prompt_ids + self.completion_ids
+
+    def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float], finish_reason: str) -> str:
+        """Append one sampled turn as it was sampled; return its text (special tokens skipped).
+
+        Raises:
+            RolloutError: ``logprobs`` does not have one value per token.
+        """
+        ids, logprobs = list(ids), list(logprobs)
+        if len(ids) != len(logprobs):
+            raise RolloutError(f"the client returned {len(ids)} tokens but {len(logprobs)} log-probs")
+        self.completion_ids += ids
+        self.logprobs += [float(x) for x in logprobs]
+        self.completion_mask += [1] * len(ids)
+        self.turns += 1
+        self._ended_with_eos = bool(ids) and ids[-1] in self.eos_ids
+        body = ids[:-1] if self._ended_with_eos else ids
+        content = self.tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        self.messages.append({"role": "assistant", "content": content})
+        self.last_text = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        self.last_finish = finish_reason
+        return self.last_text
+
+    def inserted_text(self, new_messages: Sequence[Dict[str, Any]]) -> str:
+        """The template text that follows the sampled tokens when ``new_messages`` are added and the next assistant
+        turn opens.
+
+        Raises:
+            RolloutError: the last message is not an assistant turn, or the template dropped its content.
+        """
+        if not self.messages or self.messages[-1].get("role") != "assistant":
+            raise RolloutError("inserted text can only follow a sampled assistant turn")
+        last = dict(self.messages[-1], content=self.messages[-1]["content"] + SENTINEL)
+        text = render(self.tokenizer, self.messages[:-1] + [last] + list(new_messages), True, **self.template_kwargs)
+        if text.count(SENTINEL) != 1:
+            raise RolloutError("the chat template does not render the last assistant message's content as given, so "
+                               "the text between turns cannot be found; use a template that keeps assistant content")
+        tail = text.split(SENTINEL, 1)[1]
+        if self._ended_with_eos:
+            eos_text = self.tokenizer.decode(self.completion_ids[-1:], skip_special_tokens=False)
+            if tail.startswith(eos_text):
+                tail = tail[len(eos_text):]
+        return tail
+
+    def insertion_ids(self, new_messages: Sequence[Dict[str, Any]]) -> List[int]:
+        """Token ids of :meth:`inserted_text` (not appended yet)."""
+        return encode_text(self.tokenizer, self.inserted_text(new_messages))
+
+    def add_inserted(self, ids: Sequence[int], new_messages: Sequence[Dict[str, Any]]) -> None:
+        """Append inserted tokens (mask 0, log-prob 0.0) and record ``new_messages`` in the history."""
+        self.completion_ids += list(ids)
+        self.logprobs += [0.0] * len(ids)
+        self.completion_mask += [0] * len(ids)
+        self.messages += [dict(m) for m in new_messages]
+
+
+@dataclass
+class Sampling:
+    """Sampling settings of every turn (``max_tokens`` is set per turn from the remaining budget)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: Optional[int] = None
+    stop: Optional[List[str]] = None
+    max_turn_tokens: Optional[int] = None  # cap per turn (the remaining budget caps it too)
+
+    def request_seed(self, sample: int, turn: int) -> Optional[int]:
+        """A distinct, reproducible seed per sample and turn (``None`` when unseeded): samples of a group that share
+        a prompt must not share a seed, or they would be identical."""
+        if self.seed is None:
+            return None
+        return (self.seed * 1_000_003 + sample * 7_919 + turn * 104_729) % (2 ** 31)
+
+
+def _has_native_async(client: Any) -> bool:
+    from ..generation.base import GenerationClient
+
+    method = getattr(type(client), "agenerate", None)
+    return method is not None and method is not GenerationClient.agenerate
+
+
+@contextmanager
+def untruncated(client: Any) -> Iterator[None]:
+    """Switch off the client's left-truncation of prompts while a multi-turn rollout runs.
+
+    Later turns send prompt + completion so far, which is longer than ``max_prompt_length`` but within
+    ``max_prompt_length + max_completion_length`` (what the server was sized for); cutting it would make the sampler
+    see a different context from the trainer. The first prompt is cut by :meth:`Conversation.start` instead.
+    """
+    old = getattr(client, "max_prompt_length", None)
+    client.max_prompt_length = None
+    try:
+        yield
+    finally:
+        client.max_prompt_length = old
+
+
+async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int],
+                       lock: Optional[asyncio.Lock]):
+    kwargs = dict(n=1, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                  min_p=sampling.min_p, repetition_penalty=sampling.repetition_penalty, max_tokens=max_tokens,
+                  seed=seed, stop=sampling.stop)
+    ids = conv.input_ids
+    if lock is None:
+        result = await client.agenerate([ids], **kwargs)
+    else:
+        async with lock:
+            result = await client.agenerate([ids], **kwargs)
+    if list(result.prompt_ids[0]) != ids:
+        raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
+                           f"{len(result.prompt_ids[0])} used): the sampler would not see what the trainer trains on")
+    return result.completion_ids[0], result.logprobs[0], result.finish_reasons[0]
+
+
+async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, sampling: Sampling,
+                      max_completion_length: int, max_turns: int, sample_index: int,
+                      lock: Optional[asyncio.Lock] = None) -> Conversation:
+    """Generate → ``on_turn(text)`` → append its messages → generate again, until ``on_turn`` returns ``None``
+    (``stop_reason="done"``), ``max_turns`` sampled turns (``"max_turns"``) or the token budget runs out
+    (``"length"``: the whole completion, inserted tokens included, never exceeds ``max_completion_length``; inserted
+    text that would leave no room for one more sampled token is not added).
+
+    Each turn's ``max_tokens`` is the remaining budget, or ``sampling.max_turn_tokens`` when smaller (a turn cut by
+    that cap does not end the episode). ``on_turn`` is called after every sampled turn, also the last one, so
+    tools/environments see every answer.
+    """
+    while True:
+        budget = max_completion_length - len(conv.completion_ids)
+        max_tokens = min(budget, sampling.max_turn_tokens) if sampling.max_turn_tokens else budget
+        ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens,
+                                                   sampling.request_seed(sample_index, conv.turns), lock)
+        text = conv.add_sampled(ids, logprobs, finish)
+        new_messages = await on_turn(text)
+        if new_messages is None:
+            conv.stop_reason = "done"
+        elif conv.turns >= max_turns:
+            conv.stop_reason = "max_turns"
+        elif len(conv.completion_ids) >= max_completion_length:
+            conv.stop_reason = "length"
+        else:
+            inserted = conv.insertion_ids(new_messages)
+            if len(conv.completion_ids) + len(inserted) >= max_completion_length:
+                conv.stop_reason = "length"
+            else:
+                conv.add_inserted(inserted, new_messages)
+                continue
+        return conv
+
+
+def run_coroutine(coro: Awaitable[Any]) -> Any:
+    """Run ``coro`` to completion from synchronous code, also when the caller is inside a running event loop (e.g. a
+    notebook): then it runs on a fresh loop in a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="grpo-rollout-episodes")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, max_completion_length: int,
+                 max_turns: int) -> List[Conversation]:
+    """Run every ``(conversation, on_turn)`` pair concurrently; return the conversations in the same order.
+
+    Clients without a native ``agenerate`` (e.g. the in-process transformers backend, whose default runs ``generate``
+    in a thread) get one request at a time, since their model is shared; vLLM clients get all at once.
+    """
+    async def main() -> List[Conversation]:
+        lock = None if _has_native_async(client) else asyncio.Lock()
+        tasks = [run_episode(client, conv, on_turn, sampling=sampling, max_completion_length=max_completion_length,
+                             max_turns=max_turns, sample_index=i, lock=lock)
+                 for i, (conv, on_turn) in enumerate(episodes)]
+        return list(await asyncio.gather(*tasks))
+
+    with untruncated(client):
+        return run_coroutine(main())
+
+
+def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]:
+    """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
+    sample), plus the ``num_turns``, ``final_response`` and ``truncated`` extras.
+
+    ``truncated`` is True when the last sampled turn was cut by the token budget (it is not enough to look for an
+    end-of-turn token in the completion: inserted template text holds such tokens too).
+    """
+    return {
+        "prompt_ids": [c.prompt_ids for c in conversations],
+        "completion_ids": [c.completion_ids for c in conversations],
+        "logprobs": [c.logprobs for c in conversations],
+        "completion_mask": [c.completion_mask for c in conversations],
+        "num_turns": [c.turns for c in conversations],
+        "final_response": [c.last_text for c in conversations],
+        "truncated": [c.last_finish == "length" for c in conversations],
+    }
+
+
+def run_multi_turn(client: Any, episodes: Sequence[tuple], *, temperature: float, top_p: float, top_k: int,
+                   min_p: float, repetition_penalty: float, seed: Optional[int], stop: Optional[Sequence[str]],
+                   max_turn_tokens: Optional[int], max_completion_length: int,
+                   max_turns: int) -> Dict[str, List[Any]]:
+    """:func:`run_episodes` with the rollout's sampling settings, returned as :func:`contract_dict` (the shared tail
+    of the built-in tool-calling and environment rollouts; their handlers add their own extras)."""
+    sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty, seed, list(stop) if stop else None,
+                        max_turn_tokens)
+    return contract_dict(run_episodes(client, episodes, sampling=sampling,
+                                      max_completion_length=max_completion_length, max_turns=max_turns))

@@ -1,0 +1,222 @@
+"""The built-in tool-calling rollout: the model may call Python functions; their answers are fed back to it.
+
+Config::
+
+    rollout:
+      function: grpo_rollout.rollouts.tool_calling:tool_calling_rollout
+      kwargs:
+        tools: [examples/multiply/task.py:multiply]   # dotted or file paths of plain functions
+        max_turns: 3            # sampled turns per sample
+        tool_timeout_s: 5       # a call running longer is abandoned and reported to the model as an error
+
+Per sample: generate → parse ``<tool_call>`` blocks → run the tools (concurrently, each in its own thread, with the
+timeout; exceptions become the tool's answer) → append one tool message per call → generate again; until a turn has
+no call, ``max_turns`` turns were sampled, or the ``max_completion_length`` budget is used up (tool tokens count).
+All samples of the step run concurrently. Tool tokens get ``completion_mask`` 0 (see :mod:`.multi_turn`).
+
+How the tools are described to the model (``tool_prompt``): ``"template"`` passes their JSON schemas to the chat
+template (``tools=``), ``"system"`` writes them into a system prompt with the call format and a one-line example call,
+``"auto"`` (default) uses the template when it renders the tools and describes the ``<tool_call>`` format, else the
+system prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .contract import RolloutError
+from .multi_turn import Conversation, as_messages, eos_ids_of, render, run_multi_turn
+from .tool_parsing import CALL_CLOSE, parse_tool_calls
+from .tools import ToolError, ToolResult, example_call, load_tools, run_tool_call, tool_schema
+
+DEFAULT_SYSTEM_PROMPT = """You can use these tools:
+{tools}
+To call a tool, write its name and arguments as JSON inside <tool_call></tool_call> tags, exactly like this example:
+{example}
+The tool's answer comes back in the next message. When you know the answer, reply without a tool call."""
+
+#: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
+TOOL_EXTRAS = ("num_turns", "num_tool_calls", "num_tool_errors", "tool_results", "final_response", "truncated")
+
+
+def template_renders_tools(tokenizer: Any, schemas: Sequence[Dict[str, Any]]) -> bool:
+    """True when the chat template writes the tool schemas into the prompt (many templates ignore ``tools=``)."""
+    probe = [{"role": "user", "content": "hi"}]
+    try:
+        with_tools = render(tokenizer, probe, True, tools=list(schemas))
+        without = render(tokenizer, probe, True)
+    except Exception:  # templates that reject the argument
+        return False
+    return with_tools != without and all(s["function"]["name"] in with_tools for s in schemas)
+
+
+def tool_signature(schema: Dict[str, Any]) -> str:
+    """One line describing a tool: ``- multiply(a: integer, b: integer): Multiply two integers.``"""
+    fn = schema.get("function", schema)
+    props = fn.get("parameters", {}).get("properties", {})
+    params = ", ".join(f"{name}: {prop.get('type', 'any')}" for name, prop in props.items())
+    return f"- {fn['name']}({params}): {fn.get('description', '').strip()}"
+
+
+def system_prompt_text(schemas: Sequence[Dict[str, Any]], template: Optional[str] = None) -> str:
+    """The tools system prompt: ``template`` (default :data:`DEFAULT_SYSTEM_PROMPT`) with ``{tools}`` replaced by one
+    line per tool (:func:`tool_signature`), ``{tools_json}`` by one JSON schema per line and ``{example}`` by an
+    example call of the first tool. (Compact lines rather than JSON schemas by default: measured on SmolLM2-135M, a
+    prompt holding the JSON schemas got 0 valid calls in 64 samples where a short one got 8.)"""
+    text = DEFAULT_SYSTEM_PROMPT if template is None else template
+    return (text.replace("{tools_json}", "\n".join(json.dumps(s) for s in schemas))
+            .replace("{tools}", "\n".join(tool_signature(s) for s in schemas))
+            .replace("{example}", example_call(schemas[0]) if schemas else ""))
+
+
+def with_system_prompt(messages: List[Dict[str, Any]], text: str) -> List[Dict[str, Any]]:
+    """``messages`` with ``text`` as the system prompt (put before an existing system message's content)."""
+    if messages and messages[0].get("role") == "system":
+        return [{"role": "system", "content": f"{text}\n\n{messages[0]['content']}"}] + messages[1:]
+    return [{"role": "system", "content": text}] + messages
+
+
+def choose_tool_prompt(tokenizer: Any, schemas: Sequence[Dict[str, Any]], mode: str = "auto") -> str:
+    """``"template"`` or ``"system"`` for ``mode`` ``"auto"`` (see the module docstring).
+
+    Raises:
+        RolloutError: unknown ``mode``, or ``"template"`` with a template that ignores ``tools=``.
+    """
+    if mode not in ("auto", "template", "system"):
+        raise RolloutError(f"tool_prompt must be auto, template or system, got {mode!r}")
+    if mode == "system":
+        return mode
+    renders = template_renders_tools(tokenizer, schemas)
+    if mode == "template":
+        if not renders:
+            raise RolloutError("tool_prompt is 'template' but the chat template does not render `tools=`; "
+                               "use tool_prompt: system")
+        return mode
+    described = renders and "<tool_call>" in render(tokenizer, [{"role": "user", "content": "hi"}], True,
+                                                     tools=list(schemas))
+    return "template" if described else "system"
+
+
+def tool_message(result: ToolResult) -> Dict[str, Any]:
+    """The chat message carrying one tool answer (role ``tool``; templates without tool support render it under
+    that role name)."""
+    return {"role": "tool", "name": result.name or "unknown", "content": result.content}
+
+
+class _ToolEpisode:
+    """Per-sample tool handling: parse the turn, run its calls, count them."""
+
+    def __init__(self, tools: Dict[str, Callable], timeout_s: Optional[float]):
+        self.tools, self.timeout_s = tools, timeout_s
+        self.results: List[ToolResult] = []
+
+    async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
+        calls = parse_tool_calls(text)
+        if not calls:
+            return None
+        results = await asyncio.gather(*(run_tool_call(c, self.tools, self.timeout_s) for c in calls))
+        self.results += results
+        return [tool_message(r) for r in results]
+
+    def extras(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"num_tool_calls": len(self.results),
+                               "num_tool_errors": sum(not r.ok for r in self.results),
+                               "tool_results": [r.as_dict() for r in self.results]}
+        for name in self.tools:
+            out[f"tool_calls/{name}"] = sum(r.name == name for r in self.results)
+            out[f"tool_errors/{name}"] = sum(r.name == name and not r.ok for r in self.results)
+        return out
+
+
+def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, tools: Sequence[Any], n: int,
+                         temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0,
+                         repetition_penalty: float = 1.0, max_completion_length: int = 256,
+                         seed: Optional[int] = None, max_turns: int = 3, tool_timeout_s: Optional[float] = 10.0,
+                         tool_prompt: str = "auto", system_prompt: Optional[str] = None,
+                         stop: Optional[Sequence[str]] = (CALL_CLOSE,), max_turn_tokens: Optional[int] = None,
+                         base_dir: Optional[str] = None,
+                         **_: Any) -> Dict[str, List[Any]]:
+    """Sample ``n`` tool-using conversations per prompt.
+
+    Args:
+        prompts: ``P`` prompts (strings become one user message; chat message lists are used as they are).
+        client: the generation client. tokenizer: its tokenizer (chat template).
+        tools: functions or their names (``pkg.module:func``, ``path/file.py:func``); each needs type hints and an
+            ``Args:`` docstring.
+        n, temperature, ..., seed: the sampling settings; ``max_completion_length`` bounds the whole completion
+            (sampled + tool tokens) of a sample.
+        max_turns: sampled turns per sample (>= 1). tool_timeout_s: seconds per call (``None``: no limit).
+        tool_prompt: ``auto``, ``template`` or ``system`` (see the module docstring). system_prompt: replaces the
+            default system prompt text (``{tools}`` and ``{example}`` are filled in).
+        stop: stop strings of every turn; the default ends a turn at ``</tool_call>`` so the tool runs before the
+            model can invent its answer (``null`` lets a turn hold several calls).
+        max_turn_tokens: tokens per turn at most (``None``: only the remaining budget limits a turn).
+        base_dir: where relative tool file paths are also looked up.
+
+    Returns:
+        the contract dict: ``prompt_ids``, ``completion_ids``, ``logprobs``, ``completion_mask`` (``P × n`` rows,
+        grouped by prompt) and the extras ``num_turns``, ``num_tool_calls``, ``num_tool_errors`` (ints),
+        ``tool_calls/<name>`` and ``tool_errors/<name>`` per configured tool, ``tool_results`` (a list of
+        ``{name, arguments, content, error}`` per sample), ``final_response`` (text of the last sampled turn) and
+        ``truncated`` (the last turn hit the token budget).
+
+    Raises:
+        RolloutError: a tool cannot be loaded or described, or a setting is invalid.
+    """
+    if max_turns < 1:
+        raise RolloutError(f"max_turns must be >= 1, got {max_turns}")
+    try:
+        functions = load_tools(tools, Path(base_dir) if base_dir else None)
+        schemas = [tool_schema(fn) for fn in functions.values()]
+    except ToolError as exc:
+        raise RolloutError(str(exc)) from exc
+    mode = choose_tool_prompt(tokenizer, schemas, tool_prompt)
+    template_kwargs = {"tools": schemas} if mode == "template" else {}
+    eos = eos_ids_of(client, tokenizer)
+    episodes, handlers = [], []
+    for prompt in prompts:
+        messages = as_messages(prompt)
+        if mode == "system":
+            messages = with_system_prompt(messages, system_prompt_text(schemas, system_prompt))
+        for _ in range(n):
+            conv = Conversation.start(tokenizer, messages, eos, client.max_prompt_length, **template_kwargs)
+            handler = _ToolEpisode(functions, tool_timeout_s)
+            episodes.append((conv, handler))
+            handlers.append(handler)
+    out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                         repetition_penalty=repetition_penalty, seed=seed, stop=stop, max_turn_tokens=max_turn_tokens,
+                         max_completion_length=max_completion_length, max_turns=max_turns)
+    per_sample = [h.extras() for h in handlers]
+    for key in per_sample[0] if per_sample else ():
+        out[key] = [e[key] for e in per_sample]
+    return out
+
+
+tool_calling_rollout.extras = TOOL_EXTRAS
+
+
+def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
+    """Static checks of ``rollout.kwargs`` for :func:`tool_calling_rollout`: ``(key, message, fix)`` per problem
+    (tools import and have schemas, ``max_turns`` >= 1, ``tool_prompt`` known). Meant for validate-config."""
+    problems: List[Tuple[str, str, str]] = []
+    tools = kwargs.get("tools")
+    if not tools:
+        problems.append(("rollout.kwargs.tools", "no tools configured",
+                         "list them: tools: [package.module:function, path/file.py:function]"))
+    else:
+        try:
+            for fn in load_tools(tools, base_dir).values():
+                tool_schema(fn)
+        except ToolError as exc:
+            problems.append(("rollout.kwargs.tools", str(exc), "fix the name, or the function's hints/docstring"))
+    if int(kwargs.get("max_turns", 3)) < 1:
+        problems.append(("rollout.kwargs.max_turns", "must be >= 1", "e.g. 3"))
+    if kwargs.get("tool_prompt", "auto") not in ("auto", "template", "system"):
+        problems.append(("rollout.kwargs.tool_prompt", "must be auto, template or system", "use auto"))
+    return problems
+
+
+tool_calling_rollout.validate_kwargs = validate_kwargs

@@ -1,0 +1,218 @@
+"""Tools for the tool-calling rollout: loading them by name, their JSON schemas, and running calls safely.
+
+A tool is a plain Python function with type hints and a Google-style docstring (``Args:`` describing every
+parameter); its JSON schema comes from ``transformers.utils.get_json_schema``. Running a call never raises: an
+unknown tool, bad arguments, an exception inside the tool or a timeout become a :class:`ToolResult` whose ``content``
+is an error message the model gets to read as the tool's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from .tool_parsing import ToolCall, format_tool_call
+
+ToolSpec = Union[str, Callable]
+
+
+class ToolError(ValueError):
+    """A configured tool cannot be used (not importable, not callable, or no usable schema)."""
+
+
+@dataclass
+class ToolResult:
+    """The outcome of one call.
+
+    Attributes:
+        name: the tool name the model wrote (``None`` for a block that could not be read).
+        arguments: the arguments the model wrote.
+        content: what the model is shown: the tool's return value as text, or an error message.
+        error: ``None`` on success, else a short kind: ``"malformed"``, ``"unknown_tool"``, ``"bad_arguments"``,
+            ``"exception"`` or ``"timeout"``.
+        seconds: wall time of the call (0 when the tool was not run).
+    """
+
+    name: Optional[str]
+    arguments: Dict[str, Any]
+    content: str
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> Dict[str, Any]:
+        """A JSON-friendly record (what the rollout returns in its ``tool_calls`` extra)."""
+        return {"name": self.name, "arguments": self.arguments, "content": self.content, "error": self.error}
+
+
+def load_tools(specs: Sequence[ToolSpec], base_dir: Optional[Path] = None) -> Dict[str, Callable]:
+    """Resolve tools given as callables or names (``pkg.module:func`` or ``path/file.py:func``) to ``name → function``.
+
+    Raises:
+        ToolError: a name does not import, is not callable, or two tools share a name.
+    """
+    from ..config.imports import ImportSpecError, resolve_callable
+
+    if isinstance(specs, (str, bytes)) or callable(specs):
+        specs = [specs]
+    tools: Dict[str, Callable] = {}
+    for spec in specs:
+        if callable(spec):
+            fn = spec
+        else:
+            try:
+                fn = resolve_callable(str(spec), base_dir)
+            except ImportSpecError as exc:
+                raise ToolError(f"tool {spec!r}: {exc}") from exc
+        name = getattr(fn, "__name__", None)
+        if not name:
+            raise ToolError(f"tool {spec!r} has no __name__; tools must be named functions")
+        if name in tools:
+            raise ToolError(f"two tools are named {name!r}; tool names must be unique")
+        tools[name] = fn
+    return tools
+
+
+def tool_schema(fn: Callable) -> Dict[str, Any]:
+    """The OpenAI-style JSON schema of ``fn`` (``{"type": "function", "function": {name, description, parameters}}``).
+
+    Raises:
+        ToolError: the function lacks type hints or a docstring describing each argument (the message says which).
+    """
+    from transformers.utils import get_json_schema
+
+    try:
+        return get_json_schema(fn)
+    except Exception as exc:  # TypeHintParsingException / DocstringParsingException
+        raise ToolError(f"tool {getattr(fn, '__name__', fn)!r}: cannot build its JSON schema: {exc}. Give every "
+                        "parameter a type hint and describe it under `Args:` in the docstring") from exc
+
+
+_EXAMPLE_VALUES = {"integer": [3, 4, 5, 6], "number": [2.5, 1.5, 0.5, 4.0], "boolean": [True, False],
+                   "string": ["text", "more text"], "array": [[1, 2]], "object": [{}]}
+
+
+def example_arguments(schema: Mapping[str, Any]) -> Dict[str, Any]:
+    """Plausible placeholder arguments for a tool schema (integers 3, 4, ...; strings "text"; enums: first value)."""
+    props = schema.get("function", schema).get("parameters", {}).get("properties", {})
+    out: Dict[str, Any] = {}
+    used: Dict[str, int] = {}
+    for pname, prop in props.items():
+        if prop.get("enum"):
+            out[pname] = prop["enum"][0]
+            continue
+        kind = prop.get("type", "string")
+        kind = kind[0] if isinstance(kind, list) else kind
+        values = _EXAMPLE_VALUES.get(kind, ["text"])
+        out[pname] = values[used.get(kind, 0) % len(values)]
+        used[kind] = used.get(kind, 0) + 1
+    return out
+
+
+def example_call(schema: Mapping[str, Any]) -> str:
+    """One call of the tool described by ``schema``, written in the ``<tool_call>`` format."""
+    return format_tool_call(schema.get("function", schema)["name"], example_arguments(schema))
+
+
+def result_text(value: Any) -> str:
+    """How a tool's return value is shown to the model: strings as they are, else JSON (``str()`` as a fallback)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+async def _in_daemon_thread(fn: Callable, kwargs: Dict[str, Any], timeout_s: Optional[float]) -> Any:
+    """Run ``fn(**kwargs)`` in a fresh daemon thread and await its result for at most ``timeout_s`` seconds.
+
+    A daemon thread (not a pool worker) is used so that a tool that never returns cannot exhaust a shared executor or
+    keep the process alive; after a timeout it is abandoned. Raises ``asyncio.TimeoutError`` or the tool's exception.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def deliver(value: Any, exc: Optional[BaseException]) -> None:
+        if not future.done():
+            future.set_exception(exc) if exc is not None else future.set_result(value)
+
+    def target() -> None:
+        try:
+            value, exc = fn(**kwargs), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, exc = None, e
+        try:
+            loop.call_soon_threadsafe(deliver, value, exc)
+        except RuntimeError:  # the event loop is gone (the call timed out long ago): nobody is waiting
+            pass
+
+    threading.Thread(target=target, name=f"tool-{getattr(fn, '__name__', 'fn')}", daemon=True).start()
+    return await asyncio.wait_for(future, timeout_s)
+
+
+def _arguments_problem(fn: Callable, arguments: Dict[str, Any]) -> Optional[str]:
+    try:
+        inspect.signature(fn).bind(**arguments)
+    except TypeError as exc:
+        return str(exc)
+    except ValueError:  # no signature available: let the call decide
+        return None
+    return None
+
+
+async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s: Optional[float] = 10.0) -> ToolResult:
+    """Run one parsed call. Never raises (except ``asyncio.CancelledError``).
+
+    Args:
+        call: from :func:`~grpo_rollout.rollouts.tool_parsing.parse_tool_calls`.
+        tools: ``name → function``. Sync functions run in their own thread; ``async def`` tools are awaited.
+        timeout_s: seconds before the call is abandoned (``None``: wait forever).
+
+    Returns:
+        a :class:`ToolResult`; on failure its ``content`` is ``"Error: ..."`` saying what went wrong.
+    """
+    if not call.well_formed:
+        return ToolResult(call.name, call.arguments, f"Error: malformed tool call ({call.error}). Write "
+                          f'<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>', "malformed")
+    fn = tools.get(call.name)
+    if fn is None:
+        return ToolResult(call.name, call.arguments, f"Error: unknown tool {call.name!r}; available: "
+                          f"{', '.join(sorted(tools)) or 'none'}", "unknown_tool")
+    problem = _arguments_problem(fn, call.arguments)
+    if problem:
+        return ToolResult(call.name, call.arguments, f"Error: bad arguments for {call.name}: {problem}",
+                          "bad_arguments")
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        if inspect.iscoroutinefunction(fn):
+            value = await asyncio.wait_for(fn(**call.arguments), timeout_s)
+        else:
+            value = await _in_daemon_thread(fn, dict(call.arguments), timeout_s)
+    except asyncio.TimeoutError:
+        return ToolResult(call.name, call.arguments, f"Error: {call.name} timed out after {timeout_s:g} s",
+                          "timeout", loop.time() - start)
+    except Exception as exc:  # the tool's own failure is an answer for the model, not a crash of the run
+        return ToolResult(call.name, call.arguments, f"Error: {call.name} raised {type(exc).__name__}: {exc}",
+                          "exception", loop.time() - start)
+    return ToolResult(call.name, call.arguments, result_text(value), None, loop.time() - start)
+
+
+def run_tool_calls_sync(calls: List[ToolCall], tools: Mapping[str, Callable],
+                        timeout_s: Optional[float] = 10.0) -> List[ToolResult]:
+    """:func:`run_tool_call` for several calls, concurrently, from synchronous code (for scripts and tests)."""
+    from .multi_turn import run_coroutine
+
+    async def all_calls() -> List[ToolResult]:
+        return list(await asyncio.gather(*(run_tool_call(c, tools, timeout_s) for c in calls)))
+
+    return run_coroutine(all_calls())

@@ -1,0 +1,60 @@
+"""Per-step statistics of what a rollout returned: extras means, tool-use metrics, and which completions were cut."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, Set
+
+#: Extras of the built-in tool-calling rollout that give a tool's call and error counts per completion.
+TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = "tool_calls/", "tool_errors/"
+
+
+def extras_means(extras: Dict[str, List[Any]]) -> Dict[str, float]:
+    """``extras/<name>``: the per-step mean of every numeric rollout extra (bools count as 0/1; ``None`` skipped)."""
+    out = {}
+    for name, values in extras.items():
+        nums = [float(v) for v in values if isinstance(v, (int, float))]
+        if nums and len(nums) == len([v for v in values if v is not None]):
+            out[f"extras/{name}"] = sum(nums) / len(nums)
+    return out
+
+
+def _total(values: Sequence[Any]) -> float:
+    return float(sum(v for v in values if isinstance(v, (int, float))))
+
+
+def tool_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
+    """Tool use over the whole step, from the extras ``num_tool_calls``/``num_tool_errors`` and, per tool,
+    ``tool_calls/<name>``/``tool_errors/<name>`` (what the built-in tool-calling rollout returns; a user rollout
+    returning the same keys gets the same metrics).
+
+    Returns:
+        ``tools/calls`` (calls in the step), ``tools/errors``, ``tools/success_rate`` (1 − errors / calls), and
+        ``tools/<name>/calls``, ``tools/<name>/success_rate`` per tool; rates only when there was at least one call.
+        Empty when the rollout reports no tool counts.
+    """
+    out: Dict[str, float] = {}
+    if "num_tool_calls" in extras:
+        calls, errors = _total(extras["num_tool_calls"]), _total(extras.get("num_tool_errors", []))
+        out["tools/calls"], out["tools/errors"] = calls, errors
+        if calls:
+            out["tools/success_rate"] = 1.0 - errors / calls
+    for key, values in extras.items():
+        if not key.startswith(TOOL_CALLS_PREFIX):
+            continue
+        name = key[len(TOOL_CALLS_PREFIX):]
+        calls, errors = _total(values), _total(extras.get(TOOL_ERRORS_PREFIX + name, []))
+        out[f"tools/{name}/calls"] = calls
+        if calls:
+            out[f"tools/{name}/success_rate"] = 1.0 - errors / calls
+    return out
+
+
+def truncated_flags(completion_ids: Sequence[Sequence[int]], extras: Dict[str, List[Any]],
+                    eos_ids: Set[int]) -> List[bool]:
+    """Which completions were cut by the token budget: the rollout's ``truncated`` extra when it returns one (a
+    multi-turn completion holds end-of-turn tokens in its inserted template text, so looking for EOS cannot tell),
+    else "no end-of-sequence token anywhere in the completion"."""
+    given = extras.get("truncated")
+    if given is not None and len(given) == len(completion_ids) and all(isinstance(v, bool) for v in given):
+        return list(given)
+    return [not any(tok in eos_ids for tok in ids) for ids in completion_ids]

@@ -1,0 +1,372 @@
+"""The tool-calling rollout on a real (tiny) model that was taught to call tools.
+
+The tiny random Llama of ``tiny_model.py`` never writes ``<tool_call>``; so the module fixture trains it for a few
+seconds to answer a handful of prompts with scripted calls (a good call, a raising tool, a hanging tool, an unknown
+tool with braces in a string argument, malformed JSON, two calls in one turn) and to say "Done." after a tool
+answer. Generation is real (``TransformersClient``, sampling at temperature 1); a thin recording subclass keeps every
+``GenerationResult`` so the tests can check the rollout kept exactly what was sampled.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Dict, List
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from grpo_rollout.generation.transformers_client import TransformersClient
+from grpo_rollout.rollouts.calling import call_rollout
+from grpo_rollout.rollouts.multi_turn import Conversation, render
+from grpo_rollout.rollouts.tool_calling import choose_tool_prompt, tool_calling_rollout, with_system_prompt
+from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
+from grpo_rollout.rollouts.tools import load_tools, run_tool_calls_sync, tool_schema
+from tiny_model import make_tiny_model
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers.
+
+    Args:
+        a: first factor
+        b: second factor
+    """
+    return a * b
+
+
+def explode() -> str:
+    """A tool that always fails."""
+    raise RuntimeError("kaboom")
+
+
+def sleepy(seconds: float) -> str:
+    """A tool that hangs.
+
+    Args:
+        seconds: how long to sleep
+    """
+    time.sleep(seconds)
+    return "awake"
+
+
+TOOLS = [multiply, explode, sleepy]
+SYSTEM = "Tools: multiply, explode, sleepy."  # the system prompt (a short one keeps the fixture's training fast)
+SCRIPT = {
+    "Multiply 3 and 4.": '<tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>',
+    "Break it.": '<tool_call>{"name": "explode", "arguments": {}}</tool_call>',
+    "Call a ghost.": '<tool_call>{"name": "ghost", "arguments": {"text": "a {curly} brace"}}</tool_call>',
+    "Be sloppy.": '<tool_call>{"name": "multiply", "arguments": {"a": 3, "b": }</tool_call>',
+    "Wait forever.": '<tool_call>{"name": "sleepy", "arguments": {"seconds": 600}}</tool_call>',
+    "Two at once.": '<tool_call>{"name": "multiply", "arguments": {"a": 2, "b": 5}}</tool_call>\n'
+                    '<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>',
+}
+END = "<|im_end|>"
+
+
+def _teach_tool_calls(model, tokenizer, steps: int = 600) -> None:
+    """Train ``model`` until it reproduces SCRIPT's replies (and "Done." after any tool answer).
+
+    Cheap because only the ~100 token ids of these conversations are live: all other embedding rows are zeroed and
+    never updated, so their logits stay exactly 0 and the full-vocabulary cross-entropy equals a small softmax over
+    the live ids plus one constant "everything else" logit ``log(V - live)``.
+    """
+    seqs, masks = [], []
+    for prompt, reply in SCRIPT.items():
+        # what the tools really answer (so "Done." follows them reliably), plus two other answers
+        actual = [r.content for r in run_tool_calls_sync(parse_tool_calls(reply), load_tools(TOOLS), timeout_s=1.0)]
+        for answers in (actual, ["12"], ["Error: something went wrong"]):
+            base = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+            head = render(tokenizer, base, True)
+            after = render(tokenizer, base + [{"role": "assistant", "content": reply}]
+                           + [{"role": "tool", "content": a} for a in answers], True)
+            glue = after[len(head) + len(reply) + len(END):]
+            ids, mask = [], []
+            for text, trained in ((head, 0), (reply + END, 1), (glue, 0), ("Done." + END, 1)):
+                part = tokenizer(text, add_special_tokens=False)["input_ids"]
+                ids, mask = ids + part, mask + [trained] * len(part)
+            seqs.append(ids)
+            masks.append(mask)
+    live = sorted({t for s in seqs for t in s})
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        keep = emb[live].clone()
+        emb.zero_()
+        emb[live] = keep
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tokenizer.eos_token_id)
+    attention = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -1)
+    index = {t: i for i, t in enumerate(live)}
+    for row, (seq, mask) in enumerate(zip(seqs, masks)):
+        ids[row, :len(seq)] = torch.tensor(seq)
+        attention[row, :len(seq)] = 1
+        labels[row, :len(seq)] = torch.tensor([index[t] if m else -1 for t, m in zip(seq, mask)])
+    target = labels[:, 1:]
+    selected = target >= 0
+    other = math.log(emb.shape[0] - len(live))
+    live_t = torch.tensor(live)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(0.02, 1 - step / steps))
+    model.train()
+    for _ in range(steps):
+        hidden = model.model(input_ids=ids, attention_mask=attention).last_hidden_state[:, :-1][selected]
+        logits = hidden @ emb[live_t].T
+        logits = torch.cat([logits, torch.full((len(logits), 1), other)], dim=1)
+        loss = torch.nn.functional.cross_entropy(logits, target[selected])
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        if loss.item() < 1e-3:
+            break
+    model.eval()
+    assert loss.item() < 0.01, f"the tiny model did not learn the scripted calls (loss {loss.item():.3f})"
+
+
+@pytest.fixture(scope="module")
+def tool_model(tmp_path_factory):
+    folder = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: threads only add contention on a busy 2-core box
+    try:
+        torch.manual_seed(0)
+        _teach_tool_calls(model, tokenizer)
+    finally:
+        torch.set_num_threads(threads)
+    return model, tokenizer
+
+
+class RecordingClient(TransformersClient):
+    """The real transformers client, also keeping every request: prompt ids, and what came back for it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records: List[Dict] = []
+
+    def generate(self, prompt_ids, **kwargs):
+        start = time.monotonic()
+        result = super().generate(prompt_ids, **kwargs)
+        for p, c, lp, f in zip(result.prompt_ids, result.completion_ids, result.logprobs, result.finish_reasons):
+            self.records.append({"prompt": tuple(p), "ids": list(c), "logprobs": list(lp), "finish": f,
+                                 "start": start, "end": time.monotonic(), "max_tokens": kwargs.get("max_tokens")})
+        return result
+
+
+def spans(ids: List[int], mask: List[int]) -> List[tuple]:
+    """``(start, end, mask_value)`` runs of equal mask values."""
+    out, start = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or mask[i] != mask[start]:
+            out.append((start, i, mask[start]))
+            start = i
+    return out
+
+
+def check_sample(prompt: List[int], ids: List[int], logprobs: List[float], mask: List[int], client: RecordingClient,
+                 tokenizer) -> List[tuple]:
+    """Every mask-1 run is exactly one sampled turn as the client returned it (ids and log-probs), generated from
+    exactly the tokens before it; every mask-0 run has log-prob 0.0. Returns ``(mask_value, text)`` per run."""
+    by_prompt: Dict[tuple, List[Dict]] = {}
+    for r in client.records:
+        by_prompt.setdefault(r["prompt"], []).append(r)
+    out = []
+    for start, end, value in spans(ids, mask):
+        if value == 1:
+            # the n samples of a prompt share their first request's prompt: one of those requests returned this run
+            candidates = by_prompt.get(tuple(prompt + ids[:start]), [])
+            assert candidates, "a sampled run was not generated from exactly the tokens before it"
+            assert any(ids[start:end] == r["ids"] and logprobs[start:end] == r["logprobs"] for r in candidates), \
+                "the sampled tokens or their log-probs differ from what the client returned"
+        else:
+            assert all(lp == 0.0 for lp in logprobs[start:end])
+        out.append((value, tokenizer.decode(ids[start:end], skip_special_tokens=False)))
+    return out
+
+
+def _rollout(client, tokenizer, prompts, **kwargs):
+    kwargs = {"n": 2, "seed": 0, "temperature": 0.5, "max_completion_length": 120, "max_turns": 3, "tool_timeout_s": 1.0,
+              "system_prompt": SYSTEM, **kwargs}
+    return tool_calling_rollout(prompts, client=client, tokenizer=tokenizer, tools=TOOLS, **kwargs)
+
+
+def _tool_text(content: str) -> str:
+    return f"<|im_start|>tool\n{content}{END}\n<|im_start|>assistant\n"
+
+
+def test_tool_tokens_masked_sampled_tokens_kept_exactly(tool_model):
+    model, tokenizer = tool_model
+    client = RecordingClient(model, tokenizer)
+    prompts = list(SCRIPT)
+    start = time.monotonic()
+    out = _rollout(client, tokenizer, prompts)
+    elapsed = time.monotonic() - start
+    assert elapsed < 300, f"the hanging tool (600 s) stalled the rollout ({elapsed:.0f} s)"
+    expected_error = {"Multiply 3 and 4.": None, "Break it.": "exception", "Call a ghost.": "unknown_tool",
+                      "Be sloppy.": "malformed", "Wait forever.": "timeout", "Two at once.": None}
+    for i in range(len(prompts) * 2):
+        prompt = prompts[i // 2]
+        ids, lps, mask = out["completion_ids"][i], out["logprobs"][i], out["completion_mask"][i]
+        assert len(ids) == len(lps) == len(mask) <= 120
+        runs = check_sample(out["prompt_ids"][i], ids, lps, mask, client, tokenizer)
+        [result] = out["tool_results"][i]  # stop at </tool_call>: one call per turn, then "Done."
+        assert result["error"] == expected_error[prompt], (prompt, result)
+        # sampled: the call up to the stop string, then the final answer; inserted: exactly the template's glue
+        # around the tool's answer (the turn stopped at </tool_call>, so the glue starts by closing it)
+        assert [v for v, _ in runs] == [1, 0, 1]
+        assert runs[0][1] == SCRIPT[prompt].split("\n")[0]
+        assert runs[1][1] == END + "\n" + _tool_text(result["content"])
+        assert runs[2][1] == "Done." + END
+        assert out["num_turns"][i] == 2 and out["final_response"][i] == "Done." and not out["truncated"][i]
+        assert out["num_tool_calls"][i] == 1 and out["num_tool_errors"][i] == int(result["error"] is not None)
+        assert out["tool_calls/multiply"][i] == int(result["name"] == "multiply")
+        # the whole sequence is what the chat template renders for the conversation as it happened
+        messages = with_system_prompt([{"role": "user", "content": prompt}], SYSTEM)
+        messages += [{"role": "assistant", "content": runs[0][1]}, {"role": "tool", "content": result["content"]}]
+        assert tokenizer.decode(out["prompt_ids"][i] + ids) == render(tokenizer, messages, True) + "Done." + END
+    by_prompt = {prompts[i // 2]: out["tool_results"][i][0] for i in range(0, len(prompts) * 2, 2)}
+    assert by_prompt["Multiply 3 and 4."]["content"] == "12"
+    assert by_prompt["Break it."]["content"] == "Error: explode raised RuntimeError: kaboom"
+    assert by_prompt["Call a ghost."]["arguments"] == {"text": "a {curly} brace"}
+    assert by_prompt["Wait forever."]["content"] == "Error: sleepy timed out after 1 s"
+
+
+def test_turn_ended_by_end_of_turn_token_and_two_calls(tool_model):
+    model, tokenizer = tool_model
+    client = RecordingClient(model, tokenizer)
+    out = _rollout(client, tokenizer, ["Two at once.", "Multiply 3 and 4."], stop=None)
+    for i in range(4):
+        ids, mask = out["completion_ids"][i], out["completion_mask"][i]
+        runs = check_sample(out["prompt_ids"][i], ids, out["logprobs"][i], mask, client, tokenizer)
+        contents = [r["content"] for r in out["tool_results"][i]]
+        assert contents == (["10", "42"] if i < 2 else ["12"])
+        # the sampled turn ended with <|im_end|> itself: the inserted text must not repeat it
+        assert runs[0][1].endswith("</tool_call>" + END)
+        assert runs[1] == (0, "\n" + "".join(f"<|im_start|>tool\n{c}{END}\n" for c in contents)
+                           + "<|im_start|>assistant\n")
+        assert runs[2] == (1, "Done." + END)
+
+
+def test_token_budget_covers_tool_tokens(tool_model):
+    model, tokenizer = tool_model
+    full = _rollout(RecordingClient(model, tokenizer), tokenizer, ["Multiply 3 and 4."], n=1)
+    first, inserted, _ = [e - s for s, e, _ in spans(full["completion_ids"][0], full["completion_mask"][0])]
+    # no room for a single sampled token after the tool answer: the answer is not appended
+    out = _rollout(RecordingClient(model, tokenizer), tokenizer, ["Multiply 3 and 4."], n=1,
+                   max_completion_length=first + inserted)
+    assert out["completion_mask"][0] == [1] * first and out["num_tool_calls"][0] == 1
+    # room for 2 tokens: the last turn gets max_tokens=2 and is cut there
+    client = RecordingClient(model, tokenizer)
+    out = _rollout(client, tokenizer, ["Multiply 3 and 4."], n=1, max_completion_length=first + inserted + 2)
+    assert len(out["completion_ids"][0]) == first + inserted + 2 and out["truncated"][0]
+    assert [r["max_tokens"] for r in client.records] == [first + inserted + 2, 2]
+
+
+def first_wait(records: List[Dict], tokenizer, text: str) -> tuple:
+    """``(from, until)``: from the end of the first turn of the first sample whose prompt holds ``text`` to the start
+    of the first later turn of any such sample: a span in which all of them waited for a tool/environment."""
+    mine = [r for r in records if text in tokenizer.decode(list(r["prompt"]))]
+    shortest = min(len(r["prompt"]) for r in mine)
+    firsts = [r for r in mine if len(r["prompt"]) == shortest]
+    seconds = [r for r in mine if len(r["prompt"]) > shortest]
+    return min(r["end"] for r in firsts), min(r["start"] for r in seconds)
+
+
+def test_slow_tool_does_not_stall_other_samples(tool_model):
+    model, tokenizer = tool_model
+    client = RecordingClient(model, tokenizer)
+    _rollout(client, tokenizer, ["Wait forever.", "Multiply 3 and 4."], n=2, tool_timeout_s=4.0)
+    start, end = first_wait(client.records, tokenizer, "Wait forever.")
+    assert end - start >= 4.0
+    others = [r for r in client.records if "Multiply 3" in tokenizer.decode(list(r["prompt"]))]
+    assert any(start <= r["start"] <= end for r in others), "generation paused while a tool hung"
+
+
+def test_contract_and_untruncated_later_turns(tool_model):
+    model, tokenizer = tool_model
+    client = RecordingClient(model, tokenizer, max_prompt_length=60)
+    out = call_rollout(tool_calling_rollout, ["Multiply 3 and 4."], {
+        "n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+        "max_completion_length": 80, "seed": 1}, {"tools": TOOLS, "system_prompt": SYSTEM, "max_turns": 3},
+        {"client": client, "tokenizer": tokenizer, "rows": [{}], "step": 0}, vocab_size=len(tokenizer))
+    assert client.max_prompt_length == 60  # restored after the rollout
+    assert len(out) == 2 and out.extras["num_turns"] == [2, 2]
+    assert all(len(p) <= 60 for p in out.prompt_ids)  # the first prompt is cut like any prompt ...
+    assert max(len(r["prompt"]) for r in client.records) > 60  # ... later turns are sent whole
+
+
+def test_validate_kwargs_reports_bad_tools():
+    problems = tool_calling_rollout.validate_kwargs({"tools": ["no_such_module:f"], "max_turns": 0})
+    assert [p[0] for p in problems] == ["rollout.kwargs.tools", "rollout.kwargs.max_turns"]
+    assert tool_calling_rollout.validate_kwargs({"tools": [f"{__file__}:multiply"]}) == []
+    assert "no tools" in tool_calling_rollout.validate_kwargs({})[0][1]
+
+
+QWEN_LIKE = (  # a template in the style of Qwen2.5's: tools in the system prompt, tool answers as user turns
+    "{%- if tools %}{{- '<|im_start|>system\\nTools:' }}{%- for t in tools %}{{- '\\n' + (t | tojson) }}{%- endfor %}"
+    "{{- '\\nCall them as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + (m.content | trim) + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def test_template_that_renders_tools(tool_model):
+    _, base = tool_model
+    tokenizer = AutoTokenizer.from_pretrained(base.name_or_path)
+    tokenizer.chat_template = QWEN_LIKE
+    schemas = [tool_schema(multiply)]
+    assert choose_tool_prompt(tokenizer, schemas) == "template"
+    assert choose_tool_prompt(base, schemas) == "system"  # SmolLM2's template ignores tools=
+    conv = Conversation.start(tokenizer, [{"role": "user", "content": "Multiply 3 and 4."}], {2}, tools=schemas)
+    assert '"name": "multiply"' in tokenizer.decode(conv.prompt_ids)
+    # a sampled turn with trailing whitespace (which this template trims) that ended with <|im_end|>
+    call = '<tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>  '
+    sampled = tokenizer(call, add_special_tokens=False)["input_ids"] + [2]
+    conv.add_sampled(sampled, [-0.5] * len(sampled), "stop")
+    inserted = conv.insertion_ids([{"role": "tool", "content": "12"}])
+    assert tokenizer.decode(inserted) == "\n<|im_start|>user\n<tool_response>\n12\n</tool_response><|im_end|>" \
+                                         "\n<|im_start|>assistant\n"
+    conv.add_inserted(inserted, [{"role": "tool", "content": "12"}])
+    assert conv.completion_mask == [1] * len(sampled) + [0] * len(inserted)
+    assert conv.logprobs == [-0.5] * len(sampled) + [0.0] * len(inserted)
+
+
+def test_raising_and_hanging_tools_do_not_stop_training(tool_model, tmp_path):
+    """A whole training step (transformers backend) in which every call fails: one tool raises, one hangs past its
+    timeout. The step finishes, the failures are counted in the step's tool metrics, and the weights are saved."""
+    from grpo_rollout.config import config_from_dict
+    from grpo_rollout.trainer import train
+    from grpo_rollout.trainer.progress import RichReporter
+
+    model, tokenizer = tool_model
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "data.jsonl").write_text('{"prompt": "Break it."}\n{"prompt": "Wait forever."}\n')
+    cfg, problems = config_from_dict({
+        "model": {"name_or_path": str(tmp_path / "model")},
+        "data": {"train": str(tmp_path / "data.jsonl")},
+        "rollout": {"function": "grpo_rollout.rollouts.tool_calling:tool_calling_rollout",
+                    "kwargs": {"tools": [f"{__file__}:{t.__name__}" for t in TOOLS], "system_prompt": SYSTEM,
+                               "tool_timeout_s": 1.0, "max_turns": 3}},
+        "rewards": [{"function": "grpo_rollout.rewards.tools:tool_call_validity"}],
+        "sampling": {"num_generations": 2, "temperature": 0.5, "max_completion_length": 120, "seed": 0},
+        "training": {"output_dir": str(tmp_path / "out"), "max_steps": 1, "prompts_per_step": 2,
+                     "micro_batch_size": 4, "learning_rate": 1e-6, "logging_steps": 1},
+        "logging": {"report_to": ["jsonl"]},
+        "vllm": {"mode": "off"},
+    })
+    assert not problems, [str(p) for p in problems]
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    [m] = result.history
+    assert result.steps == 1 and result.checkpoint == tmp_path / "out" / "checkpoint-1"
+    assert m["tools/calls"] == 4 and m["tools/errors"] == 4 and m["tools/success_rate"] == 0.0
+    assert m["tools/explode/calls"] == 2 and m["tools/explode/success_rate"] == 0.0
+    assert m["tools/sleepy/calls"] == 2 and m["tools/sleepy/success_rate"] == 0.0
+    assert m["tools/multiply/calls"] == 0 and "tools/multiply/success_rate" not in m
+    assert m["extras/num_turns"] == 2.0 and m["completions/truncated_fraction"] == 0.0
+    # the calls were well-formed, known tools: their failures are the tools', not the model's format
+    assert m["rewards/tool_call_validity/mean"] == 1.0

@@ -1,0 +1,181 @@
+"""Tool-call parsing and running tools: malformed JSON, several calls, braces in strings, unknown tools, raising and
+hanging tools, schemas."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from grpo_rollout.rollouts.tool_parsing import format_tool_call, parse_tool_calls
+from grpo_rollout.rollouts.tools import (ToolError, example_call, load_tools, result_text, run_tool_calls_sync,
+                                         tool_schema)
+from grpo_rollout.rewards.tools import env_reward, tool_call_validity, tool_success
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers.
+
+    Args:
+        a: first factor
+        b: second factor
+    """
+    return a * b
+
+
+def explode(reason: str = "kaboom") -> str:
+    """Always raises.
+
+    Args:
+        reason: the error message
+    """
+    raise RuntimeError(reason)
+
+
+def sleepy(seconds: float) -> str:
+    """Sleeps (a tool that hangs).
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return "awake"
+
+
+async def async_add(a: int, b: int) -> int:
+    """Adds, asynchronously.
+
+    Args:
+        a: first
+        b: second
+    """
+    await asyncio.sleep(0)
+    return a + b
+
+
+def undocumented(a, b):
+    return a
+
+
+TOOLS = load_tools([multiply, explode, sleepy, async_add])
+
+
+def test_single_call():
+    [call] = parse_tool_calls('Let me compute. <tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}'
+                              '</tool_call> done')
+    assert call.well_formed and call.name == "multiply" and call.arguments == {"a": 3, "b": 4}
+
+
+def test_several_calls_in_one_turn_keep_their_order():
+    text = (format_tool_call("multiply", {"a": 1, "b": 2}) + "\nand\n"
+            + '<tool_call>\n{"name": "async_add", "arguments": {"a": 5, "b": 6}}\n</tool_call>')
+    calls = parse_tool_calls(text)
+    assert [(c.name, c.arguments) for c in calls] == [("multiply", {"a": 1, "b": 2}), ("async_add", {"a": 5, "b": 6})]
+
+
+def test_braces_and_tags_inside_string_arguments():
+    text = '<tool_call>{"name": "echo", "arguments": {"text": "a {curly} } brace \\" and ]"}}</tool_call>'
+    [call] = parse_tool_calls(text)
+    assert call.well_formed and call.arguments == {"text": 'a {curly} } brace " and ]'}
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ('{"name": "multiply", "arguments": {"a": 3, "b": }}', "invalid JSON"),
+    ('{"name": "multiply", "arguments": {"a": 3}', "invalid JSON"),  # unbalanced
+    ('["multiply", 3, 4]', "JSON object"),
+    ('{"arguments": {"a": 1}}', "name"),
+    ('{"name": "multiply", "arguments": [3, 4]}', "must be an object"),
+    ('{"name": "multiply", "arguments": {}} trailing', "unexpected text"),
+    ('', "invalid JSON"),
+])
+def test_malformed_blocks_are_reported_not_raised(body, fragment):
+    [call] = parse_tool_calls(f"<tool_call>{body}</tool_call>")
+    assert not call.well_formed and fragment in call.error
+
+
+def test_malformed_call_does_not_hide_the_next_one():
+    calls = parse_tool_calls('<tool_call>{oops</tool_call><tool_call>{"name": "multiply", "arguments": '
+                             '{"a": 2, "b": 2}}</tool_call>')
+    assert [c.well_formed for c in calls] == [False, True]
+
+
+def test_unterminated_and_nested_open_tags():
+    calls = parse_tool_calls('<tool_call>{"name": "a", "arguments": {}}<tool_call>{"name": "b", "arguments": {}}')
+    assert [c.name for c in calls] == ["a", "b"]
+    assert calls[0].well_formed and "unterminated" in calls[1].error
+
+
+def test_arguments_as_json_string_and_fenced_block():
+    [c1] = parse_tool_calls('<tool_call>{"name": "m", "arguments": "{\\"a\\": 1}"}</tool_call>')
+    [c2] = parse_tool_calls('<tool_call>```json\n{"name": "m", "arguments": {"a": 2}}\n```</tool_call>')
+    assert c1.arguments == {"a": 1} and c2.arguments == {"a": 2}
+
+
+def test_no_calls():
+    assert parse_tool_calls("The answer is 12. </tool_call>") == []
+
+
+def test_running_calls_never_raises():
+    calls = parse_tool_calls(
+        format_tool_call("multiply", {"a": 6, "b": 7}) + format_tool_call("explode", {})
+        + format_tool_call("ghost", {"x": 1}) + format_tool_call("multiply", {"a": 1})
+        + "<tool_call>{bad json</tool_call>" + format_tool_call("async_add", {"a": 2, "b": 3})
+        + format_tool_call("sleepy", {"seconds": 30}))
+    start = time.monotonic()
+    results = run_tool_calls_sync(calls, TOOLS, timeout_s=0.5)
+    elapsed = time.monotonic() - start
+    assert [r.error for r in results] == [None, "exception", "unknown_tool", "bad_arguments", "malformed", None,
+                                         "timeout"]
+    assert results[0].content == "42" and results[5].content == "5"
+    assert "RuntimeError: kaboom" in results[1].content and "ghost" in results[2].content
+    assert "timed out after 0.5 s" in results[6].content
+    assert elapsed < 5, elapsed  # the hanging tool was abandoned, not awaited
+
+
+def test_hanging_tools_run_concurrently():
+    calls = parse_tool_calls(format_tool_call("sleepy", {"seconds": 0.6}) * 4)
+    start = time.monotonic()
+    results = run_tool_calls_sync(calls, TOOLS, timeout_s=5)
+    assert [r.content for r in results] == ["awake"] * 4
+    assert time.monotonic() - start < 2.0  # 4 × 0.6 s in parallel, not in sequence
+
+
+def test_schema_from_hints_and_docstring():
+    schema = tool_schema(multiply)
+    params = schema["function"]["parameters"]
+    assert schema["function"]["name"] == "multiply" and params["required"] == ["a", "b"]
+    assert params["properties"]["a"] == {"type": "integer", "description": "first factor"}
+    assert example_call(schema) == '<tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>'
+    with pytest.raises(ToolError, match="undocumented"):
+        tool_schema(undocumented)
+
+
+def test_load_tools_by_name_and_errors(tmp_path, monkeypatch):
+    (tmp_path / "my_tools.py").write_text('def shout(text: str) -> str:\n    """Upper-case.\n\n    Args:\n'
+                                          '        text: the text\n    """\n    return text.upper()\n')
+    monkeypatch.chdir(tmp_path)
+    tools = load_tools(["my_tools.py:shout", "grpo_rollout.rewards.library:last_number"])
+    assert list(tools) == ["shout", "last_number"]
+    with pytest.raises(ToolError, match="nope"):
+        load_tools(["my_tools.py:nope"])
+    with pytest.raises(ToolError, match="unique"):
+        load_tools([multiply, multiply])
+
+
+def test_result_text():
+    assert result_text("x") == "x" and result_text(12) == "12" and result_text({"a": [1]}) == '{"a": [1]}'
+    assert result_text(object()).startswith("<object")
+
+
+def test_validity_rewards_from_records_and_from_text():
+    records = [[{"name": "multiply", "error": None}, {"name": "ghost", "error": "unknown_tool"}],
+               [{"name": "explode", "error": "exception"}], []]
+    assert tool_call_validity([""] * 3, records) == [0.5, 1.0, 0.0]
+    assert tool_call_validity([""] * 3, records, mode="indicator", no_call_score=None) == [0.0, 1.0, None]
+    texts = [format_tool_call("multiply", {"a": 1}) + "<tool_call>{x</tool_call>",
+             format_tool_call("ghost", {}), "no call"]
+    assert tool_call_validity(texts, tool_names=["multiply"]) == [0.5, 0.0, 0.0]
+    assert tool_call_validity(texts) == [0.5, 1.0, 0.0]  # without names, any name counts as known
+    assert tool_success(records) == [1.0, 0.0, 0.0] and tool_success(records, name="explode") == [0.0, 0.0, 0.0]
+    assert env_reward([1, None, 0.5]) == [1.0, None, 0.5]
