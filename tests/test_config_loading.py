@@ -208,6 +208,16 @@ def test_override_of_a_list_item_with_brackets(project):
     assert loaded.config.rewards[0].weight == 0.5
 
 
+def test_hydra_style_plus_override_adds_a_key(project, errs):
+    loaded = load_config(project.write_config(project.baseline()),
+                         ["+rollout.kwargs.env_kwargs.hint_bonus=0.2", "+training.max_steps=4"])
+    assert loaded.problems == []
+    assert loaded.config.rollout.kwargs == {"env_kwargs": {"hint_bonus": 0.2}}
+    assert loaded.config.training.max_steps == 4
+    [p] = errs(load_config(project.write_config(project.baseline()), ["+training.max_stepz=4"]).problems)
+    assert p.key == "training.max_stepz" and "training.max_steps" in p.fix
+
+
 @pytest.mark.parametrize("bad", ["foo", "=5"])
 def test_malformed_override_is_a_problem(project, errs, bad):
     loaded = load_config(project.write_config(project.baseline()), [bad, "training.max_steps=3"])

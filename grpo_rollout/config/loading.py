@@ -227,8 +227,12 @@ def _build(raw: Any, problems: List[Problem]) -> Config:
 
 def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[Problem]) -> None:
     """Apply each ``key=value`` override to ``raw`` in place (list items as ``rewards.0.weight=2``); one that cannot be
-    parsed or applied (bad YAML value, missing list index) is recorded as a problem, the others still apply."""
+    parsed or applied (bad YAML value, missing list index) is recorded as a problem, the others still apply.
+
+    Hydra's ``+key=value`` (add a key) is accepted as ``key=value``: free-form maps such as ``rollout.kwargs`` take
+    new keys anyway, and a new key anywhere else is reported as unknown like any other."""
     for item in overrides:
+        item = item[1:] if item.startswith("+") and not item.startswith("++") else item
         if "=" not in item or item.startswith("="):
             problems.append(Problem(item, None, "override is not of the form key=value",
                                     "write overrides like `sampling.temperature=0.7`"))
