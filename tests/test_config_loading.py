@@ -378,3 +378,16 @@ def test_reward_needing_a_column_the_data_lacks(project, errs):
     project.write_jsonl("prompts_only.jsonl", [{"prompt": "What is 1+1?"}])
     [p] = errs(project.check(with_data(project, "prompts_only.jsonl")))
     assert p.key == "rewards[0].function" and "requires `answer`" in p.message
+
+
+def test_integer_for_a_float_key_is_a_float_without_warnings(project):
+    import warnings
+
+    cfg = project.baseline()
+    cfg["sampling"] = {**cfg.get("sampling", {}), "temperature": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # OmegaConf's deprecated int -> float conversion warns
+        loaded = load_config(project.write_config(cfg), ["training.learning_rate=1", "vllm.gpu_memory_utilization=1"])
+    assert loaded.problems == []
+    assert type(loaded.config.sampling.temperature) is float and loaded.config.sampling.temperature == 1.0
+    assert type(loaded.config.training.learning_rate) is float

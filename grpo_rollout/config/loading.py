@@ -99,6 +99,11 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _is_float_type(tp: Any) -> bool:
+    """``float`` or ``Optional[float]``."""
+    return tp is float or (typing.get_origin(tp) is typing.Union and float in typing.get_args(tp))
+
+
 def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -> Dict[str, Any]:
     """Walk one mapping of the user's tree against dataclass ``cls``; return the keys that are valid, record the rest."""
     if not isinstance(node, DictConfig):
@@ -126,6 +131,8 @@ def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -
         elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
             clean[key] = _check_list_of_sections(value, typing.get_args(tp)[0], dotted, problems)
         else:
+            if _is_float_type(tp) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # `temperature: 1` means 1.0 (OmegaConf deprecates converting it implicitly)
             try:
                 probe[key] = value
                 clean[key] = value
