@@ -82,6 +82,11 @@ class RichReporter:
         per_fn = "  ".join(f"{k[len('rewards/'):-len('/mean')]}={_fmt(v, '{:.3f}')}" for k, v in metrics.items()
                            if k.startswith("rewards/") and k.endswith("/mean"))
         extra = []
+        if "extras/num_turns" in metrics:
+            extra.append(f"turns={_fmt(metrics['extras/num_turns'], '{:.2f}')}")
+        if "tools/calls" in metrics:
+            extra.append(f"tool calls={_fmt(metrics['tools/calls'], '{:.0f}')} "
+                         f"ok={_fmt(metrics.get('tools/success_rate'), '{:.0%}')}")
         if "sampler/logprob_abs_diff" in metrics:
             extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics['sampler/logprob_abs_diff'], '{:.2e}')}")
         if per_fn or extra:
