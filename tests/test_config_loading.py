@@ -391,3 +391,17 @@ def test_integer_for_a_float_key_is_a_float_without_warnings(project):
     assert loaded.problems == []
     assert type(loaded.config.sampling.temperature) is float and loaded.config.sampling.temperature == 1.0
     assert type(loaded.config.training.learning_rate) is float
+
+
+def test_unquoted_off_is_the_off_mode_and_other_yaml_booleans_are_explained(project, errs):
+    import warnings
+
+    cfg = project.baseline()
+    cfg["vllm"] = {"mode": False}  # what YAML makes of `mode: off`
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = load_config(project.write_config(cfg))
+    assert loaded.problems == [] and loaded.config.vllm.mode == "off"
+    assert load_config(project.write_config(project.baseline()), ["vllm.mode=off"]).config.vllm.mode == "off"
+    [p] = errs(load_config(project.write_config(project.baseline()), ["model.dtype=yes"]).problems)
+    assert p.key == "model.dtype" and "boolean" in p.message and "quote it" in p.fix

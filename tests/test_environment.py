@@ -105,6 +105,8 @@ def test_observations_masked_and_sampled_tokens_exact(tiny):
                                                                 True)
     # each turn asked for at most max_turn_tokens, and never more than the remaining budget
     assert {r["max_tokens"] for r in client.records} == {6}
+    # turns cut by max_turn_tokens in episodes the environment ended are not truncated completions
+    assert any(r["finish"] == "length" for r in client.records) and out["truncated"] == [False] * 4
 
 
 def test_async_env_chat_messages_and_done(tiny):
@@ -157,3 +159,62 @@ def test_environment_errors(tiny):
         environment_rollout(["a", "b"], client=None, tokenizer=None, rows=[{}], env=CountingEnv, n=2)
     assert environment_rollout.validate_kwargs({"env": f"{__file__}:CountingEnv"}) == []
     assert environment_rollout.validate_kwargs({})[0][0] == "rollout.kwargs.env"
+
+
+class RaisingEnv(CountingEnv):
+    def step(self, text):
+        raise KeyError("missing_state")
+
+
+class BadRewardEnv(CountingEnv):
+    def step(self, text):
+        return "again", float("inf"), False
+
+
+class BadResetEnv(CountingEnv):
+    def reset(self, row):
+        return 12345
+
+
+class BadObservationEnv(CountingEnv):
+    def step(self, text):
+        return 42, None, False
+
+
+def make_int(**kwargs):
+    return 42
+
+
+@pytest.mark.parametrize("env, message", [
+    (RaisingEnv, r"RaisingEnv.step raised KeyError: 'missing_state'"),
+    (BadRewardEnv, r"BadRewardEnv.step returned reward inf; expected a finite number or None"),
+    (BadResetEnv, r"BadResetEnv.reset must return the first prompt: a string or a list of chat messages, got '12345'"),
+    (BadObservationEnv, r"BadObservationEnv.step: an environment observation must be a string"),
+    (make_int, r"env make_int made a int, which has no reset\(row\)/step\(text\) methods"),
+])
+def test_broken_environments_are_named_in_the_error(tiny, env, message):
+    with pytest.raises(RolloutError, match=message):
+        _run(tiny, env, [{"word": "x"}])
+
+
+@pytest.mark.parametrize("kwargs, key, message", [
+    ({"max_turn": 3}, "rollout.kwargs.max_turn", "has no setting `max_turn`"),
+    ({"env_kwarg": {}}, "rollout.kwargs.env_kwarg", "has no setting `env_kwarg`"),
+    ({"env_kwargs": {"turnz": 2}}, "rollout.kwargs.env_kwargs", "CountingEnv() does not accept"),
+    ({"env_kwargs": [1, 2]}, "rollout.kwargs.env_kwargs", "must be a mapping"),
+    ({"max_turns": 2.5}, "rollout.kwargs.max_turns", "must be an integer >= 1"),
+    ({"max_turns": "three"}, "rollout.kwargs.max_turns", "must be an integer >= 1"),
+    ({"max_turn_tokens": -4}, "rollout.kwargs.max_turn_tokens", "must be an integer >= 1 or null"),
+    ({"stop": 5}, "rollout.kwargs.stop", "must be a list of strings"),
+])
+def test_validate_kwargs_reports_each_bad_setting(kwargs, key, message):
+    problems = environment_rollout.validate_kwargs({"env": f"{__file__}:CountingEnv", **kwargs})
+    assert [p[0] for p in problems] == [key] and message in problems[0][1], problems
+    if "no setting" in message:
+        assert problems[0][2] == f"did you mean `{key.rsplit('.', 1)[1]}s`?"
+
+
+def test_validate_kwargs_accepts_sampling_aliases_and_good_settings():
+    assert environment_rollout.validate_kwargs({"env": f"{__file__}:CountingEnv", "env_kwargs": {"turns": 2},
+                                                "max_tokens": 64, "temperature": 1.0, "max_turns": 3,
+                                                "max_turn_tokens": None, "stop": ["."]}) == []

@@ -144,8 +144,9 @@ def test_wrong_length_names_function():
 @pytest.mark.parametrize("scores, pattern", [
     (1.0, r"`bad` returned float; it must return a list"),
     ({"a": 1}, r"`bad` returned dict"),
-    ([1.0, "high", 0.0, 0.0], r"`bad` returned 'high' for completion 1; expected a float or None"),
+    ([1.0, "high", 0.0, 0.0], r"`bad` returned 'high' for completion 1; expected a finite float or None"),
     ([1.0, 0.0, float("nan"), 0.0], r"`bad` returned nan for completion 2"),
+    ([1.0, 0.0, 0.0, float("-inf")], r"`bad` returned -inf for completion 3; expected a finite float or None"),
 ])
 def test_wrong_type_names_function(scores, pattern):
     with pytest.raises(RewardError, match=pattern):

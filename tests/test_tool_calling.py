@@ -258,6 +258,7 @@ def test_token_budget_covers_tool_tokens(tool_model):
     out = _rollout(RecordingClient(model, tokenizer), tokenizer, ["Multiply 3 and 4."], n=1,
                    max_completion_length=first + inserted)
     assert out["completion_mask"][0] == [1] * first and out["num_tool_calls"][0] == 1
+    assert out["truncated"][0]  # the budget ended the episode, though the sampled turn itself was complete
     # room for 2 tokens: the last turn gets max_tokens=2 and is cut there
     client = RecordingClient(model, tokenizer)
     out = _rollout(client, tokenizer, ["Multiply 3 and 4."], n=1, max_completion_length=first + inserted + 2)
@@ -300,9 +301,25 @@ def test_contract_and_untruncated_later_turns(tool_model):
 
 def test_validate_kwargs_reports_bad_tools():
     problems = tool_calling_rollout.validate_kwargs({"tools": ["no_such_module:f"], "max_turns": 0})
-    assert [p[0] for p in problems] == ["rollout.kwargs.tools", "rollout.kwargs.max_turns"]
+    assert sorted(p[0] for p in problems) == ["rollout.kwargs.max_turns", "rollout.kwargs.tools"]
     assert tool_calling_rollout.validate_kwargs({"tools": [f"{__file__}:multiply"]}) == []
     assert "no tools" in tool_calling_rollout.validate_kwargs({})[0][1]
+    good = {"tools": [f"{__file__}:multiply"]}
+    for bad, key, message in [({"tool_timeout_s": "fast"}, "tool_timeout_s", "must be a number of seconds > 0"),
+                              ({"tool_timeout_s": 0}, "tool_timeout_s", "must be a number of seconds > 0"),
+                              ({"max_turn": 3}, "max_turn", "has no setting `max_turn`"),
+                              ({"tools": 5}, "tools", "must be a list of tool names"),
+                              ({"system_prompt": 3}, "system_prompt", "must be text"),
+                              ({"tool_prompt": "xml"}, "tool_prompt", "must be auto, template or system")]:
+        problems = tool_calling_rollout.validate_kwargs({**good, **bad})
+        assert [(p[0], message in p[1]) for p in problems] == [(f"rollout.kwargs.{key}", True)], problems
+    assert tool_calling_rollout.validate_kwargs({**good, "tool_timeout_s": None, "stop": None, "n": 8}) == []
+    [(_, message, fix)] = tool_calling_rollout.validate_kwargs({"tools": [f"{__file__}:undocumented_tool"]})
+    assert "JSON schema" in message and "hints/docstring" in fix
+
+
+def undocumented_tool(a, b):
+    return a + b
 
 
 QWEN_LIKE = (  # a template in the style of Qwen2.5's: tools in the system prompt, tool answers as user turns

@@ -133,6 +133,39 @@ def test_running_calls_never_raises():
     assert elapsed < 5, elapsed  # the hanging tool was abandoned, not awaited
 
 
+def quitter(code: int) -> str:
+    """A tool that ends the process.
+
+    Args:
+        code: exit status
+    """
+    import sys
+
+    sys.exit(code)
+
+
+async def async_quitter(code: int) -> str:
+    """An async tool that ends the process.
+
+    Args:
+        code: exit status
+    """
+    import sys
+
+    sys.exit(code)
+
+
+def test_tool_calling_sys_exit_is_an_error_not_the_end_of_the_run():
+    tools = load_tools([quitter, async_quitter, multiply])
+    calls = parse_tool_calls(format_tool_call("quitter", {"code": 3}) + format_tool_call("async_quitter", {"code": 4})
+                             + format_tool_call("multiply", {"a": 2, "b": 3}))
+    results = run_tool_calls_sync(calls, tools, timeout_s=5)
+    assert [r.error for r in results] == ["exception", "exception", None]
+    assert results[0].content == "Error: quitter raised ToolExited: called sys.exit(3)"
+    assert results[1].content == "Error: async_quitter raised ToolExited: called sys.exit(4)"
+    assert results[2].content == "6"
+
+
 def test_hanging_tools_run_concurrently():
     calls = parse_tool_calls(format_tool_call("sleepy", {"seconds": 0.6}) * 4)
     start = time.monotonic()

@@ -12,21 +12,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..rewards.calling import STANDARD_REWARD_ARGS
-from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ARGS
+from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ALIASES, SAMPLING_ARGS
 from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
 from .imports import ImportSpecError, resolve_callable
 from .problems import Problem
 from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config
 
-# Names under which a sampling setting may appear in rollout/reward kwargs, mapped to the `sampling.*` key.
-SAMPLING_ALIASES: Dict[str, str] = {
-    **SAMPLING_ARGS,
-    "num_generations": "num_generations",
-    "num_return_sequences": "num_generations",
-    "max_tokens": "max_completion_length",
-    "max_new_tokens": "max_completion_length",
-    "max_prompt_length": "max_prompt_length",
-}
 
 Check = Callable[[Config, List[Problem]], None]
 
@@ -309,7 +300,7 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
             _err(problems, key, spec,
                  f"requires `{p}`, which is neither a standard argument ({', '.join(STANDARD_REWARD_ARGS)}), a dataset "
                  f"column ({', '.join(columns or []) or 'none'}), a config kwarg, nor an extra of the rollout",
-                 f"add a `{p}` column to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter a default")
+                 f"add the column `{p}` to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter a default")
 
 
 def check_dataset(config: Config, problems: List[Problem], base_dir: Path, max_rows: int = 5) -> Optional[List[str]]:

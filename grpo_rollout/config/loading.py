@@ -19,7 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .problems import ConfigError, Problem
-from .schema import Config, RewardConfig
+from .schema import ENUMS, Config, RewardConfig
 
 
 @dataclass
@@ -64,7 +64,7 @@ def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
     """Nearest valid key for an unknown ``prefix + bad_key``: a close name in the same section first, then the same
     or a close name in another section. Returns the full dotted key, or ``None``."""
     same_level = list(_hints(cls))
-    from .checks import SAMPLING_ALIASES  # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
+    from ..rollouts.contract import SAMPLING_ALIASES  # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
 
     if cls.__name__ == "SamplingConfig" and bad_key in SAMPLING_ALIASES:
         return prefix + SAMPLING_ALIASES[bad_key]
@@ -99,9 +99,11 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _is_float_type(tp: Any) -> bool:
-    """``float`` or ``Optional[float]``."""
-    return tp is float or (typing.get_origin(tp) is typing.Union and float in typing.get_args(tp))
+def _is_type(tp: Any, kind: type) -> bool:
+    """``tp`` is ``kind`` or ``Optional[kind]``."""
+    return tp is kind or (typing.get_origin(tp) is typing.Union and kind in typing.get_args(tp))
+
+
 
 
 def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -> Dict[str, Any]:
@@ -131,8 +133,16 @@ def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -
         elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
             clean[key] = _check_list_of_sections(value, typing.get_args(tp)[0], dotted, problems)
         else:
-            if _is_float_type(tp) and isinstance(value, int) and not isinstance(value, bool):
+            if _is_type(tp, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)  # `temperature: 1` means 1.0 (OmegaConf deprecates converting it implicitly)
+            if _is_type(tp, str) and isinstance(value, bool):
+                # YAML 1.1 reads unquoted off/on/yes/no/true/false as booleans: `vllm.mode: off` arrives as False
+                if not value and "off" in ENUMS.get(dotted, ()):
+                    value = "off"
+                else:
+                    problems.append(Problem(dotted, value, "YAML read this unquoted word as a boolean, not text",
+                                            f'quote it: `{dotted}: "..."`'))
+                    continue
             try:
                 probe[key] = value
                 clean[key] = value

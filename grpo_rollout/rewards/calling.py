@@ -83,10 +83,11 @@ def _check_scores(name: str, scores: Any, n: int) -> List[float]:
     for i, s in enumerate(scores):
         if s is None:
             out.append(float("nan"))
-        elif isinstance(s, numbers.Real) and not math.isnan(s):  # bools count as 0/1
+        elif isinstance(s, numbers.Real) and math.isfinite(s):  # bools count as 0/1
             out.append(float(s))
         else:
-            raise RewardError(f"reward function `{name}` returned {s!r} for completion {i}; expected a float or None")
+            raise RewardError(f"reward function `{name}` returned {s!r} for completion {i}; expected a finite float "
+                              "or None")
     return out
 
 

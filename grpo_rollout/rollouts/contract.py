@@ -47,6 +47,15 @@ SAMPLING_ARGS: Dict[str, str] = {
     "max_completion_length": "max_completion_length",
     "seed": "seed",
 }
+#: Names under which a sampling setting may appear in rollout/reward kwargs, mapped to the ``sampling.*`` key.
+SAMPLING_ALIASES: Dict[str, str] = {
+    **SAMPLING_ARGS,
+    "num_generations": "num_generations",
+    "num_return_sequences": "num_generations",
+    "max_tokens": "max_completion_length",
+    "max_new_tokens": "max_completion_length",
+    "max_prompt_length": "max_prompt_length",
+}
 #: Objects passed only to rollout functions that name them.
 CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir")
 #: Keys of the returned dict that are not extras.

@@ -24,19 +24,37 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
+import numbers
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
+from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
 from .multi_turn import Conversation, as_messages, eos_ids_of, run_coroutine, run_multi_turn
 
 ENV_EXTRAS = ("env_reward", "env_done", "num_turns", "final_response", "truncated")
 
 
-async def _call(method: Any, *args: Any) -> Any:
-    if inspect.iscoroutinefunction(method):
-        return await method(*args)
-    return await asyncio.to_thread(method, *args)
+def _label(env: Any, method: str) -> str:
+    return f"{type(env).__name__}.{method}"
+
+
+async def _call(env: Any, method: str, *args: Any) -> Any:
+    """``env.<method>(*args)``: awaited when ``async def``, else in a worker thread.
+
+    Raises:
+        RolloutError: the method raised (the message names the environment class and the method).
+    """
+    fn = getattr(env, method)
+    try:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        return await asyncio.to_thread(fn, *args)
+    except RolloutError:
+        raise
+    except Exception as exc:
+        raise RolloutError(f"{_label(env, method)} raised {type(exc).__name__}: {exc}") from exc
 
 
 def observation_messages(observation: Any) -> List[Dict[str, Any]]:
@@ -65,19 +83,24 @@ class _EnvEpisode:
         self.done = False
 
     async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
-        result = await _call(self.env.step, text)  # the environment's own errors propagate as they are
+        result = await _call(self.env, "step", text)
+        label = _label(self.env, "step")
         if not isinstance(result, (tuple, list)) or len(result) != 3:
-            raise RolloutError(f"{type(self.env).__name__}.step must return (observation, reward or None, done), "
-                               f"got {str(result)[:80]!r}")
+            raise RolloutError(f"{label} must return (observation, reward or None, done), got {str(result)[:80]!r}")
         observation, reward, done = result
         if reward is not None:
+            if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+                raise RolloutError(f"{label} returned reward {reward!r}; expected a finite number or None")
             self.total_reward += float(reward)
         if done:
             self.done = True
             return None
         if observation is None:
-            raise RolloutError(f"{type(self.env).__name__}.step returned no observation but done=False")
-        return observation_messages(observation)
+            raise RolloutError(f"{label} returned no observation but done=False")
+        try:
+            return observation_messages(observation)
+        except RolloutError as exc:
+            raise RolloutError(f"{label}: {exc}") from None
 
 
 def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
@@ -99,7 +122,28 @@ def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
 
 
 async def _reset_all(envs: List[Any], rows: List[Any]) -> List[Any]:
-    return list(await asyncio.gather(*(_call(e.reset, r) for e, r in zip(envs, rows))))
+    return list(await asyncio.gather(*(_call(e, "reset", r) for e, r in zip(envs, rows))))
+
+
+def _make_envs(factory: Any, count: int, env_kwargs: Optional[Dict[str, Any]]) -> List[Any]:
+    """``count`` environments from ``factory(**env_kwargs)``.
+
+    Raises:
+        RolloutError: the constructor raised, or what it made has no ``reset``/``step`` methods.
+    """
+    name = getattr(factory, "__name__", repr(factory))
+    envs = []
+    for _ in range(count):
+        try:
+            env = factory(**(env_kwargs or {}))
+        except Exception as exc:
+            raise RolloutError(f"creating the environment {name}(**env_kwargs) raised {type(exc).__name__}: "
+                               f"{exc}") from exc
+        if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+            raise RolloutError(f"env {name} made a {type(env).__name__}, which has no reset(row)/step(text) methods; "
+                               "name a class with those methods")
+        envs.append(env)
+    return envs
 
 
 def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows: Sequence[Dict[str, Any]],
@@ -133,13 +177,18 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
         raise RolloutError(f"environment_rollout needs one dataset row per prompt ({len(prompts)}), got "
                            f"{None if rows is None else len(rows)}")
     factory = load_env(env, Path(base_dir) if base_dir else None)
-    envs = [factory(**(env_kwargs or {})) for _ in range(len(prompts) * n)]
+    envs = _make_envs(factory, len(prompts) * n, env_kwargs)
     per_env_rows = [dict(rows[i // n]) for i in range(len(envs))]
     first_prompts = run_coroutine(_reset_all(envs, per_env_rows))
     eos = eos_ids_of(client, tokenizer)
     episodes, handlers = [], []
     for e, first in zip(envs, first_prompts):
-        conv = Conversation.start(tokenizer, as_messages(first), eos, client.max_prompt_length)
+        try:
+            messages = as_messages(first)
+        except RolloutError:
+            raise RolloutError(f"{_label(e, 'reset')} must return the first prompt: a string or a list of chat "
+                               f"messages, got {str(first)[:80]!r}") from None
+        conv = Conversation.start(tokenizer, messages, eos, client.max_prompt_length)
         handler = _EnvEpisode(e)
         episodes.append((conv, handler))
         handlers.append(handler)
@@ -155,18 +204,19 @@ environment_rollout.extras = ENV_EXTRAS
 
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
-    """Static checks of ``rollout.kwargs`` for :func:`environment_rollout`: ``(key, message, fix)`` per problem."""
-    problems: List[Tuple[str, str, str]] = []
+    """Static checks of ``rollout.kwargs`` for :func:`environment_rollout`: ``(key, message, fix)`` per problem
+    (unknown settings, an environment that does not import or lacks ``reset``/``step``, ``env_kwargs`` its
+    constructor does not accept, the types and ranges of ``max_turns``, ``max_turn_tokens``, ``stop``)."""
+    problems = unknown_settings(environment_rollout, kwargs) + type_problems(kwargs)
     if not kwargs.get("env"):
         problems.append(("rollout.kwargs.env", "no environment configured", "env: package.module:MyEnv"))
-    else:
-        try:
-            load_env(kwargs["env"], base_dir)
-        except RolloutError as exc:
-            problems.append(("rollout.kwargs.env", str(exc), "name a class with reset(row) and step(text)"))
-    if int(kwargs.get("max_turns", 4)) < 1:
-        problems.append(("rollout.kwargs.max_turns", "must be >= 1", "e.g. 4"))
-    return problems
+        return problems
+    try:
+        factory = load_env(kwargs["env"], base_dir)
+    except RolloutError as exc:
+        problems.append(("rollout.kwargs.env", str(exc), "name a class with reset(row) and step(text)"))
+        return problems
+    return problems + check_constructor_kwargs(factory, kwargs, "env_kwargs")
 
 
 environment_rollout.validate_kwargs = validate_kwargs

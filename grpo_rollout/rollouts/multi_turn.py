@@ -72,6 +72,8 @@ class Conversation:
         completion_ids, logprobs, completion_mask: one entry per completion token (sampled: the sampler's log-prob
             and mask 1; inserted: 0.0 and mask 0).
         turns: sampled turns so far. stop_reason: why the episode ended (``"done"``, ``"max_turns"``, ``"length"``).
+        truncated: the ``max_completion_length`` budget cut the episode: its last sampled turn was cut by it, or the
+            next inserted text did not fit (a turn cut by ``max_turn_tokens`` alone does not count).
         last_text: the last sampled turn's text (special tokens skipped). last_finish: its finish reason.
     """
 
@@ -87,6 +89,7 @@ class Conversation:
     stop_reason: Optional[str] = None
     last_text: str = ""
     last_finish: str = ""
+    truncated: bool = False
     _ended_with_eos: bool = False
 
     @classmethod
@@ -236,6 +239,8 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
         ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens,
                                                    sampling.request_seed(sample_index, conv.turns), lock)
         text = conv.add_sampled(ids, logprobs, finish)
+        # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished
+        conv.truncated = finish == "length" and len(conv.completion_ids) >= max_completion_length
         new_messages = await on_turn(text)
         if new_messages is None:
             conv.stop_reason = "done"
@@ -246,7 +251,7 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
         else:
             inserted = conv.insertion_ids(new_messages)
             if len(conv.completion_ids) + len(inserted) >= max_completion_length:
-                conv.stop_reason = "length"
+                conv.stop_reason, conv.truncated = "length", True
             else:
                 conv.add_inserted(inserted, new_messages)
                 continue
@@ -298,8 +303,8 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
     """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
     sample), plus the ``num_turns``, ``final_response`` and ``truncated`` extras.
 
-    ``truncated`` is True when the last sampled turn was cut by the token budget (it is not enough to look for an
-    end-of-turn token in the completion: inserted template text holds such tokens too).
+    ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
+    enough to look for an end-of-turn token in the completion: inserted template text holds such tokens too).
     """
     return {
         "prompt_ids": [c.prompt_ids for c in conversations],
@@ -308,7 +313,7 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
         "completion_mask": [c.completion_mask for c in conversations],
         "num_turns": [c.turns for c in conversations],
         "final_response": [c.last_text for c in conversations],
-        "truncated": [c.last_finish == "length" for c in conversations],
+        "truncated": [c.truncated for c in conversations],
     }
 
 

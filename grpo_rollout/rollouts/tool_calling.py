@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
+from .kwargs_checks import (check_optional_text, check_positive_seconds, type_problems,
+                            unknown_settings)
 from .multi_turn import Conversation, as_messages, eos_ids_of, render, run_multi_turn
 from .tool_parsing import CALL_CLOSE, parse_tool_calls
 from .tools import ToolError, ToolResult, example_call, load_tools, run_tool_call, tool_schema
@@ -161,7 +163,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
         grouped by prompt) and the extras ``num_turns``, ``num_tool_calls``, ``num_tool_errors`` (ints),
         ``tool_calls/<name>`` and ``tool_errors/<name>`` per configured tool, ``tool_results`` (a list of
         ``{name, arguments, content, error}`` per sample), ``final_response`` (text of the last sampled turn) and
-        ``truncated`` (the last turn hit the token budget).
+        ``truncated`` (the ``max_completion_length`` budget cut the episode).
 
     Raises:
         RolloutError: a tool cannot be loaded or described, or a setting is invalid.
@@ -200,22 +202,28 @@ tool_calling_rollout.extras = TOOL_EXTRAS
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
     """Static checks of ``rollout.kwargs`` for :func:`tool_calling_rollout`: ``(key, message, fix)`` per problem
-    (tools import and have schemas, ``max_turns`` >= 1, ``tool_prompt`` known). Meant for validate-config."""
-    problems: List[Tuple[str, str, str]] = []
+    (unknown settings, tools that do not import or have no schema, the types and ranges of ``max_turns``,
+    ``max_turn_tokens``, ``tool_timeout_s``, ``stop``, ``tool_prompt``, ``system_prompt``). Meant for validate-config."""
+    problems = unknown_settings(tool_calling_rollout, kwargs) + type_problems(kwargs)
+    problems += check_positive_seconds(kwargs, "tool_timeout_s") + check_optional_text(kwargs, "system_prompt")
     tools = kwargs.get("tools")
     if not tools:
         problems.append(("rollout.kwargs.tools", "no tools configured",
                          "list them: tools: [package.module:function, path/file.py:function]"))
+    elif not isinstance(tools, (list, tuple, str)):
+        problems.append(("rollout.kwargs.tools", f"must be a list of tool names, got {tools!r}",
+                         "tools: [package.module:function, path/file.py:function]"))
     else:
         try:
             for fn in load_tools(tools, base_dir).values():
                 tool_schema(fn)
         except ToolError as exc:
-            problems.append(("rollout.kwargs.tools", str(exc), "fix the name, or the function's hints/docstring"))
-    if int(kwargs.get("max_turns", 3)) < 1:
-        problems.append(("rollout.kwargs.max_turns", "must be >= 1", "e.g. 3"))
+            fix = ("fix the function's type hints/docstring" if "JSON schema" in str(exc)
+                   else "fix the name: package.module:function or path/file.py:function")
+            problems.append(("rollout.kwargs.tools", str(exc), fix))
     if kwargs.get("tool_prompt", "auto") not in ("auto", "template", "system"):
-        problems.append(("rollout.kwargs.tool_prompt", "must be auto, template or system", "use auto"))
+        problems.append(("rollout.kwargs.tool_prompt", f"must be auto, template or system, got "
+                         f"{kwargs['tool_prompt']!r}", "use auto"))
     return problems
 
 

@@ -25,6 +25,10 @@ class ToolError(ValueError):
     """A configured tool cannot be used (not importable, not callable, or no usable schema)."""
 
 
+class ToolExited(RuntimeError):
+    """A tool called ``sys.exit()``: reported to the model like any exception instead of ending the training run."""
+
+
 @dataclass
 class ToolResult:
     """The outcome of one call.
@@ -49,7 +53,7 @@ class ToolResult:
         return self.error is None
 
     def as_dict(self) -> Dict[str, Any]:
-        """A JSON-friendly record (what the rollout returns in its ``tool_calls`` extra)."""
+        """A JSON-friendly record (what the rollout returns in its ``tool_results`` extra)."""
         return {"name": self.name, "arguments": self.arguments, "content": self.content, "error": self.error}
 
 
@@ -148,6 +152,8 @@ async def _in_daemon_thread(fn: Callable, kwargs: Dict[str, Any], timeout_s: Opt
     def target() -> None:
         try:
             value, exc = fn(**kwargs), None
+        except SystemExit as e:  # asyncio would let it stop the event loop; it is only this tool's failure
+            value, exc = None, ToolExited(f"called sys.exit({e.code!r})")
         except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
             value, exc = None, e
         try:
@@ -157,6 +163,15 @@ async def _in_daemon_thread(fn: Callable, kwargs: Dict[str, Any], timeout_s: Opt
 
     threading.Thread(target=target, name=f"tool-{getattr(fn, '__name__', 'fn')}", daemon=True).start()
     return await asyncio.wait_for(future, timeout_s)
+
+
+async def _no_exit(coro: Any) -> Any:
+    """Await an ``async def`` tool, turning its ``SystemExit`` into :class:`ToolExited` (inside an asyncio task a
+    ``SystemExit`` would stop the whole event loop)."""
+    try:
+        return await coro
+    except SystemExit as exc:
+        raise ToolExited(f"called sys.exit({exc.code!r})") from None
 
 
 def _arguments_problem(fn: Callable, arguments: Dict[str, Any]) -> Optional[str]:
@@ -195,7 +210,7 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
     start = loop.time()
     try:
         if inspect.iscoroutinefunction(fn):
-            value = await asyncio.wait_for(fn(**call.arguments), timeout_s)
+            value = await asyncio.wait_for(_no_exit(fn(**call.arguments)), timeout_s)
         else:
             value = await _in_daemon_thread(fn, dict(call.arguments), timeout_s)
     except asyncio.TimeoutError:
