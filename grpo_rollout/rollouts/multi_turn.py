@@ -247,7 +247,7 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
         elif conv.turns >= max_turns:
             conv.stop_reason = "max_turns"
         elif len(conv.completion_ids) >= max_completion_length:
-            conv.stop_reason = "length"
+            conv.stop_reason, conv.truncated = "length", True
         else:
             inserted = conv.insertion_ids(new_messages)
             if len(conv.completion_ids) + len(inserted) >= max_completion_length:
