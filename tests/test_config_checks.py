@@ -386,6 +386,13 @@ def test_rollout_validate_kwargs_hook_reports_its_problems(project, errs):
     assert (p.key, p.value, p.message, p.fix) == ("rollout.kwargs.level", 7, "level 7 is not a maze level", "use 1 to 3")
 
 
+def test_rollout_validate_kwargs_hook_can_warn(project):
+    source = HOOKED_ROLLOUT + ("rollout.validate_kwargs = lambda kwargs, base_dir: "
+                               "[('rollout.kwargs.level', 'unusual level', 'fine if meant', 'warning')]\n")
+    [p] = project.check(with_rollout(project, source, kwargs={"level": 2}))
+    assert (p.key, p.severity, p.message) == ("rollout.kwargs.level", "warning", "unusual level")
+
+
 def test_rollout_validate_kwargs_hook_that_raises_is_reported(project, errs):
     source = HOOKED_ROLLOUT + "rollout.validate_kwargs = lambda kwargs, base_dir: kwargs['missing']\n"
     [p] = errs(project.check(with_rollout(project, source)))

@@ -181,8 +181,35 @@ class BadObservationEnv(CountingEnv):
         return 42, None, False
 
 
-def make_int(**kwargs):
-    return 42
+class ExitingEnv(CountingEnv):
+    async def step(self, text):
+        import sys
+
+        sys.exit(2)
+
+
+class NoContentResetEnv(CountingEnv):
+    def reset(self, row):
+        return [{"role": "user"}]
+
+
+class NumberContentEnv(CountingEnv):
+    def step(self, text):
+        return {"role": "user", "content": 5}, 0.0, False
+
+
+class StringDoneEnv(CountingEnv):
+    def step(self, text):
+        return "again", None, "false"
+
+
+class HugeRewardEnv(CountingEnv):
+    def step(self, text):
+        return "again", 1e308, False
+
+
+def make_env(**kwargs):
+    return CountingEnv(**kwargs)
 
 
 @pytest.mark.parametrize("env, message", [
@@ -190,7 +217,12 @@ def make_int(**kwargs):
     (BadRewardEnv, r"BadRewardEnv.step returned reward inf; expected a finite number or None"),
     (BadResetEnv, r"BadResetEnv.reset must return the first prompt: a string or a list of chat messages, got '12345'"),
     (BadObservationEnv, r"BadObservationEnv.step: an environment observation must be a string"),
-    (make_int, r"env make_int made a int, which has no reset\(row\)/step\(text\) methods"),
+    (ExitingEnv, r"ExitingEnv.step raised SystemExit: 2"),
+    (NoContentResetEnv, r"NoContentResetEnv.reset must return the first prompt"),
+    (NumberContentEnv, r"NumberContentEnv.step: an environment observation must be a string, a chat message"),
+    (StringDoneEnv, r"StringDoneEnv.step returned done='false'; expected True or False"),
+    (HugeRewardEnv, r"HugeRewardEnv.step: the episode's rewards add up to inf; scale them down"),
+    (make_env, r"env make_env is a function, not a class"),
 ])
 def test_broken_environments_are_named_in_the_error(tiny, env, message):
     with pytest.raises(RolloutError, match=message):
@@ -205,13 +237,34 @@ def test_broken_environments_are_named_in_the_error(tiny, env, message):
     ({"max_turns": 2.5}, "rollout.kwargs.max_turns", "must be an integer >= 1"),
     ({"max_turns": "three"}, "rollout.kwargs.max_turns", "must be an integer >= 1"),
     ({"max_turn_tokens": -4}, "rollout.kwargs.max_turn_tokens", "must be an integer >= 1 or null"),
-    ({"stop": 5}, "rollout.kwargs.stop", "must be a list of strings"),
+    ({"stop": 5}, "rollout.kwargs.stop", "must be a list of non-empty strings"),
+    ({"stop": [""]}, "rollout.kwargs.stop", "must be a list of non-empty strings"),
 ])
 def test_validate_kwargs_reports_each_bad_setting(kwargs, key, message):
     problems = environment_rollout.validate_kwargs({"env": f"{__file__}:CountingEnv", **kwargs})
     assert [p[0] for p in problems] == [key] and message in problems[0][1], problems
     if "no setting" in message:
         assert problems[0][2] == f"did you mean `{key.rsplit('.', 1)[1]}s`?"
+
+
+class NeedsSize:
+    def __init__(self, *, size):
+        self.size = size
+
+    def reset(self, row):
+        return "hi"
+
+    def step(self, text):
+        return None, 1.0, True
+
+
+def test_validate_kwargs_checks_the_constructor_and_that_env_is_a_class():
+    [(key, message, fix)] = environment_rollout.validate_kwargs({"env": f"{__file__}:NeedsSize"})
+    assert key == "rollout.kwargs.env_kwargs" and "missing a required argument: 'size'" in message
+    assert fix == "its parameters: size"
+    assert environment_rollout.validate_kwargs({"env": f"{__file__}:NeedsSize", "env_kwargs": {"size": 3}}) == []
+    [(key, message, _)] = environment_rollout.validate_kwargs({"env": f"{__file__}:make_env"})
+    assert key == "rollout.kwargs.env" and "is a function, not a class" in message
 
 
 def test_validate_kwargs_accepts_sampling_aliases_and_good_settings():

@@ -153,6 +153,22 @@ def test_wrong_type_names_function(scores, pattern):
         _run([RewardFunction("bad", lambda completions: scores)])
 
 
+def test_sys_exit_in_a_reward_is_an_error_naming_it():
+    import sys
+
+    def quits(completions):
+        sys.exit(3)
+
+    with pytest.raises(RewardError, match=r"`quits` \(.*quits\) raised SystemExit: 3"):
+        _run([RewardFunction("quits", quits)])
+
+
+def test_weighted_sum_that_overflows_is_an_error():
+    big = RewardFunction("big", lambda completions: [1e308] * 4, weight=2.0)
+    with pytest.raises(RewardError, match=r"completion 0 is inf \(big=1e\+308\).*scale them down"):
+        _run([big])
+
+
 def test_raising_sync_function_names_function():
     def crashes(completions):
         raise ZeroDivisionError("division by zero")

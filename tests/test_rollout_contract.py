@@ -281,6 +281,16 @@ def test_call_rollout_function_raises():
     assert isinstance(info.value.__cause__, KeyError)
 
 
+def test_call_rollout_sys_exit_is_a_rollout_error():
+    import sys
+
+    def quitting_rollout(prompts, **kw):
+        sys.exit("no more")
+
+    with pytest.raises(RolloutError, match=r"quitting_rollout raised SystemExit: no more"):
+        call_rollout(quitting_rollout, ["p0", "p1"], SAMPLING, {}, CONTEXT)
+
+
 def test_call_rollout_contract_violation_names_function_and_key():
     def short_rollout(prompts, n):
         return {"prompt_ids": [[1]] * len(prompts), "completion_ids": [[2]] * (len(prompts) * n - 1)}

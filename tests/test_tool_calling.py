@@ -297,6 +297,11 @@ def test_contract_and_untruncated_later_turns(tool_model):
     assert len(out) == 2 and out.extras["num_turns"] == [2, 2]
     assert all(len(p) <= 60 for p in out.prompt_ids)  # the first prompt is cut like any prompt ...
     assert max(len(r["prompt"]) for r in client.records) > 60  # ... later turns are sent whole
+    # a first prompt longer than max_prompt_length loses its start (the system prompt): cut, with a warning
+    messages = with_system_prompt([{"role": "user", "content": "Multiply 3 and 4."}], SYSTEM)
+    with pytest.warns(UserWarning, match=r"of \d+ tokens was cut to sampling.max_prompt_length=12 from the left"):
+        conv = Conversation.start(tokenizer, messages, {2}, max_prompt_length=12)
+    assert conv.prompt_ids == Conversation.start(tokenizer, messages, {2}).prompt_ids[-12:]
 
 
 def test_validate_kwargs_reports_bad_tools():
@@ -310,12 +315,16 @@ def test_validate_kwargs_reports_bad_tools():
                               ({"max_turn": 3}, "max_turn", "has no setting `max_turn`"),
                               ({"tools": 5}, "tools", "must be a list of tool names"),
                               ({"system_prompt": 3}, "system_prompt", "must be text"),
-                              ({"tool_prompt": "xml"}, "tool_prompt", "must be auto, template or system")]:
+                              ({"tool_prompt": "xml"}, "tool_prompt", "must be auto, template or system"),
+                              ({"tool_prompt": False}, "tool_prompt", "unquoted off/on/yes/no as booleans")]:
         problems = tool_calling_rollout.validate_kwargs({**good, **bad})
         assert [(p[0], message in p[1]) for p in problems] == [(f"rollout.kwargs.{key}", True)], problems
     assert tool_calling_rollout.validate_kwargs({**good, "tool_timeout_s": None, "stop": None, "n": 8}) == []
     [(_, message, fix)] = tool_calling_rollout.validate_kwargs({"tools": [f"{__file__}:undocumented_tool"]})
     assert "JSON schema" in message and "hints/docstring" in fix
+    [(key, message, _, severity)] = tool_calling_rollout.validate_kwargs({**good, "system_prompt": "Use tools."})
+    assert key == "rollout.kwargs.system_prompt" and "no {tools}" in message and severity == "warning"
+    assert tool_calling_rollout.validate_kwargs({**good, "system_prompt": "Tools:\n{tools}"}) == []
 
 
 def undocumented_tool(a, b):

@@ -166,6 +166,70 @@ def test_tool_calling_sys_exit_is_an_error_not_the_end_of_the_run():
     assert results[2].content == "6"
 
 
+class Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no message")
+
+
+def unprintable() -> str:
+    """Raises an exception whose message cannot be read."""
+    raise Unprintable()
+
+
+def interrupts() -> str:
+    """Raises KeyboardInterrupt from its own code."""
+    raise KeyboardInterrupt
+
+
+def repeat(text: str, times: int) -> str:
+    """Repeats text.
+
+    Args:
+        text: what to repeat
+        times: how often
+    """
+    return text * times
+
+
+def test_odd_failures_are_answers_and_argument_types_are_checked():
+    tools = load_tools([unprintable, interrupts, repeat])
+    calls = parse_tool_calls(format_tool_call("unprintable", {}) + format_tool_call("interrupts", {})
+                             + format_tool_call("repeat", {"text": "ab", "times": 2})
+                             + format_tool_call("repeat", {"text": "xxxxx", "times": "100000000"})
+                             + format_tool_call("repeat", {"text": "ab", "times": 2.0})
+                             + format_tool_call("repeat", {"text": 5, "times": True}))
+    results = run_tool_calls_sync(calls, tools, timeout_s=5)
+    assert [r.error for r in results] == ["exception", "exception", None, "bad_arguments", None, "bad_arguments"]
+    assert results[0].content == "Error: unprintable raised Unprintable: (its message could not be read)"
+    assert results[1].content == "Error: interrupts raised ToolExited: raised KeyboardInterrupt"
+    assert results[2].content == "abab" and results[4].content == "abab"
+    assert results[3].content == "Error: bad arguments for repeat: argument 'times' must be integer, got \"100000000\""
+    assert "argument 'text' must be string, got 5" in results[5].content
+
+
+def test_tools_the_model_cannot_call_properly_are_rejected():
+    def spread(*numbers: int) -> int:
+        """Sums numbers.
+
+        Args:
+            numbers: the numbers
+        """
+        return sum(numbers)
+
+    def counter(n: int):
+        """Counts.
+
+        Args:
+            n: up to
+        """
+        yield from range(n)
+
+    with pytest.raises(ToolError, match=r"takes \*numbers: the model can only pass named arguments"):
+        tool_schema(spread)
+    with pytest.raises(ToolError, match="is a generator"):
+        tool_schema(counter)
+
+
 def test_hanging_tools_run_concurrently():
     calls = parse_tool_calls(format_tool_call("sleepy", {"seconds": 0.6}) * 4)
     start = time.monotonic()

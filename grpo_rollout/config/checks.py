@@ -235,7 +235,8 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
 def _check_rollout_kwargs(fn: Callable, config: Config, base_dir: Path, problems: List[Problem]) -> None:
     """Run the rollout's own static checks of ``rollout.kwargs``, when it has them: an optional attribute
     ``fn.validate_kwargs(kwargs, base_dir) -> [(key, message, fix), ...]`` (the built-in tool-calling and environment
-    rollouts check that their tools/environment import). A hook that itself fails is reported, not raised."""
+    rollouts check that their tools/environment import); a 4th item ``"warning"`` makes a problem a warning. A hook
+    that itself fails is reported, not raised."""
     hook = getattr(fn, "validate_kwargs", None)
     if not callable(hook):
         return
@@ -246,8 +247,9 @@ def _check_rollout_kwargs(fn: Callable, config: Config, base_dir: Path, problems
         _err(problems, "rollout.kwargs", "", f"{config.rollout.function}.validate_kwargs raised "
              f"{type(exc).__name__}: {exc}", "fix the hook, or the kwargs it could not read")
         return
-    for key, message, fix in found:
-        _err(problems, key, kwargs.get(key.rsplit(".", 1)[-1], ""), message, fix)
+    for key, message, fix, *severity in found:
+        report = _warn if severity == ["warning"] else _err
+        report(problems, key, kwargs.get(key.rsplit(".", 1)[-1], ""), message, fix)
 
 
 def _check_rollout_signature(fn: Callable, config: Config, problems: List[Problem]) -> None:

@@ -105,7 +105,7 @@ async def _call_all(functions: Sequence[RewardFunction], args: Mapping[str, Any]
             if inspect.iscoroutinefunction(rf.fn) or inspect.iscoroutinefunction(getattr(rf.fn, "__call__", None)):
                 return await rf.fn(**kwargs)
             return rf.fn(**kwargs)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # SystemExit too: a reward calling sys.exit() must not end the run
             raise RewardError(f"reward function `{rf.name}` ({describe(rf.fn)}) raised "
                               f"{type(exc).__name__}: {exc}") from exc
 
@@ -135,4 +135,9 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
         for i, s in enumerate(per_function[rf.name]):
             if not math.isnan(s):
                 total[i] += rf.weight * s
+    for i, t in enumerate(total):
+        if not math.isfinite(t):
+            scores = ", ".join(f"{name}={vals[i]:g}" for name, vals in per_function.items())
+            raise RewardError(f"the weighted sum of the rewards of completion {i} is {t} ({scores}): the scores are "
+                              "too large to add up; scale them down")
     return RewardResult(total, per_function)

@@ -30,7 +30,7 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         result = fn(list(prompts), **kwargs)
     except RolloutError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit too: the user's code calling sys.exit() is its failure
         raise RolloutError(f"the rollout function {describe(fn)} raised {type(exc).__name__}: {exc}") from exc
     try:
         return check_rollout_output(result, len(prompts), int(sampling["n"]), vocab_size)

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
-from .multi_turn import Conversation, as_messages, eos_ids_of, run_coroutine, run_multi_turn
+from .multi_turn import Conversation, as_messages, eos_ids_of, is_message, run_coroutine, run_multi_turn
 
 ENV_EXTRAS = ("env_reward", "env_done", "num_turns", "final_response", "truncated")
 
@@ -53,7 +53,7 @@ async def _call(env: Any, method: str, *args: Any) -> Any:
         return await asyncio.to_thread(fn, *args)
     except RolloutError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # SystemExit too: inside asyncio it would end the whole run unexplained
         raise RolloutError(f"{_label(env, method)} raised {type(exc).__name__}: {exc}") from exc
 
 
@@ -65,13 +65,12 @@ def observation_messages(observation: Any) -> List[Dict[str, Any]]:
     """
     if isinstance(observation, str):
         return [{"role": "user", "content": observation}]
-    if isinstance(observation, dict) and "role" in observation:
+    if is_message(observation):
         return [dict(observation)]
-    if isinstance(observation, (list, tuple)) and observation and all(
-            isinstance(m, dict) and "role" in m for m in observation):
+    if isinstance(observation, (list, tuple)) and observation and all(is_message(m) for m in observation):
         return [dict(m) for m in observation]
-    raise RolloutError(f"an environment observation must be a string, a chat message or a list of them, got "
-                       f"{str(observation)[:80]!r}")
+    raise RolloutError("an environment observation must be a string, a chat message ({role: str, content: str}) or a "
+                       f"list of them, got {str(observation)[:80]!r}")
 
 
 class _EnvEpisode:
@@ -92,6 +91,10 @@ class _EnvEpisode:
             if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
                 raise RolloutError(f"{label} returned reward {reward!r}; expected a finite number or None")
             self.total_reward += float(reward)
+            if not math.isfinite(self.total_reward):
+                raise RolloutError(f"{label}: the episode's rewards add up to {self.total_reward}; scale them down")
+        if isinstance(done, str) or done not in (True, False):
+            raise RolloutError(f"{label} returned done={done!r}; expected True or False")
         if done:
             self.done = True
             return None
@@ -104,10 +107,10 @@ class _EnvEpisode:
 
 
 def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
-    """The environment class (or factory) for ``env``: a class, or its name ``pkg.module:Class``/``file.py:Class``.
+    """The environment class for ``env``: a class, or its name ``pkg.module:Class``/``file.py:Class``.
 
     Raises:
-        RolloutError: it cannot be imported, or it lacks ``reset``/``step``.
+        RolloutError: it cannot be imported, is not a class, or lacks ``reset``/``step``.
     """
     from ..config.imports import ImportSpecError, resolve_callable
 
@@ -116,8 +119,12 @@ def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
             env = resolve_callable(env, base_dir)
         except ImportSpecError as exc:
             raise RolloutError(f"env {env!r}: {exc}") from exc
-    if inspect.isclass(env) and not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
-        raise RolloutError(f"env {env.__name__} needs methods reset(row) and step(text)")
+    name = getattr(env, "__name__", type(env).__name__)
+    if not inspect.isclass(env):
+        raise RolloutError(f"env {name} is a {type(env).__name__}, not a class; name a class with methods reset(row) "
+                           "and step(text)")
+    if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
+        raise RolloutError(f"env {name} needs methods reset(row) and step(text)")
     return env
 
 
@@ -125,18 +132,18 @@ async def _reset_all(envs: List[Any], rows: List[Any]) -> List[Any]:
     return list(await asyncio.gather(*(_call(e, "reset", r) for e, r in zip(envs, rows))))
 
 
-def _make_envs(factory: Any, count: int, env_kwargs: Optional[Dict[str, Any]]) -> List[Any]:
-    """``count`` environments from ``factory(**env_kwargs)``.
+def _make_envs(env_class: Any, count: int, env_kwargs: Optional[Dict[str, Any]]) -> List[Any]:
+    """``count`` environments ``env_class(**env_kwargs)``.
 
     Raises:
         RolloutError: the constructor raised, or what it made has no ``reset``/``step`` methods.
     """
-    name = getattr(factory, "__name__", repr(factory))
+    name = getattr(env_class, "__name__", repr(env_class))
     envs = []
     for _ in range(count):
         try:
-            env = factory(**(env_kwargs or {}))
-        except Exception as exc:
+            env = env_class(**(env_kwargs or {}))
+        except (Exception, SystemExit) as exc:
             raise RolloutError(f"creating the environment {name}(**env_kwargs) raised {type(exc).__name__}: "
                                f"{exc}") from exc
         if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
@@ -176,8 +183,8 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
     if rows is None or len(rows) != len(prompts):
         raise RolloutError(f"environment_rollout needs one dataset row per prompt ({len(prompts)}), got "
                            f"{None if rows is None else len(rows)}")
-    factory = load_env(env, Path(base_dir) if base_dir else None)
-    envs = _make_envs(factory, len(prompts) * n, env_kwargs)
+    env_class = load_env(env, Path(base_dir) if base_dir else None)
+    envs = _make_envs(env_class, len(prompts) * n, env_kwargs)
     per_env_rows = [dict(rows[i // n]) for i in range(len(envs))]
     first_prompts = run_coroutine(_reset_all(envs, per_env_rows))
     eos = eos_ids_of(client, tokenizer)
@@ -212,11 +219,11 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
         problems.append(("rollout.kwargs.env", "no environment configured", "env: package.module:MyEnv"))
         return problems
     try:
-        factory = load_env(kwargs["env"], base_dir)
+        env_class = load_env(kwargs["env"], base_dir)
     except RolloutError as exc:
         problems.append(("rollout.kwargs.env", str(exc), "name a class with reset(row) and step(text)"))
         return problems
-    return problems + check_constructor_kwargs(factory, kwargs, "env_kwargs")
+    return problems + check_constructor_kwargs(env_class, kwargs, "env_kwargs")
 
 
 environment_rollout.validate_kwargs = validate_kwargs

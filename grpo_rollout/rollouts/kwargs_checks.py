@@ -1,7 +1,8 @@
 """Static checks of ``rollout.kwargs`` for the built-in rollouts' ``validate_kwargs`` hooks (run by validate-config).
 
-Each function returns problems as ``(key, message, fix)`` triples with keys ``rollout.kwargs.<name>``; none raises on
-a value of the wrong type, so one bad setting never hides the others.
+Each function returns problems as ``(key, message, fix)`` triples with keys ``rollout.kwargs.<name>`` (a fourth item
+``"warning"`` makes it a warning instead of an error); none raises on a value of the wrong type, so one bad setting
+never hides the others.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Tuple
 from ..signatures import named_params
 from .contract import CONTEXT_ARGS, SAMPLING_ALIASES
 
-KwargsProblem = Tuple[str, str, str]
+KwargsProblem = Tuple[str, ...]  # (key, message, fix) or (key, message, fix, "warning")
 
 
 def _key(name: str) -> str:
@@ -61,9 +62,20 @@ def check_positive_seconds(kwargs: Mapping[str, Any], name: str) -> List[KwargsP
 def check_strings(kwargs: Mapping[str, Any], name: str) -> List[KwargsProblem]:
     """``kwargs[name]``, when given, is a list of strings or null."""
     value = kwargs.get(name)
-    if value is None or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+    if value is None or (isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value)):
         return []
-    return [(_key(name), f"must be a list of strings (or null), got {value!r}", f'e.g. {name}: ["</answer>"]')]
+    return [(_key(name), f"must be a list of non-empty strings (or null), got {value!r}",
+             f'e.g. {name}: ["</answer>"]')]
+
+
+def one_of(kwargs: Mapping[str, Any], name: str, allowed: Tuple[str, ...], default: str) -> List[KwargsProblem]:
+    """``kwargs[name]``, when given, is one of ``allowed`` (a YAML boolean gets a hint to quote the word)."""
+    value = kwargs.get(name, default)
+    if value in allowed and isinstance(value, str):
+        return []
+    hint = " (YAML reads unquoted off/on/yes/no as booleans: quote it)" if isinstance(value, bool) else ""
+    return [(_key(name), f"must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}{hint}",
+             f"use {default}")]
 
 
 def check_optional_text(kwargs: Mapping[str, Any], name: str) -> List[KwargsProblem]:
@@ -75,10 +87,11 @@ def check_optional_text(kwargs: Mapping[str, Any], name: str) -> List[KwargsProb
 
 
 def check_constructor_kwargs(cls: Any, kwargs: Mapping[str, Any], name: str) -> List[KwargsProblem]:
-    """``kwargs[name]`` is a mapping that ``cls(**mapping)`` accepts (checked against its signature, not called)."""
+    """``kwargs[name]`` (``{}`` when absent) is a mapping that ``cls(**mapping)`` accepts (checked against its
+    signature, not called: a required constructor argument missing from it is reported too)."""
     value = kwargs.get(name)
     if value is None:
-        return []
+        value = {}
     if not isinstance(value, Mapping):
         return [(_key(name), f"must be a mapping of constructor arguments, got {value!r}", f"e.g. {name}: {{size: 4}}")]
     try:

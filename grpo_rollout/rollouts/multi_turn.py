@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Sequence
@@ -32,17 +33,23 @@ SENTINEL = "\u2063<<grpo-rollout:end-of-sampled-text>>\u2063"
 TurnHandler = Callable[[str], Awaitable[Optional[List[Dict[str, Any]]]]]
 
 
+def is_message(m: Any) -> bool:
+    """A chat message: a dict with a string ``role`` and a string ``content``."""
+    return isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+
+
 def as_messages(prompt: Any) -> List[Dict[str, Any]]:
     """A prompt as chat messages: a string becomes one user message; a message list is copied.
 
     Raises:
-        RolloutError: neither a string nor a list of ``{role, content}`` dicts.
+        RolloutError: neither a string nor a list of ``{role, content}`` dicts with string values.
     """
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) and "role" in m for m in prompt):
+    if isinstance(prompt, (list, tuple)) and prompt and all(is_message(m) for m in prompt):
         return [dict(m) for m in prompt]
-    raise RolloutError(f"a multi-turn prompt must be a string or a list of chat messages, got {str(prompt)[:80]!r}")
+    raise RolloutError("a multi-turn prompt must be a string or a list of chat messages ({role: str, content: str}), "
+                       f"got {str(prompt)[:80]!r}")
 
 
 def render(tokenizer: Any, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool, **template_kwargs: Any) -> str:
@@ -98,6 +105,9 @@ class Conversation:
         """Render ``messages`` with the generation prompt and tokenize it (cut from the left to ``max_prompt_length``)."""
         ids = encode_text(tokenizer, render(tokenizer, messages, True, **template_kwargs))
         if max_prompt_length and len(ids) > max_prompt_length:
+            warnings.warn(f"a multi-turn prompt of {len(ids)} tokens was cut to sampling.max_prompt_length="
+                          f"{max_prompt_length} from the left, losing its start (system prompt, tool descriptions); "
+                          "raise sampling.max_prompt_length", stacklevel=2)
             ids = ids[-max_prompt_length:]
         return cls(tokenizer, list(messages), ids, set(eos_ids), dict(template_kwargs))
 

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
-from .kwargs_checks import (check_optional_text, check_positive_seconds, type_problems,
-                            unknown_settings)
+from .kwargs_checks import check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
 from .multi_turn import Conversation, as_messages, eos_ids_of, render, run_multi_turn
 from .tool_parsing import CALL_CLOSE, parse_tool_calls
 from .tools import ToolError, ToolResult, example_call, load_tools, run_tool_call, tool_schema
@@ -221,9 +220,12 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
             fix = ("fix the function's type hints/docstring" if "JSON schema" in str(exc)
                    else "fix the name: package.module:function or path/file.py:function")
             problems.append(("rollout.kwargs.tools", str(exc), fix))
-    if kwargs.get("tool_prompt", "auto") not in ("auto", "template", "system"):
-        problems.append(("rollout.kwargs.tool_prompt", f"must be auto, template or system, got "
-                         f"{kwargs['tool_prompt']!r}", "use auto"))
+    problems += one_of(kwargs, "tool_prompt", ("auto", "template", "system"), "auto")
+    text = kwargs.get("system_prompt")
+    if isinstance(text, str) and "{tools}" not in text and "{tools_json}" not in text:
+        problems.append(("rollout.kwargs.system_prompt", "has no {tools} or {tools_json}: the tools are described to "
+                         "the model only if the text itself does so (and only when the system prompt is used)",
+                         "add {tools} (one line per tool) and {example} (an example call)", "warning"))
     return problems
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,17 @@ def tool_schema(fn: Callable) -> Dict[str, Any]:
     """
     from transformers.utils import get_json_schema
 
+    name = getattr(fn, "__name__", fn)
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ToolError(f"tool {name!r} is a generator; a tool must return its answer")
+    try:
+        variadic = [p.name for p in inspect.signature(fn).parameters.values()
+                    if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        variadic = []
+    if variadic:
+        raise ToolError(f"tool {name!r} takes *{variadic[0]}: the model can only pass named arguments, so give "
+                        "each one its own parameter")
     try:
         return get_json_schema(fn)
     except Exception as exc:  # TypeHintParsingException / DocstringParsingException
@@ -133,7 +145,11 @@ def result_text(value: Any) -> str:
     try:
         return json.dumps(value)
     except (TypeError, ValueError):
+        pass
+    try:
         return str(value)
+    except Exception:  # a value whose __str__ fails
+        return f"<{type(value).__name__} object>"
 
 
 async def _in_daemon_thread(fn: Callable, kwargs: Dict[str, Any], timeout_s: Optional[float]) -> Any:
@@ -154,8 +170,10 @@ async def _in_daemon_thread(fn: Callable, kwargs: Dict[str, Any], timeout_s: Opt
             value, exc = fn(**kwargs), None
         except SystemExit as e:  # asyncio would let it stop the event loop; it is only this tool's failure
             value, exc = None, ToolExited(f"called sys.exit({e.code!r})")
-        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+        except Exception as e:  # handed to the awaiting coroutine
             value, exc = None, e
+        except BaseException as e:  # noqa: BLE001 - e.g. KeyboardInterrupt raised by the tool's own code, in its
+            value, exc = None, ToolExited(f"raised {type(e).__name__}")  # own thread: not the user's Ctrl-C
         try:
             loop.call_soon_threadsafe(deliver, value, exc)
         except RuntimeError:  # the event loop is gone (the call timed out long ago): nobody is waiting
@@ -174,6 +192,37 @@ async def _no_exit(coro: Any) -> Any:
         raise ToolExited(f"called sys.exit({exc.code!r})") from None
 
 
+#: JSON-schema type → the Python types a value of it may have (bools are not numbers here).
+_JSON_TYPES = {"integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,), "array": (list,),
+               "object": (dict,), "null": (type(None),)}
+
+
+def _type_problem(schema: Mapping[str, Any], arguments: Dict[str, Any]) -> Optional[str]:
+    """The first argument whose JSON type does not match the tool's schema (``Optional``/unions allow each type)."""
+    props = schema.get("function", {}).get("parameters", {}).get("properties", {})
+    for name, value in arguments.items():
+        kind = props.get(name, {}).get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if value is None and props.get(name, {}).get("nullable"):
+            continue
+        if kind is None or any(k not in _JSON_TYPES for k in kinds):
+            continue  # no type, or one this check does not know: let the tool decide
+        ok = any(isinstance(value, _JSON_TYPES[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
+                 for k in kinds) or ("integer" in kinds and isinstance(value, float) and value.is_integer())
+        if isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if not ok:
+            return f"argument {name!r} must be {' or '.join(kinds)}, got {json.dumps(value)[:40]}"
+    return None
+
+
+def _schema_or_none(fn: Callable) -> Optional[Dict[str, Any]]:
+    try:
+        return tool_schema(fn)
+    except ToolError:
+        return None
+
+
 def _arguments_problem(fn: Callable, arguments: Dict[str, Any]) -> Optional[str]:
     try:
         inspect.signature(fn).bind(**arguments)
@@ -181,7 +230,26 @@ def _arguments_problem(fn: Callable, arguments: Dict[str, Any]) -> Optional[str]
         return str(exc)
     except ValueError:  # no signature available: let the call decide
         return None
-    return None
+    schema = _SCHEMAS.setdefault(fn, _schema_or_none(fn))
+    return _type_problem(schema, arguments) if schema else None
+
+
+_SCHEMAS: Dict[Callable, Optional[Dict[str, Any]]] = {}
+
+
+def _with_integers(fn: Callable, arguments: Dict[str, Any]) -> Dict[str, Any]:
+    """``arguments`` with whole floats given for ``integer`` parameters as ints (``3.0`` → ``3``, as JSON allows)."""
+    schema = _SCHEMAS.get(fn)
+    props = schema.get("function", {}).get("parameters", {}).get("properties", {}) if schema else {}
+    return {k: int(v) if isinstance(v, float) and v.is_integer() and props.get(k, {}).get("type") == "integer" else v
+            for k, v in arguments.items()}
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ itself fails
+        return "(its message could not be read)"
 
 
 async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s: Optional[float] = 10.0) -> ToolResult:
@@ -206,19 +274,20 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
     if problem:
         return ToolResult(call.name, call.arguments, f"Error: bad arguments for {call.name}: {problem}",
                           "bad_arguments")
+    arguments = _with_integers(fn, call.arguments)
     loop = asyncio.get_running_loop()
     start = loop.time()
     try:
         if inspect.iscoroutinefunction(fn):
-            value = await asyncio.wait_for(_no_exit(fn(**call.arguments)), timeout_s)
+            value = await asyncio.wait_for(_no_exit(fn(**arguments)), timeout_s)
         else:
-            value = await _in_daemon_thread(fn, dict(call.arguments), timeout_s)
+            value = await _in_daemon_thread(fn, arguments, timeout_s)
     except asyncio.TimeoutError:
         return ToolResult(call.name, call.arguments, f"Error: {call.name} timed out after {timeout_s:g} s",
                           "timeout", loop.time() - start)
     except Exception as exc:  # the tool's own failure is an answer for the model, not a crash of the run
-        return ToolResult(call.name, call.arguments, f"Error: {call.name} raised {type(exc).__name__}: {exc}",
-                          "exception", loop.time() - start)
+        return ToolResult(call.name, call.arguments, f"Error: {call.name} raised {type(exc).__name__}: "
+                          f"{_safe_str(exc)}", "exception", loop.time() - start)
     return ToolResult(call.name, call.arguments, result_text(value), None, loop.time() - start)
 
 
