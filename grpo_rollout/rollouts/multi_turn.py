@@ -63,6 +63,19 @@ def encode_text(tokenizer: Any, text: str) -> List[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def encode_plain(tokenizer: Any, text: str) -> List[int]:
+    """Token ids of untrusted text (a tool answer, an observation): special-token strings in it, like
+    ``<|im_end|>``, are tokenized as ordinary text, so the text cannot end a turn or open a new one."""
+    return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def special_strings(tokenizer: Any) -> List[str]:
+    """The strings the tokenizer turns into added/special tokens (``<|im_start|>``, ``<|im_end|>``, ...)."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    found = [getattr(t, "content", str(t)) for t in decoder.values()]
+    return [t for t in found + list(getattr(tokenizer, "all_special_tokens", [])) if t]
+
+
 def eos_ids_of(client: Any, tokenizer: Any) -> set:
     """Token ids that end a turn: the client's ``eos_ids`` when it has them, else the tokenizer's EOS."""
     ids = getattr(client, "eos_ids", None)
@@ -159,8 +172,28 @@ class Conversation:
         return tail
 
     def insertion_ids(self, new_messages: Sequence[Dict[str, Any]]) -> List[int]:
-        """Token ids of :meth:`inserted_text` (not appended yet)."""
-        return encode_text(self.tokenizer, self.inserted_text(new_messages))
+        """Token ids of :meth:`inserted_text` (not appended yet). The template's own text is tokenized with its
+        special tokens; a new message's content that contains special-token strings is tokenized as plain text
+        (:func:`encode_plain`), so a tool or environment cannot fake a chat turn. The ids decode to exactly
+        :meth:`inserted_text` either way.
+
+        Raises:
+            RolloutError: such a content cannot be found in the rendered text (a template that rewrites content).
+        """
+        tail = self.inserted_text(new_messages)
+        specials = special_strings(self.tokenizer)
+        risky = [m["content"] for m in new_messages
+                 if isinstance(m.get("content"), str) and any(t in m["content"] for t in specials)]
+        ids, pos = [], 0
+        for content in risky:
+            needle = content if content in tail[pos:] else content.strip()
+            at = tail.find(needle, pos)
+            if at < 0:
+                raise RolloutError("the chat template changed a tool/environment message that contains special-token "
+                                   "text, so it cannot be tokenized safely; remove such strings from the message")
+            ids += encode_text(self.tokenizer, tail[pos:at]) + encode_plain(self.tokenizer, needle)
+            pos = at + len(needle)
+        return ids + encode_text(self.tokenizer, tail[pos:])
 
     def add_inserted(self, ids: Sequence[int], new_messages: Sequence[Dict[str, Any]]) -> None:
         """Append inserted tokens (mask 0, log-prob 0.0) and record ``new_messages`` in the history."""
