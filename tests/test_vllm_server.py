@@ -170,8 +170,6 @@ def test_user_rollout_posting_to_generate_trains_unchanged(server, model_dir, tm
 
 
 def test_stale_server_weights_stop_the_run(server, model_dir, tmp_path):
-    from grpo_rollout.rewards import library  # noqa: F401  (a reward that needs no columns)
-
     cfg = _attach_config(tmp_path, server, model_dir, STALE_ROLLOUT, "grpo_rollout.rewards.library:length_penalty",
                          steps=3)
     with pytest.raises(StaleWeightsError, match="not sampling from the trainer's current weights"):

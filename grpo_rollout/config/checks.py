@@ -18,7 +18,6 @@ from .imports import ImportSpecError, resolve_callable
 from .problems import Problem
 from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config
 
-
 Check = Callable[[Config, List[Problem]], None]
 
 

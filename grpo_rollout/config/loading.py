@@ -104,8 +104,6 @@ def _is_type(tp: Any, kind: type) -> bool:
     return tp is kind or (typing.get_origin(tp) is typing.Union and kind in typing.get_args(tp))
 
 
-
-
 def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -> Dict[str, Any]:
     """Walk one mapping of the user's tree against dataclass ``cls``; return the keys that are valid, record the rest."""
     if not isinstance(node, DictConfig):
