@@ -50,6 +50,7 @@ class GuessNumberEnv:
         self.tried: set = set()
 
     def reset(self, row: Dict[str, Any]) -> List[Dict[str, str]]:
+        """Start a game with ``row["secret"]``; returns the example game (if enabled) and the opening question."""
         self.secret = int(row["secret"])
         self.turns = 0
         self.possible, self.tried = (self.low, self.high), set()
@@ -57,6 +58,7 @@ class GuessNumberEnv:
         return (demonstration(self.low, self.high) if self.demonstration else []) + [opening]
 
     def step(self, text: str) -> Tuple[str, Optional[float], bool]:
+        """Read the first integer in ``text`` as the guess; returns (feedback, reward or None, game over)."""
         self.turns += 1
         found = _INT.findall(text)
         guess = int(found[0]) if found else None

@@ -123,6 +123,7 @@ class _ToolEpisode:
         return [tool_message(r) for r in results]
 
     def extras(self) -> Dict[str, Any]:
+        """This sample's tool counts (total, errors, per configured tool) and its ``tool_results`` records."""
         out: Dict[str, Any] = {"num_tool_calls": len(self.results),
                                "num_tool_errors": sum(not r.ok for r in self.results),
                                "tool_results": [r.as_dict() for r in self.results]}

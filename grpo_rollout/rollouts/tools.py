@@ -51,6 +51,7 @@ class ToolResult:
 
     @property
     def ok(self) -> bool:
+        """True when the call ran and returned (``error`` is ``None``)."""
         return self.error is None
 
     def as_dict(self) -> Dict[str, Any]:
