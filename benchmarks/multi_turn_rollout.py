@@ -15,7 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from grpo_rollout.generation.base import GenerationClient
 from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient
@@ -27,9 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class OneAtATime(VllmClient):
-    """The same client without its own ``agenerate``: the multi-turn driver then sends one request at a time."""
+    """The same client, its ``agenerate`` blocking the event loop: the rollout's requests go one at a time."""
 
-    agenerate = GenerationClient.agenerate
+    async def agenerate(self, prompt_ids, **kwargs):
+        return self.generate(prompt_ids, **kwargs)
 
 
 def _module(rel: str):

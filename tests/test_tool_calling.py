@@ -293,7 +293,7 @@ def test_contract_and_untruncated_later_turns(tool_model):
         "n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
         "max_completion_length": 80, "seed": 1}, {"tools": TOOLS, "system_prompt": SYSTEM, "max_turns": 3},
         {"client": client, "tokenizer": tokenizer, "rows": [{}], "step": 0}, vocab_size=len(tokenizer))
-    assert client.max_prompt_length == 60  # restored after the rollout
+    assert client.max_prompt_length == 60  # the client's setting is left as it was
     assert len(out) == 2 and out.extras["num_turns"] == [2, 2]
     assert all(len(p) <= 60 for p in out.prompt_ids)  # the first prompt is cut like any prompt ...
     assert max(len(r["prompt"]) for r in client.records) > 60  # ... later turns are sent whole

@@ -52,10 +52,13 @@ class GenerationClient(ABC):
             ids = self.tokenizer.apply_chat_template(list(prompt), tokenize=True, add_generation_prompt=True)
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
-        ids = list(ids)
-        if self.max_prompt_length and len(ids) > self.max_prompt_length:
-            ids = ids[-self.max_prompt_length:]
-        return ids
+        return self.cut_prompts([ids])[0]
+
+    def cut_prompts(self, prompt_ids: Sequence[Sequence[int]], truncate: bool = True) -> List[List[int]]:
+        """``P`` prompts as lists, each cut from the left to ``max_prompt_length`` tokens (kept whole when
+        ``truncate`` is False or the limit is ``None``)."""
+        limit = self.max_prompt_length if truncate else None
+        return [list(p)[-limit:] if limit else list(p) for p in prompt_ids]
 
     def encode_prompts(self, prompts: Sequence[Prompt]) -> List[List[int]]:
         """:meth:`encode_prompt` for each prompt."""
@@ -64,10 +67,11 @@ class GenerationClient(ABC):
     @abstractmethod
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
-                 max_tokens: int = 256, seed: Optional[int] = None,
-                 stop: Optional[Sequence[str]] = None) -> GenerationResult:
+                 max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
+                 truncate: bool = True) -> GenerationResult:
         """Sample ``n`` completions for each of the ``P`` token-id prompts. ``stop``: extra stop strings (the text
-        up to and including the stop string is returned). Raises ``ValueError`` on invalid settings."""
+        up to and including the stop string is returned). ``truncate``: cut prompts to ``max_prompt_length`` (False:
+        send them whole, e.g. later turns of a multi-turn rollout). Raises ``ValueError`` on invalid settings."""
 
     async def agenerate(self, prompt_ids: Sequence[Sequence[int]], **kwargs: Any) -> GenerationResult:
         """Async form of :meth:`generate`, for rollouts that run samples concurrently (default: a worker thread)."""

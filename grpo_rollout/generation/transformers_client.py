@@ -41,12 +41,12 @@ class TransformersClient(GenerationClient):
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
-                 max_tokens: int = 256, seed: Optional[int] = None,
-                 stop: Optional[Sequence[str]] = None) -> GenerationResult:
+                 max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
+                 truncate: bool = True) -> GenerationResult:
         """See :meth:`GenerationClient.generate`. Batches of ``batch_size`` sequences, left-padded."""
         if temperature <= 0:
             raise ValueError("temperature must be > 0 for sampling")
-        prompts = [list(p)[-self.max_prompt_length:] if self.max_prompt_length else list(p) for p in prompt_ids]
+        prompts = self.cut_prompts(prompt_ids, truncate)
         with self._lock:
             return self._generate_locked(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
                                          max_tokens, seed, stop)

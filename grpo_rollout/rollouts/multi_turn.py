@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
 from .contract import RolloutError
 
@@ -224,40 +223,15 @@ class Sampling:
         return (self.seed * 1_000_003 + sample * 7_919 + turn * 104_729) % (2 ** 31)
 
 
-def _has_native_async(client: Any) -> bool:
-    from ..generation.base import GenerationClient
-
-    method = getattr(type(client), "agenerate", None)
-    return method is not None and method is not GenerationClient.agenerate
-
-
-@contextmanager
-def untruncated(client: Any) -> Iterator[None]:
-    """Switch off the client's left-truncation of prompts while a multi-turn rollout runs.
-
-    Later turns send prompt + completion so far, which is longer than ``max_prompt_length`` but within
-    ``max_prompt_length + max_completion_length`` (what the server was sized for); cutting it would make the sampler
-    see a different context from the trainer. The first prompt is cut by :meth:`Conversation.start` instead.
-    """
-    old = getattr(client, "max_prompt_length", None)
-    client.max_prompt_length = None
-    try:
-        yield
-    finally:
-        client.max_prompt_length = old
-
-
-async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int],
-                       lock: Optional[asyncio.Lock]):
-    kwargs = dict(n=1, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                  min_p=sampling.min_p, repetition_penalty=sampling.repetition_penalty, max_tokens=max_tokens,
-                  seed=seed, stop=sampling.stop)
+async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
+    # truncate=False: later turns (prompt + completion so far) are longer than max_prompt_length but within the
+    # length the server was sized for; cutting them would make the sampler see another context than the trainer.
+    # The first prompt was cut by Conversation.start.
     ids = conv.input_ids
-    if lock is None:
-        result = await client.agenerate([ids], **kwargs)
-    else:
-        async with lock:
-            result = await client.agenerate([ids], **kwargs)
+    result = await client.agenerate([ids], n=1, temperature=sampling.temperature, top_p=sampling.top_p,
+                                    top_k=sampling.top_k, min_p=sampling.min_p,
+                                    repetition_penalty=sampling.repetition_penalty, max_tokens=max_tokens, seed=seed,
+                                    stop=sampling.stop, truncate=False)
     if list(result.prompt_ids[0]) != ids:
         raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
                            f"{len(result.prompt_ids[0])} used): the sampler would not see what the trainer trains on")
@@ -265,8 +239,7 @@ async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_
 
 
 async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, sampling: Sampling,
-                      max_completion_length: int, max_turns: int, sample_index: int,
-                      lock: Optional[asyncio.Lock] = None) -> Conversation:
+                      max_completion_length: int, max_turns: int, sample_index: int) -> Conversation:
     """Generate → ``on_turn(text)`` → append its messages → generate again, until ``on_turn`` returns ``None``
     (``stop_reason="done"``), ``max_turns`` sampled turns (``"max_turns"``) or the token budget runs out
     (``"length"``: the whole completion, inserted tokens included, never exceeds ``max_completion_length``; inserted
@@ -280,7 +253,7 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
         budget = max_completion_length - len(conv.completion_ids)
         max_tokens = min(budget, sampling.max_turn_tokens) if sampling.max_turn_tokens else budget
         ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens,
-                                                   sampling.request_seed(sample_index, conv.turns), lock)
+                                                   sampling.request_seed(sample_index, conv.turns))
         text = conv.add_sampled(ids, logprobs, finish)
         # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished
         conv.truncated = finish == "length" and len(conv.completion_ids) >= max_completion_length
@@ -328,18 +301,16 @@ def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, 
                  max_turns: int) -> List[Conversation]:
     """Run every ``(conversation, on_turn)`` pair concurrently; return the conversations in the same order.
 
-    Clients without a native ``agenerate`` (e.g. the in-process transformers backend, whose default runs ``generate``
-    in a thread) get one request at a time, since their model is shared; vLLM clients get all at once.
+    Every sample turn is its own ``client.agenerate`` request, all in flight at once: a vLLM server batches them; the
+    in-process transformers client runs them one at a time (its ``generate`` holds a lock: the model is shared).
     """
     async def main() -> List[Conversation]:
-        lock = None if _has_native_async(client) else asyncio.Lock()
         tasks = [run_episode(client, conv, on_turn, sampling=sampling, max_completion_length=max_completion_length,
-                             max_turns=max_turns, sample_index=i, lock=lock)
+                             max_turns=max_turns, sample_index=i)
                  for i, (conv, on_turn) in enumerate(episodes)]
         return list(await asyncio.gather(*tasks))
 
-    with untruncated(client):
-        return run_coroutine(main())
+    return run_coroutine(main())
 
 
 def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]:
