@@ -85,11 +85,11 @@ class VllmClient(GenerationClient):
         except httpx.HTTPError as exc:
             raise ServerError(f"cannot reach {self.url}: {exc}") from exc
 
-    def _body(self, prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop):
-        prompts = [list(p)[-self.max_prompt_length:] if self.max_prompt_length else list(p) for p in prompt_ids]
-        return {"prompts": prompts, "n": n, "temperature": temperature, "top_p": top_p, "top_k": top_k,
-                "min_p": min_p, "repetition_penalty": repetition_penalty, "max_tokens": max_tokens, "seed": seed,
-                "stop": list(stop) if stop else None}
+    def _body(self, prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
+              truncate):
+        return {"prompts": self.cut_prompts(prompt_ids, truncate), "n": n, "temperature": temperature,
+                "top_p": top_p, "top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty,
+                "max_tokens": max_tokens, "seed": seed, "stop": list(stop) if stop else None}
 
     @staticmethod
     def _result(data: Dict[str, Any]) -> GenerationResult:
@@ -97,10 +97,11 @@ class VllmClient(GenerationClient):
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
-                 max_tokens: int = 256, seed: Optional[int] = None,
-                 stop: Optional[Sequence[str]] = None) -> GenerationResult:
+                 max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
+                 truncate: bool = True) -> GenerationResult:
         """``POST /generate/`` with all prompts at once (vLLM batches them). Raises :class:`ServerError`."""
-        body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop)
+        body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
+                          truncate)
         try:
             return self._result(_raise_for(self._http.post("/generate/", json=body), "POST /generate/"))
         except httpx.HTTPError as exc:
@@ -109,9 +110,10 @@ class VllmClient(GenerationClient):
     async def agenerate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                         top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
                         max_tokens: int = 256, seed: Optional[int] = None,
-                        stop: Optional[Sequence[str]] = None) -> GenerationResult:
+                        stop: Optional[Sequence[str]] = None, truncate: bool = True) -> GenerationResult:
         """Async ``POST /generate/``: concurrent calls are batched together by the server."""
-        body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop)
+        body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
+                          truncate)
         async with httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=self._timeout) as http:
             try:
                 return self._result(_raise_for(await http.post("/generate/", json=body), "POST /generate/"))
@@ -120,7 +122,11 @@ class VllmClient(GenerationClient):
 
     def update_weights(self, model: Any) -> None:
         """Write ``model``'s weights to a fresh folder, have the server reload them, confirm the new version, delete
-        the previous folder. Sets ``last_sync_seconds``. Raises :class:`ServerError` if the server does not confirm."""
+        the folder. Sets ``last_sync_seconds``.
+
+        Raises:
+            ServerError: the server is unreachable, refuses, or does not confirm the new version.
+        """
         start = time.perf_counter()
         version = self.weight_version + 1
         folder = Path(tempfile.mkdtemp(prefix=f"grpo-rollout-weights-v{version}-", dir=weights_root()))
@@ -128,6 +134,8 @@ class VllmClient(GenerationClient):
             save_weights_for_vllm(model, folder)
             data = _raise_for(self._http.post("/update_weights/", json={"path": str(folder), "version": version}),
                               "POST /update_weights/")
+        except httpx.HTTPError as exc:
+            raise ServerError(f"weight update request to {self.url} failed: {exc}") from exc
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # the server has read it (or failed); nothing else needs it
         if data.get("weight_version") != version:
