@@ -24,20 +24,17 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
         if any(p.is_error for p in problems):
             return 1
         config = loaded.config
-    from ..generation.server.launch import ServerSettings, server_command
+    from ..generation.server.launch import needed_model_len, server_command, settings_from_config
     from ..models.builtin import resolve_model_path
 
-    v, s = config.vllm, config.sampling
     try:
         path = resolve_model_path(model or config.model.name_or_path, progress=lambda m: console.print(f"• {m}"))
     except ValueError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         return 1
-    needed = s.max_prompt_length + s.max_completion_length if (config_path and s.max_prompt_length) else None
-    settings = ServerSettings(model=path, host=host or v.host, port=port or v.port, dtype=config.model.dtype,
-                              max_model_len=max_model_len or v.max_model_len or needed, api_key=api_key or v.api_key,
-                              kv_cache_space_gib=v.kv_cache_space_gib, gpu_memory_utilization=v.gpu_memory_utilization,
-                              enforce_eager=v.enforce_eager, extra_args=list(v.extra_args) + list(extra))
+    needed = needed_model_len(config.sampling) if config_path else None
+    settings = settings_from_config(config, path, max_model_len=max_model_len or config.vllm.max_model_len or needed,
+                                    host=host, port=port or None, api_key=api_key, extra_args=extra)
     argv, env = server_command(settings)
     url = f"http://{settings.host}:{settings.port}"
     console.print(f"Serving [bold]{escape(path)}[/] at [bold]{url}[/]: POST /generate/, POST /update_weights/, "

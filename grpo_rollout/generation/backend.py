@@ -58,8 +58,10 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
     Raises:
         BackendError: attach target unusable; ServerStartError: the spawned server did not start.
     """
+    from .server.launch import needed_model_len
+
     v, s = config.vllm, config.sampling
-    needed = (s.max_prompt_length + s.max_completion_length) if s.max_prompt_length else None
+    needed = needed_model_len(s)
     context = getattr(model.config, "max_position_embeddings", None)
     max_prompt = s.max_prompt_length
     if context and (needed is None or needed > context):
@@ -81,14 +83,11 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         check_server(client, vocab, needed)
         say(f"Attached to vLLM at {v.url}")
     else:
-        from .server.launch import ServerSettings
+        from .server.launch import settings_from_config
         from .spawn import ManagedServer
 
-        settings = ServerSettings(model=model_path, host="127.0.0.1", port=0, dtype=config.model.dtype,
-                                  max_model_len=v.max_model_len or needed, api_key=v.api_key,
-                                  kv_cache_space_gib=v.kv_cache_space_gib,
-                                  gpu_memory_utilization=v.gpu_memory_utilization, enforce_eager=v.enforce_eager,
-                                  extra_args=list(v.extra_args))
+        settings = settings_from_config(config, model_path, max_model_len=v.max_model_len or needed,
+                                        host="127.0.0.1", port=0)  # loopback, a free port
         server = ManagedServer(settings, Path(output_dir) / "vllm.log")
         with status(f"Starting vLLM server (log: {server.log_path}; first start takes ~1-2 min on CPU)"):
             url = server.start(v.startup_timeout_s)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 
 @dataclass
@@ -25,6 +25,26 @@ class ServerSettings:
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = True
     extra_args: List[str] = field(default_factory=list)
+
+
+def needed_model_len(sampling: Any) -> Optional[int]:
+    """``max_prompt_length + max_completion_length`` of a config's ``sampling`` section (``None`` when prompts are
+    not limited): the ``max_model_len`` a server must offer."""
+    if not sampling.max_prompt_length:
+        return None
+    return sampling.max_prompt_length + sampling.max_completion_length
+
+
+def settings_from_config(config: Any, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,
+                         port: Optional[int] = None, api_key: Optional[str] = None,
+                         extra_args: Sequence[str] = ()) -> ServerSettings:
+    """:class:`ServerSettings` from a config's ``model``/``vllm`` sections; the keyword arguments override them
+    (``extra_args`` are appended to ``vllm.extra_args``)."""
+    v = config.vllm
+    return ServerSettings(model=model, host=host or v.host, port=v.port if port is None else port,
+                          dtype=config.model.dtype, max_model_len=max_model_len, api_key=api_key or v.api_key,
+                          kv_cache_space_gib=v.kv_cache_space_gib, gpu_memory_utilization=v.gpu_memory_utilization,
+                          enforce_eager=v.enforce_eager, extra_args=list(v.extra_args) + list(extra_args))
 
 
 def on_cpu() -> bool:
