@@ -184,7 +184,7 @@ class _Run:
             "completions/min_length": min(lengths),
             "completions/truncated_fraction": sum(truncated) / n,
             "learning_rate": self.scheduler.get_last_lr()[0],
-                "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
+            "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
         samples = [{"prompt": per_completion_prompts[i], "completion": texts[i], "reward": scored.total[i],

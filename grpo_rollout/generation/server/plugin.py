@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
@@ -141,8 +142,6 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
 
 @router.post("/update_weights/")
 async def update_weights(body: UpdateWeightsRequest, request: Request) -> Dict[str, Any]:
-    from pathlib import Path
-
     state = _state(request)
     if not Path(body.path).is_dir() or not list(Path(body.path).glob("*.safetensors")):
         raise HTTPException(400, f"{body.path} is not a folder holding *.safetensors files")
