@@ -357,15 +357,34 @@ def test_missing_prompt_column(project, errs):
     assert project.check(with_data(project, "data.jsonl", prompt_column="answer")) == []  # any string column works
 
 
-@pytest.mark.parametrize("prompts, row", [
-    (["fine", 5], 1),
-    (["", "fine"], 0),
-    ([[{"text": "hi"}]], 0),  # a list, but not of {role, content} messages
+@pytest.mark.parametrize("prompts, message", [
+    (["fine", 5], "row 1: the prompt is int 5, neither a plain string nor a list of chat messages"),
+    (["", "fine"], "row 0: the prompt is an empty string"),
+    ([[{"text": "hi"}]], "row 0: message 0 has no string `role` (missing)"),  # a list, but not of messages
+    ([[{"role": "user"}]], "row 0: message 0 has no string `content` (missing)"),
+    ([[{"role": "user", "content": "hi"}], [{"role": "usr", "content": "hi"}]],
+     "row 1: message 0 has the unknown role 'usr' (roles: system, user, assistant, tool)"),
+    ([[{"role": "user", "content": "hi"}], []], "row 1: the prompt is an empty list of messages"),
 ])
-def test_prompt_that_is_not_text_or_chat(project, errs, prompts, row):
+def test_prompt_that_is_not_text_or_chat(project, errs, prompts, message):
     project.write_jsonl("bad.jsonl", [{"prompt": p, "answer": "1"} for p in prompts])
     [p] = errs(project.check(with_data(project, "bad.jsonl")))
-    assert p.key == "data.prompt_column" and p.message.startswith(f"row {row}: the prompt is ")
+    assert p.key == "data.prompt_column" and p.message == message
+
+
+# Issue 9.2: a dataset mixing plain-string and message-list prompts passed validate-config and broke a chat reward.
+def test_mixed_prompt_formats_are_rejected_naming_the_row_and_both_formats(project, errs):
+    project.write_jsonl("mixed.jsonl", [{"prompt": "What is 2+3?", "answer": "5"},
+                                        {"prompt": [{"role": "user", "content": "What is 4+4?"}], "answer": "8"}])
+    [p] = errs(project.check(with_data(project, "mixed.jsonl")))
+    assert p.key == "data.prompt_column"
+    assert p.message == ("row 1's prompt is a list of chat messages but row 0's is a plain string: every prompt "
+                         "must use the same format")
+    # every row is checked, not only the first few
+    project.write_jsonl("late.jsonl", [{"prompt": f"Q{i}", "answer": "1"} for i in range(40)] +
+                        [{"prompt": [{"role": "user", "content": "Q"}], "answer": "1"}])
+    [p] = errs(project.check(with_data(project, "late.jsonl")))
+    assert p.message.startswith("row 40's prompt is a list of chat messages but row 0's")
 
 
 def test_chat_prompts_pass(project):
@@ -396,12 +415,39 @@ def test_integer_for_a_float_key_is_a_float_without_warnings(project):
 def test_unquoted_off_is_the_off_mode_and_other_yaml_booleans_are_explained(project, errs):
     import warnings
 
-    cfg = project.baseline()
-    cfg["vllm"] = {"mode": False}  # what YAML makes of `mode: off`
+    text = project.write_config(project.baseline()).read_text().replace("mode: 'off'", "mode: off")
+    assert "mode: off" in text
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        loaded = load_config(project.write_config(cfg))
+        loaded = load_config(project.write_config(text))
     assert loaded.problems == [] and loaded.config.vllm.mode == "off"
     assert load_config(project.write_config(project.baseline()), ["vllm.mode=off"]).config.vllm.mode == "off"
-    [p] = errs(load_config(project.write_config(project.baseline()), ["model.dtype=yes"]).problems)
-    assert p.key == "model.dtype" and "boolean" in p.message and "quote it" in p.fix
+    # the Python dict path has no text to go back to: False is taken as `off` there too
+    cfg, problems = config_from_dict({"vllm": {"mode": False}})
+    assert cfg.vllm.mode == "off" and problems == []
+    # any other YAML boolean given to a text key stays the word written, and is checked as such
+    [p] = errs(project.check(project.baseline(), ["model.dtype=yes"]))
+    assert p.key == "model.dtype" and p.value == "yes" and "must be one of float32" in p.message
+
+
+# Issue 9.1: a key typed `str` keeps exactly the text written, in YAML, in overrides and in the dict path.
+def test_string_keys_keep_the_text_written(project):
+    text = project.write_config(project.baseline()).read_text()
+    text += "logging:\n  run_name: 1e5\n"
+    text = text.replace("model:\n", "model:\n  revision: 0123456\n", 1)
+    loaded = load_config(project.write_config(text))
+    assert loaded.problems == []
+    assert loaded.config.model.revision == "0123456"  # not YAML 1.1's octal 42798
+    assert loaded.config.logging.run_name == "1e5"  # not 100000.0
+    over = load_config(project.write_config(project.baseline()),
+                       ["logging.run_name=1e5", "model.revision=0123456", "rewards.0.function=rewards.py:accuracy"])
+    assert over.problems == []
+    assert (over.config.logging.run_name, over.config.model.revision) == ("1e5", "0123456")
+    quoted = load_config(project.write_config(project.baseline()), ["logging.run_name='1e5'"])
+    assert quoted.config.logging.run_name == "1e5"
+    cfg, problems = config_from_dict({**project.baseline(), "logging": {"run_name": "1e5"}})
+    assert cfg.logging.run_name == "1e5" and problems == []
+    # numbers keep being numbers where the schema wants them
+    assert load_config(project.write_config(project.baseline()), ["training.learning_rate=1e-5"]
+                       ).config.training.learning_rate == 1e-5
+    assert "run_name: '1e5'" in to_yaml(over.config)  # the saved config.yaml reads back as text

@@ -304,9 +304,10 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
                  f"add the column `{p}` to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter a default")
 
 
-def check_dataset(config: Config, problems: List[Problem], base_dir: Path, max_rows: int = 5) -> Optional[List[str]]:
-    """Load the dataset, check the prompt column on its first rows; returns the column names (``None`` if it failed)."""
-    from ..data import DatasetError, load_train_dataset
+def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:
+    """Load the dataset and check the prompt of every row (well-formed, one format throughout); returns the column
+    names (``None`` if it failed)."""
+    from ..data import CHAT_ROLES, DatasetError, load_train_dataset, prompt_problems
 
     if not config.data.train:
         _err(problems, "data.train", "", "no training data given",
@@ -323,15 +324,10 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path, max_r
         _err(problems, "data.prompt_column", col, f"the dataset has no column `{col}` (columns: {', '.join(columns)})",
              "set data.prompt_column to the column holding the prompts")
         return columns
-    for i, row in enumerate(ds.select(range(min(max_rows, len(ds))))):
-        prompt = row[col]
-        is_chat = isinstance(prompt, list) and prompt and all(
-            isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
-        if not (isinstance(prompt, str) and prompt.strip()) and not is_chat:
-            _err(problems, "data.prompt_column", col,
-                 f"row {i}: the prompt is {type(prompt).__name__} {str(prompt)[:60]!r}; expected a non-empty string or "
-                 "a list of {role, content} messages", "fix the data or point data.prompt_column at the prompt text")
-            break
+    for message in prompt_problems(row[col] for row in ds.select_columns([col])):
+        _err(problems, "data.prompt_column", col, message,
+             "make every prompt a non-empty string, or every prompt a list of {role, content} messages with roles "
+             f"{', '.join(CHAT_ROLES)} (or point data.prompt_column at another column)")
     return columns
 
 

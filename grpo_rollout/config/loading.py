@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,8 +105,14 @@ def _is_type(tp: Any, kind: type) -> bool:
     return tp is kind or (typing.get_origin(tp) is typing.Union and kind in typing.get_args(tp))
 
 
-def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -> Dict[str, Any]:
-    """Walk one mapping of the user's tree against dataclass ``cls``; return the keys that are valid, record the rest."""
+def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem],
+                   texts: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Walk one mapping of the user's tree against dataclass ``cls``; return the keys that are valid, record the rest.
+
+    ``texts`` maps dotted keys to the text the user wrote for a plain (unquoted) YAML or override value (see
+    :func:`_plain_scalar_texts`): a key typed ``str`` takes that text, not YAML's reading of it (``1e5`` stays
+    ``"1e5"``, ``0123456`` stays ``"0123456"``, ``off`` stays ``"off"``)."""
+    texts = texts or {}
     if not isinstance(node, DictConfig):
         problems.append(Problem(prefix.rstrip(".") or "<config>", _plain(node), f"expected a mapping of {cls.__name__} keys",
                                 f"write `{prefix.rstrip('.')}:` followed by indented keys such as {', '.join(list(_hints(cls))[:3])}"))
@@ -127,12 +134,14 @@ def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -
             continue
         value = node[key]
         if dataclasses.is_dataclass(tp):
-            clean[key] = _check_section(value, tp, dotted + ".", problems)
+            clean[key] = _check_section(value, tp, dotted + ".", problems, texts)
         elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
-            clean[key] = _check_list_of_sections(value, typing.get_args(tp)[0], dotted, problems)
+            clean[key] = _check_list_of_sections(value, typing.get_args(tp)[0], dotted, problems, texts)
         else:
             if _is_type(tp, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)  # `temperature: 1` means 1.0 (OmegaConf deprecates converting it implicitly)
+            if _is_type(tp, str) and value is not None and not isinstance(value, str) and dotted in texts:
+                value = texts[dotted]  # the text as written: commit hashes, run names, paths
             if _is_type(tp, str) and isinstance(value, bool):
                 # YAML 1.1 reads unquoted off/on/yes/no/true/false as booleans: `vllm.mode: off` arrives as False
                 if not value and "off" in ENUMS.get(dotted, ()):
@@ -150,7 +159,8 @@ def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem]) -
     return clean
 
 
-def _check_list_of_sections(value: Any, item_cls: type, dotted: str, problems: List[Problem]) -> List[Any]:
+def _check_list_of_sections(value: Any, item_cls: type, dotted: str, problems: List[Problem],
+                            texts: Dict[str, str]) -> List[Any]:
     if not isinstance(value, ListConfig):
         problems.append(Problem(dotted, _plain(value), "expected a list",
                                 f"write `{dotted}:` followed by `- function: pkg.module:func` entries"))
@@ -159,7 +169,7 @@ def _check_list_of_sections(value: Any, item_cls: type, dotted: str, problems: L
     for i, item in enumerate(value):
         if isinstance(item, str):  # shorthand: a bare dotted path
             item = OmegaConf.create({"function": item})
-        items.append(_check_section(item, item_cls, f"{dotted}[{i}].", problems))
+        items.append(_check_section(item, item_cls, f"{dotted}[{i}].", problems, texts))
     return items
 
 
@@ -223,14 +233,43 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = 
         return _finish(LoadedConfig(None, problems, path), strict)
     if raw is None or isinstance(raw, ListConfig):
         raw = OmegaConf.create({}) if raw is None else raw
+    texts = _plain_scalar_texts(path.read_text())
     if isinstance(raw, DictConfig):
-        _apply_overrides(raw, overrides, problems)
-    return _finish(LoadedConfig(_build(raw, problems), problems, path), strict)
+        _apply_overrides(raw, overrides, problems, texts)
+    return _finish(LoadedConfig(_build(raw, problems, texts), problems, path), strict)
 
 
-def _build(raw: Any, problems: List[Problem]) -> Config:
-    """Check ``raw`` against the schema (recording problems), merge what is valid over the defaults, resolve."""
-    clean = _check_section(raw, Config, "", problems)
+def _plain_scalar_texts(yaml_text: str) -> Dict[str, str]:
+    """Dotted key (``logging.run_name``, ``rewards[0].function``) → the text of every plain (unquoted) YAML scalar
+    that YAML does not read as text (``1e5``, ``0123456``, ``yes``; ``null``/``~`` excluded), so that a key typed
+    ``str`` can keep exactly what the user wrote."""
+    import yaml
+
+    try:
+        root = yaml.compose(yaml_text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    texts: Dict[str, str] = {}
+
+    def walk(node: Any, dotted: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    walk(value, f"{dotted}.{key.value}" if dotted else str(key.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, f"{dotted}[{i}]")
+        elif isinstance(node, yaml.ScalarNode) and node.style is None and node.tag != "tag:yaml.org,2002:null":
+            texts[dotted] = node.value
+
+    walk(root, "")
+    return texts
+
+
+def _build(raw: Any, problems: List[Problem], texts: Optional[Dict[str, str]] = None) -> Config:
+    """Check ``raw`` against the schema (recording problems), merge what is valid over the defaults, resolve.
+    ``texts``: the user's text of plain scalars (:func:`_plain_scalar_texts`)."""
+    clean = _check_section(raw, Config, "", problems, texts)
     cfg = OmegaConf.merge(OmegaConf.structured(Config), clean)
     _resolve_leaves(cfg, problems)
     try:
@@ -240,9 +279,11 @@ def _build(raw: Any, problems: List[Problem]) -> Config:
         return Config()
 
 
-def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[Problem]) -> None:
+def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[Problem],
+                     texts: Dict[str, str]) -> None:
     """Apply each ``key=value`` override to ``raw`` in place (list items as ``rewards.0.weight=2``); one that cannot be
-    parsed or applied (bad YAML value, missing list index) is recorded as a problem, the others still apply.
+    parsed or applied (bad YAML value, missing list index) is recorded as a problem, the others still apply. The text
+    of an unquoted value goes into ``texts`` (replacing the YAML file's), so a ``str`` key keeps it as written.
 
     Hydra's ``+key=value`` (add a key) is accepted as ``key=value``: free-form maps such as ``rollout.kwargs`` take
     new keys anyway, and a new key anywhere else is reported as unknown like any other."""
@@ -252,12 +293,18 @@ def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[P
             problems.append(Problem(item, None, "override is not of the form key=value",
                                     "write overrides like `sampling.temperature=0.7`"))
             continue
+        key, value = item.split("=", 1)
         try:
             raw.merge_with_dotlist([item])
         except Exception as exc:  # noqa: BLE001 - OmegaConf and YAML errors come in several types
-            key, value = item.split("=", 1)
             problems.append(Problem(key, value, f"override could not be applied: {str(exc).splitlines()[0]}",
                                     "write overrides like `sampling.temperature=0.7` (list items: `rewards.0.weight=2`)"))
+            continue
+        dotted = re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", key.strip())  # rewards.0.function → rewards[0].function
+        if value.strip()[:1] in ("'", '"'):
+            texts.pop(dotted, None)  # quoted: YAML already reads it as text
+        else:
+            texts[dotted] = value.strip()
 
 
 def _finish(loaded: LoadedConfig, strict: bool) -> LoadedConfig:

@@ -10,11 +10,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 from ..config.imports import ImportSpecError, resolve_callable
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+#: Roles a chat-message prompt may use (what chat templates render).
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+#: The two prompt formats, as named in messages.
+TEXT, CHAT = "a plain string", "a list of chat messages"
 
 
 class DatasetError(ValueError):
@@ -82,3 +86,51 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
     if len(ds) == 0:
         raise DatasetError(f"`{spec}` has no rows")
     return ds
+
+
+def prompt_format(prompt: Any) -> Tuple[Optional[str], Optional[str]]:
+    """Which format ``prompt`` is in and what is wrong with it.
+
+    Returns:
+        ``(format, problem)``: format :data:`TEXT` or :data:`CHAT` (``None`` when it is neither), and a sentence
+        saying what is wrong (``None`` for a well-formed prompt): an empty string, a message without a string
+        ``role``/``content``, or a role outside :data:`CHAT_ROLES`.
+    """
+    if isinstance(prompt, str):
+        return TEXT, None if prompt.strip() else "the prompt is an empty string"
+    if not isinstance(prompt, (list, tuple)):
+        return None, f"the prompt is {type(prompt).__name__} {repr(prompt)[:60]}, neither {TEXT} nor {CHAT}"
+    if not prompt:
+        return CHAT, "the prompt is an empty list of messages"
+    for j, message in enumerate(prompt):
+        if not isinstance(message, dict):
+            return CHAT, f"message {j} is {type(message).__name__} {repr(message)[:40]}, not a {{role, content}} mapping"
+        for field in ("role", "content"):
+            if not isinstance(message.get(field), str):
+                got = "missing" if message.get(field) is None else f"{type(message[field]).__name__}"
+                return CHAT, f"message {j} has no string `{field}` ({got})"
+        if message["role"] not in CHAT_ROLES:
+            return CHAT, f"message {j} has the unknown role {message['role']!r} (roles: {', '.join(CHAT_ROLES)})"
+    return CHAT, None
+
+
+def prompt_problems(prompts: Iterable[Any], limit: int = 3) -> List[str]:
+    """Up to ``limit`` sentences, each naming a row, about prompts that are malformed or whose format differs from
+    the first row's (a step's prompts are all strings or all message lists: rewards and rollouts receive them as a
+    batch and would break on the mix)."""
+    found: List[str] = []
+    first: Optional[Tuple[int, str]] = None
+    mixed_reported = False
+    for i, prompt in enumerate(prompts):
+        fmt, problem = prompt_format(prompt)
+        if problem:
+            found.append(f"row {i}: {problem}")
+        elif first is None:
+            first = (i, fmt)
+        elif fmt != first[1] and not mixed_reported:
+            found.append(f"row {i}'s prompt is {fmt} but row {first[0]}'s is {first[1]}: every prompt must use the "
+                         "same format")
+            mixed_reported = True
+        if len(found) >= limit:
+            break
+    return found
