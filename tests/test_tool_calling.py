@@ -51,7 +51,33 @@ def sleepy(seconds: float) -> str:
     return "awake"
 
 
-TOOLS = [multiply, explode, sleepy]
+NOTES: Dict[str, str] = {}
+
+
+def write_note(name: str, text: str) -> str:
+    """Save a note (slowly: a read started at the same time finds nothing).
+
+    Args:
+        name: the note's name
+        text: what to write
+    """
+    time.sleep(0.3)
+    NOTES[name] = text
+    return "saved"
+
+
+def read_note(name: str) -> str:
+    """Read a saved note.
+
+    Args:
+        name: the note's name
+    """
+    if name not in NOTES:
+        raise FileNotFoundError(f"no such note: {name}")
+    return NOTES[name]
+
+
+TOOLS = [multiply, explode, sleepy, write_note, read_note]
 SYSTEM = "Tools: multiply, explode, sleepy."  # the system prompt (a short one keeps the fixture's training fast)
 SCRIPT = {
     "Multiply 3 and 4.": '<tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>',
@@ -61,7 +87,14 @@ SCRIPT = {
     "Wait forever.": '<tool_call>{"name": "sleepy", "arguments": {"seconds": 600}}</tool_call>',
     "Two at once.": '<tool_call>{"name": "multiply", "arguments": {"a": 2, "b": 5}}</tool_call>\n'
                     '<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>',
+    # issue 9.3: a later call depends on an earlier one of the same turn
+    "Write then read.": '<tool_call>{"name": "write_note", "arguments": {"name": "a.md", "text": "hello"}}</tool_call>\n'
+                        '<tool_call>{"name": "read_note", "arguments": {"name": "a.md"}}</tool_call>',
+    # issue 9.4: the closing tag written inside a JSON string argument
+    "Quote the tag.": '<tool_call>{"name": "write_note", "arguments": {"name": "b.md", '
+                      '"text": "close with </tool_call> here"}}</tool_call>',
 }
+FIRST_SIX = list(SCRIPT)[:6]
 END = "<|im_end|>"
 
 
@@ -200,7 +233,7 @@ def _tool_text(content: str) -> str:
 def test_tool_tokens_masked_sampled_tokens_kept_exactly(tool_model):
     model, tokenizer = tool_model
     client = RecordingClient(model, tokenizer)
-    prompts = list(SCRIPT)
+    prompts = FIRST_SIX
     start = time.monotonic()
     out = _rollout(client, tokenizer, prompts)
     elapsed = time.monotonic() - start
@@ -248,6 +281,45 @@ def test_turn_ended_by_end_of_turn_token_and_two_calls(tool_model):
         assert runs[1] == (0, "\n" + "".join(f"<|im_start|>tool\n{c}{END}\n" for c in contents)
                            + "<|im_start|>assistant\n")
         assert runs[2] == (1, "Done." + END)
+
+
+# Issue 9.3: several calls in one turn ran concurrently, so read(path) finished before write(path).
+def test_calls_of_one_turn_run_in_the_order_written(tool_model):
+    model, tokenizer = tool_model
+    NOTES.clear()
+    out = _rollout(RecordingClient(model, tokenizer), tokenizer, ["Write then read."], stop=None)
+    for results in out["tool_results"]:
+        assert [(r["name"], r["content"]) for r in results] == [("write_note", "saved"), ("read_note", "hello")]
+    # opted in, the same calls run concurrently: the read does not wait for the write
+    NOTES.clear()
+    out = _rollout(RecordingClient(model, tokenizer), tokenizer, ["Write then read."], stop=None, n=1,
+                   parallel_tool_calls=True)
+    assert [r["content"] for r in out["tool_results"][0]] == [
+        "saved", "Error: read_note raised FileNotFoundError: no such note: a.md"]
+
+
+# Issue 9.4: a literal </tool_call> inside a JSON string argument was cut by the stop string and read as invalid JSON.
+def test_stop_string_inside_a_json_string_does_not_cut_the_call(tool_model):
+    model, tokenizer = tool_model
+    NOTES.clear()
+    client = RecordingClient(model, tokenizer)
+    out = _rollout(client, tokenizer, ["Quote the tag."])  # the default stop: </tool_call>
+    for i in range(2):
+        [result] = out["tool_results"][i]
+        assert result == {"name": "write_note", "arguments": {"name": "b.md", "text": "close with </tool_call> here"},
+                          "content": "saved", "error": None}
+        assert out["num_turns"][i] == 2 and out["final_response"][i] == "Done."
+        ids, lps, mask = out["completion_ids"][i], out["logprobs"][i], out["completion_mask"][i]
+        first_end = spans(ids, mask)[0][1]
+        # the first turn was sampled in two requests: up to the stop string inside the string, then on from there
+        prompt = out["prompt_ids"][i]
+        [head] = [r for r in client.records if list(r["prompt"]) == prompt and r["ids"] == ids[:len(r["ids"])]][:1]
+        assert tokenizer.decode(head["ids"]).endswith('"close with </tool_call>') and head["finish"] == "stop"
+        rest = [r for r in client.records if list(r["prompt"]) == prompt + head["ids"]]
+        assert any(head["ids"] + r["ids"] == ids[:first_end] and head["logprobs"] + r["logprobs"] == lps[:first_end]
+                   for r in rest)
+        assert tokenizer.decode(ids[:first_end]) == SCRIPT["Quote the tag."]
+    assert NOTES == {"b.md": "close with </tool_call> here"}
 
 
 def test_token_budget_covers_tool_tokens(tool_model):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from grpo_rollout.rollouts.tool_parsing import format_tool_call, parse_tool_calls
+from grpo_rollout.rollouts.tool_parsing import format_tool_call, parse_tool_calls, stopped_inside_string
 from grpo_rollout.rollouts.tools import (ToolError, example_call, load_tools, result_text, run_tool_calls_sync,
                                          tool_schema)
 from grpo_rollout.rewards.tools import env_reward, tool_call_validity, tool_success
@@ -92,6 +92,31 @@ def test_braces_and_tags_inside_string_arguments():
 def test_malformed_blocks_are_reported_not_raised(body, fragment):
     [call] = parse_tool_calls(f"<tool_call>{body}</tool_call>")
     assert not call.well_formed and fragment in call.error
+
+
+# Issue 9.4: the closing tag inside a JSON string argument was taken as the end of the call.
+def test_closing_tag_inside_a_json_string_is_text():
+    text = ('<tool_call>{"name": "write_file", "arguments": {"path": "a.md", "text": "close with </tool_call> here"}}'
+            '</tool_call>')
+    [call] = parse_tool_calls(text)
+    assert call.well_formed and call.arguments == {"path": "a.md", "text": "close with </tool_call> here"}
+    # escaped quotes do not end the string
+    [call] = parse_tool_calls('<tool_call>{"name": "w", "arguments": {"t": "say \\"</tool_call>\\" ok"}}</tool_call>')
+    assert call.arguments == {"t": 'say "</tool_call>" ok'}
+    # the stop string fell inside the string: generation must go on; once the call closes, it is over
+    assert stopped_inside_string(text[: text.index("</tool_call>") + len("</tool_call>")])
+    assert not stopped_inside_string(text)
+    assert not stopped_inside_string('<tool_call>{"name": "m", "arguments": {}}</tool_call>')
+    assert not stopped_inside_string("no call here </tool_call>")
+    assert not stopped_inside_string('<tool_call>{"name": "m", "arguments": {"a": 1}')  # no stop string at the end
+
+
+def test_unbalanced_quote_does_not_swallow_the_next_call():
+    calls = parse_tool_calls('<tool_call>{"name": "a", "arguments": {"x": "1}}</tool_call>\n'
+                             '<tool_call>{"name": "b", "arguments": {}}</tool_call>')
+    assert [c.well_formed for c in calls] == [False, True] and calls[1].name == "b"
+    # the message reads "... starting at character 33", not "at at character"
+    assert calls[0].error == "invalid JSON: Unterminated string starting at character 33"
 
 
 def test_malformed_call_does_not_hide_the_next_one():

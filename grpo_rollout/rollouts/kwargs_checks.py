@@ -48,6 +48,14 @@ def check_int(kwargs: Mapping[str, Any], name: str, minimum: int, optional: bool
     return []
 
 
+def check_bool(kwargs: Mapping[str, Any], name: str) -> List[KwargsProblem]:
+    """``kwargs[name]``, when given, is true or false."""
+    value = kwargs.get(name, False)
+    if isinstance(value, bool):
+        return []
+    return [(_key(name), f"must be true or false, got {value!r}", f"e.g. {name}: true")]
+
+
 def check_positive_seconds(kwargs: Mapping[str, Any], name: str) -> List[KwargsProblem]:
     """``kwargs[name]``, when given, is a number of seconds > 0, or null (no limit)."""
     value = kwargs.get(name)

@@ -28,8 +28,12 @@ from .contract import RolloutError
 #: Appended to the last assistant message when rendering, to find where its content ends in the template's output.
 SENTINEL = "\u2063<<grpo-rollout:end-of-sampled-text>>\u2063"
 
-#: ``on_turn(text) -> messages to append, or None when the episode is over``.
+#: ``on_turn(text) -> messages to append, or None when the episode is over``. A handler may also have a method
+#: ``continue_turn(text) -> bool``: True when a turn that a stop string ended is not over yet (the tool-calling
+#: rollout: ``</tool_call>`` written inside a JSON string argument), so the model goes on sampling the same turn.
 TurnHandler = Callable[[str], Awaitable[Optional[List[Dict[str, Any]]]]]
+#: At most this many times one turn is continued after a stop string that did not end it.
+MAX_CONTINUATIONS = 8
 
 
 def is_message(m: Any) -> bool:
@@ -110,6 +114,7 @@ class Conversation:
     last_finish: str = ""
     truncated: bool = False
     _ended_with_eos: bool = False
+    _turn_start: int = 0
 
     @classmethod
     def start(cls, tokenizer: Any, messages: List[Dict[str, Any]], eos_ids: set,
@@ -128,8 +133,11 @@ class Conversation:
         """Prompt plus completion so far: what the next turn is generated from."""
         return self.prompt_ids + self.completion_ids
 
-    def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float], finish_reason: str) -> str:
-        """Append one sampled turn as it was sampled; return its text (special tokens skipped).
+    def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float], finish_reason: str,
+                    continuation: bool = False) -> str:
+        """Append one sampled turn as it was sampled (or, with ``continuation``, more of the current turn: the model
+        was stopped too early and goes on from where it stopped); return the turn's whole text (special tokens
+        skipped).
 
         Raises:
             RolloutError: ``logprobs`` does not have one value per token.
@@ -137,17 +145,26 @@ class Conversation:
         ids, logprobs = list(ids), list(logprobs)
         if len(ids) != len(logprobs):
             raise RolloutError(f"the client returned {len(ids)} tokens but {len(logprobs)} log-probs")
+        if not continuation or not self.turns:
+            self.turns += 1
+            self._turn_start = len(self.completion_ids)
+            self.messages.append({"role": "assistant", "content": ""})
         self.completion_ids += ids
         self.logprobs += [float(x) for x in logprobs]
         self.completion_mask += [1] * len(ids)
-        self.turns += 1
-        self._ended_with_eos = bool(ids) and ids[-1] in self.eos_ids
-        body = ids[:-1] if self._ended_with_eos else ids
+        turn = self.completion_ids[self._turn_start:]
+        self._ended_with_eos = bool(turn) and turn[-1] in self.eos_ids
+        body = turn[:-1] if self._ended_with_eos else turn
         content = self.tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        self.messages.append({"role": "assistant", "content": content})
-        self.last_text = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        self.messages[-1] = {"role": "assistant", "content": content}
+        self.last_text = self.tokenizer.decode(turn, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         self.last_finish = finish_reason
         return self.last_text
+
+    @property
+    def turn_tokens(self) -> int:
+        """Tokens sampled in the current turn so far."""
+        return len(self.completion_ids) - self._turn_start
 
     def inserted_text(self, new_messages: Sequence[Dict[str, Any]]) -> str:
         """The template text that follows the sampled tokens when ``new_messages`` are added and the next assistant
@@ -215,12 +232,12 @@ class Sampling:
     stop: Optional[List[str]] = None
     max_turn_tokens: Optional[int] = None  # cap per turn (the remaining budget caps it too)
 
-    def request_seed(self, sample: int, turn: int) -> Optional[int]:
-        """A distinct, reproducible seed per sample and turn (``None`` when unseeded): samples of a group that share
-        a prompt must not share a seed, or they would be identical."""
+    def request_seed(self, sample: int, turn: int, part: int = 0) -> Optional[int]:
+        """A distinct, reproducible seed per sample, turn and continuation ``part`` (``None`` when unseeded): samples
+        of a group that share a prompt must not share a seed, or they would be identical."""
         if self.seed is None:
             return None
-        return (self.seed * 1_000_003 + sample * 7_919 + turn * 104_729) % (2 ** 31)
+        return (self.seed * 1_000_003 + sample * 7_919 + turn * 104_729 + part * 15_485_863) % (2 ** 31)
 
 
 async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
@@ -249,12 +266,26 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
     that cap does not end the episode). ``on_turn`` is called after every sampled turn, also the last one, so
     tools/environments see every answer.
     """
-    while True:
+    continue_turn = getattr(on_turn, "continue_turn", None)
+
+    def max_tokens() -> int:
         budget = max_completion_length - len(conv.completion_ids)
-        max_tokens = min(budget, sampling.max_turn_tokens) if sampling.max_turn_tokens else budget
-        ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens,
+        if sampling.max_turn_tokens:
+            return min(budget, sampling.max_turn_tokens - (conv.turn_tokens if part else 0))
+        return budget
+
+    while True:
+        part = 0
+        ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
                                                    sampling.request_seed(sample_index, conv.turns))
         text = conv.add_sampled(ids, logprobs, finish)
+        # a stop string that fell where the turn is not over (inside a tool call's JSON string): sample on
+        while (finish == "stop" and continue_turn is not None and part < MAX_CONTINUATIONS and max_tokens() > 0
+               and continue_turn(text)):
+            part += 1
+            ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
+                                                       sampling.request_seed(sample_index, conv.turns, part))
+            text = conv.add_sampled(ids, logprobs, finish, continuation=True)
         # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished
         conv.truncated = finish == "length" and len(conv.completion_ids) >= max_completion_length
         new_messages = await on_turn(text)

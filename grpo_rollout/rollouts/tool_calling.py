@@ -9,8 +9,9 @@ Config::
         max_turns: 3            # sampled turns per sample
         tool_timeout_s: 5       # a call running longer is abandoned and reported to the model as an error
 
-Per sample: generate → parse ``<tool_call>`` blocks → run the tools (concurrently, each in its own thread, with the
-timeout; exceptions become the tool's answer) → append one tool message per call → generate again; until a turn has
+Per sample: generate → parse ``<tool_call>`` blocks → run the tools (in the order written, each in its own thread,
+with the timeout; exceptions become the tool's answer; ``parallel_tool_calls: true`` runs one turn's calls
+concurrently) → append one tool message per call → generate again; until a turn has
 no call, ``max_turns`` turns were sampled, or the ``max_completion_length`` budget is used up (tool tokens count).
 All samples of the step run concurrently. Tool tokens get ``completion_mask`` 0 (see :mod:`.multi_turn`).
 
@@ -28,9 +29,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
-from .kwargs_checks import check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
+from .kwargs_checks import check_bool, check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
 from .multi_turn import Conversation, as_messages, eos_ids_of, render, run_multi_turn
-from .tool_parsing import CALL_CLOSE, parse_tool_calls
+from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tools import ToolError, ToolResult, example_call, load_tools, run_tool_call, tool_schema
 
 DEFAULT_SYSTEM_PROMPT = """You can use these tools:
@@ -108,19 +109,28 @@ def tool_message(result: ToolResult) -> Dict[str, Any]:
 
 
 class _ToolEpisode:
-    """Per-sample tool handling: parse the turn, run its calls, count them."""
+    """Per-sample tool handling: parse the turn, run its calls (in the order written, or concurrently when
+    ``parallel``), count them."""
 
-    def __init__(self, tools: Dict[str, Callable], timeout_s: Optional[float]):
-        self.tools, self.timeout_s = tools, timeout_s
+    def __init__(self, tools: Dict[str, Callable], timeout_s: Optional[float], parallel: bool = False):
+        self.tools, self.timeout_s, self.parallel = tools, timeout_s, parallel
         self.results: List[ToolResult] = []
 
     async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
         calls = parse_tool_calls(text)
         if not calls:
             return None
-        results = await asyncio.gather(*(run_tool_call(c, self.tools, self.timeout_s) for c in calls))
+        if self.parallel:
+            results = list(await asyncio.gather(*(run_tool_call(c, self.tools, self.timeout_s) for c in calls)))
+        else:  # one after the other: write(path) then read(path) in one turn must see the file
+            results = [await run_tool_call(c, self.tools, self.timeout_s) for c in calls]
         self.results += results
         return [tool_message(r) for r in results]
+
+    @staticmethod
+    def continue_turn(text: str) -> bool:
+        """The stop string ``</tool_call>`` fell inside a JSON string argument: the call is not finished."""
+        return stopped_inside_string(text)
 
     def extras(self) -> Dict[str, Any]:
         """This sample's tool counts (total, errors, per configured tool) and its ``tool_results`` records."""
@@ -139,7 +149,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
                          seed: Optional[int] = None, max_turns: int = 3, tool_timeout_s: Optional[float] = 10.0,
                          tool_prompt: str = "auto", system_prompt: Optional[str] = None,
                          stop: Optional[Sequence[str]] = (CALL_CLOSE,), max_turn_tokens: Optional[int] = None,
-                         base_dir: Optional[str] = None,
+                         parallel_tool_calls: bool = False, base_dir: Optional[str] = None,
                          **_: Any) -> Dict[str, List[Any]]:
     """Sample ``n`` tool-using conversations per prompt.
 
@@ -154,8 +164,12 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
         tool_prompt: ``auto``, ``template`` or ``system`` (see the module docstring). system_prompt: replaces the
             default system prompt text (``{tools}`` and ``{example}`` are filled in).
         stop: stop strings of every turn; the default ends a turn at ``</tool_call>`` so the tool runs before the
-            model can invent its answer (``null`` lets a turn hold several calls).
+            model can invent its answer: a turn then holds one call (a ``</tool_call>`` written inside a JSON string
+            argument does not end it: sampling goes on). ``null`` ends turns only at the end-of-turn token, so a turn
+            can hold several calls.
         max_turn_tokens: tokens per turn at most (``None``: only the remaining budget limits a turn).
+        parallel_tool_calls: run the calls of one turn concurrently; by default they run one after the other in
+            the order the model wrote them (a later call may depend on an earlier one's effect).
         base_dir: where relative tool file paths are also looked up.
 
     Returns:
@@ -185,7 +199,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
             messages = with_system_prompt(messages, system_prompt_text(schemas, system_prompt))
         for _ in range(n):
             conv = Conversation.start(tokenizer, messages, eos, client.max_prompt_length, **template_kwargs)
-            handler = _ToolEpisode(functions, tool_timeout_s)
+            handler = _ToolEpisode(functions, tool_timeout_s, parallel_tool_calls)
             episodes.append((conv, handler))
             handlers.append(handler)
     out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
@@ -206,6 +220,7 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
     ``max_turn_tokens``, ``tool_timeout_s``, ``stop``, ``tool_prompt``, ``system_prompt``). Meant for validate-config."""
     problems = unknown_settings(tool_calling_rollout, kwargs) + type_problems(kwargs)
     problems += check_positive_seconds(kwargs, "tool_timeout_s") + check_optional_text(kwargs, "system_prompt")
+    problems += check_bool(kwargs, "parallel_tool_calls")
     tools = kwargs.get("tools")
     if not tools:
         problems.append(("rollout.kwargs.tools", "no tools configured",

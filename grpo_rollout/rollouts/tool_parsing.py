@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
@@ -52,7 +52,7 @@ def _decode_call(raw: str) -> ToolCall:
         # grammar itself, and trailing junk after the object is reported instead of silently accepted.
         obj, end = json.JSONDecoder().raw_decode(text)
     except json.JSONDecodeError as exc:
-        return ToolCall(None, {}, raw, f"invalid JSON: {exc.msg} at character {exc.pos}")
+        return ToolCall(None, {}, raw, f"invalid JSON: {exc.msg.removesuffix(' at')} at character {exc.pos}")
     if text[end:].strip():
         return ToolCall(None, {}, raw, f"unexpected text after the JSON object: {text[end:].strip()[:40]!r}")
     if not isinstance(obj, dict):
@@ -73,31 +73,88 @@ def _decode_call(raw: str) -> ToolCall:
     return ToolCall(name, args, raw)
 
 
+def _json_aware_end(text: str, start: int) -> Tuple[Optional[int], bool]:
+    """Where the block whose content starts at ``start`` ends, reading the content as JSON: the first
+    ``</tool_call>`` or ``<tool_call>`` that is *outside* a JSON string (a closing tag written inside a string
+    argument is text). Returns ``(index or None, inside_string_at_end_of_text)``."""
+    in_string = escaped = False
+    i = start
+    while i < len(text):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c == "<" and (text.startswith(CALL_CLOSE, i) or text.startswith(CALL_OPEN, i)):
+            return i, False
+        i += 1
+    return None, in_string
+
+
+def _blocks(text: str) -> List[Tuple[int, int, bool, bool]]:
+    """``(content_start, content_end, closed, open_string)`` of every block, in order.
+
+    A block ends at the first tag outside a JSON string when the content up to there decodes as a call (so
+    ``</tool_call>`` inside a string argument is kept as text); otherwise at the first tag, as plain text reads it
+    (so one malformed call with an unbalanced quote does not swallow the calls after it). ``open_string``: the text
+    ends inside a JSON string of this (last, unclosed) block.
+    """
+    out = []
+    match = _OPEN_OR_CLOSE.search(text)
+    while match is not None:
+        if match.group() != CALL_OPEN:  # a stray closing tag outside any block
+            match = _OPEN_OR_CLOSE.search(text, match.end())
+            continue
+        start = match.end()
+        aware, open_string = _json_aware_end(text, start)
+        naive = _OPEN_OR_CLOSE.search(text, start)
+        if aware is not None and (naive is None or naive.start() == aware or
+                                  _decode_call(text[start:aware]).well_formed):
+            end = aware
+        elif naive is not None:
+            end, open_string = naive.start(), False
+        else:
+            out.append((start, len(text), False, open_string))
+            break
+        closed = text.startswith(CALL_CLOSE, end)
+        out.append((start, end, closed, False))
+        match = _OPEN_OR_CLOSE.search(text, end + len(CALL_CLOSE) if closed else end)
+    return out
+
+
 def parse_tool_calls(text: str) -> List[ToolCall]:
     """Every ``<tool_call>...</tool_call>`` block in ``text``, in order.
 
-    A block left open at the end of the text (generation stopped before ``</tool_call>``) is parsed up to the end; a
-    second ``<tool_call>`` before the first one closes ends the first block there. Text outside blocks is ignored.
+    The content is read JSON-aware: ``</tool_call>`` inside a JSON string (an argument that mentions the tag) does
+    not close the block. A block left open at the end of the text (generation stopped before ``</tool_call>``) is
+    parsed up to the end; a second ``<tool_call>`` before the first one closes ends the first block there. Text
+    outside blocks is ignored.
 
     Returns:
         one :class:`ToolCall` per block (malformed ones have ``error`` set); ``[]`` when there is no block.
     """
     calls: List[ToolCall] = []
-    start: Optional[int] = None  # where the content of the open block begins
-    for match in _OPEN_OR_CLOSE.finditer(text):
-        if match.group() == CALL_OPEN:
-            if start is not None:
-                calls.append(_decode_call(text[start:match.start()]))
-            start = match.end()
-        elif start is not None:
-            calls.append(_decode_call(text[start:match.start()]))
-            start = None
-    if start is not None:
-        call = _decode_call(text[start:])
-        if call.error is None:
+    for start, end, closed, _ in _blocks(text):
+        call = _decode_call(text[start:end])
+        if not closed and end == len(text) and call.error is None:
             call.error = f"unterminated: no {CALL_CLOSE}"
         calls.append(call)
     return calls
+
+
+def stopped_inside_string(text: str) -> bool:
+    """True when ``text`` ends with ``</tool_call>`` that lies inside a JSON string of an open call: a stop string
+    ``</tool_call>`` cut the model off in the middle of an argument, and generation should go on."""
+    if not text.endswith(CALL_CLOSE):
+        return False
+    head = text[: -len(CALL_CLOSE)]
+    blocks = _blocks(head)
+    return bool(blocks) and not blocks[-1][2] and blocks[-1][1] == len(head) and blocks[-1][3]
 
 
 def format_tool_call(name: str, arguments: Dict[str, Any]) -> str:
