@@ -56,6 +56,8 @@ RANGE_CASES = {
     "training.epsilon_high": ([0.0, -0.3], [None, 0.28]),
     "training.num_iterations": ([0], [1, 4]),
     "training.save_steps": ([-1], [0, 50]),
+    "training.save_total_limit": ([0, -2], [None, 1, 3]),
+    "training.max_nonfinite_steps": ([0], [1, 3]),
     "training.logging_steps": ([0], [1]),
     "training.log_completions": ([-1], [0, 4]),
     "training.logprob_chunk_size": ([0], [1, 1024]),

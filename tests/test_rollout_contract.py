@@ -155,6 +155,17 @@ def test_positive_logprob_rejected():
         check_rollout_output(_valid(logprobs=logprobs), P, N)
 
 
+# Issue 9.6: -inf is a placeholder a masked (tool/env) token may carry; on a trained token it cannot be right.
+def test_minus_inf_logprob_only_on_masked_tokens():
+    logprobs = _valid()["logprobs"]
+    logprobs[3] = [-0.3, float("-inf"), -2.0]
+    out = check_rollout_output(_valid(logprobs=logprobs, completion_mask=[[1, 1], [1], [], [1, 0, 1], [1], [1, 1]]),
+                               P, N)
+    assert out.logprobs[3][1] == float("-inf")
+    with pytest.raises(RolloutError, match=r"`logprobs\[3\]\[1\]` = -inf on a trained token \(completion_mask 1\)"):
+        check_rollout_output(_valid(logprobs=logprobs), P, N)
+
+
 @pytest.mark.parametrize("bad", [float("nan"), "x", None])
 def test_non_float_logprob_rejected(bad):
     logprobs = _valid()["logprobs"]

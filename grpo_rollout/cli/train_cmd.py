@@ -31,7 +31,7 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer import train
-    from ..trainer.loop import StaleWeightsError
+    from ..trainer.loop import NonFiniteError, StaleWeightsError
     from ..trainer.progress import RichReporter
 
     def _terminate(signum, frame):  # `kill` / a job scheduler: stop like Ctrl-C (save finished steps, stop vLLM)
@@ -45,11 +45,15 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
         console.print("[yellow]Interrupted.[/]")
         return 130
     except (RolloutError, RewardError, DatasetError, FileNotFoundError, ValueError, BackendError, ServerStartError,
-            ServerError, StaleWeightsError) as exc:
+            ServerError, StaleWeightsError, NonFiniteError) as exc:
         console.print(Panel(escape(str(exc)), title=f"[red]{type(exc).__name__}", border_style="red"))
         if exc.__cause__ is not None:
             console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")
         return 1
+    if not result.history:  # --resume on a run that had already reached max_steps: the reporter said why
+        console.print(Panel(f"nothing trained; the model stays at [bold]{escape(str(result.checkpoint))}[/]",
+                            title="[bold yellow]Nothing to do", expand=False))
+        return 0
     k = max(1, min(5, len(result.history) // 3))
     start, end = result.mean_reward(True, k), result.mean_reward(False, k)
     lines = [f"steps: {result.steps}"]

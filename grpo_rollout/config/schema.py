@@ -97,6 +97,9 @@ class TrainingConfig:
     logprob_chunk_size: int = 1024
     gradient_checkpointing: bool = False
     save_steps: int = 0
+    save_total_limit: Optional[int] = None
+    save_only_model: bool = False
+    max_nonfinite_steps: int = 3
     logging_steps: int = 1
     log_completions: int = 4
     seed: int = 42

@@ -31,4 +31,28 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=getattr(torch, DTYPES[dtype]),
                                                  trust_remote_code=trust_remote_code)
+    disable_dropout(model)
     return model, tokenizer, path
+
+
+def disable_dropout(model: Any) -> int:
+    """Switch every dropout of ``model`` off, in train mode too; returns how many were on.
+
+    GRPO compares log-probs of the same tokens under the policy, the old policy, the reference model and the sampler;
+    dropout would make them differ at random (a KL and importance ratios away from 0 and 1 with identical weights).
+    TRL does the same by default (``disable_dropout``). Covers ``nn.Dropout*`` modules (GPT-2 style) and the float
+    attributes named ``*dropout`` that attention modules read at run time (Llama's ``attention_dropout``).
+    """
+    import torch
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            changed += module.p > 0
+            module.p = 0.0
+            continue
+        for name, value in list(vars(module).items()):
+            if name.endswith("dropout") and isinstance(value, float):
+                changed += value > 0
+                setattr(module, name, 0.0)
+    return changed

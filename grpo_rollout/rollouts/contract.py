@@ -21,7 +21,8 @@ It returns a dict with:
 - ``logprobs``: P × n lists with one float per completion token (the sampler's log-probabilities), or ``None``: the
   trainer then computes them with the policy before the update.
 - ``completion_mask`` (optional): P × n lists of 0/1 per completion token; 1 = sampled by the model and trained on,
-  0 = inserted by a tool or environment (no loss; its ``logprobs`` entry is a placeholder that is never read).
+  0 = inserted by a tool or environment (no loss; its ``logprobs`` entry is a placeholder, ``-inf`` allowed, that
+  never enters any arithmetic). A trained token's log-prob must be finite.
 - any other key: a list with one value per completion (P × n) or per prompt (P, repeated n times), or a scalar; these
   "extras" reach every reward function as keyword arguments.
 
@@ -174,6 +175,12 @@ def check_rollout_output(result: Any, num_prompts: int, num_generations: int,
     mask = result.get("completion_mask")
     mask = [[1] * len(c) for c in completion_ids] if mask is None else _per_token("completion_mask", mask,
                                                                                   completion_ids, int)
+    for i, (row, row_mask) in enumerate(zip(logprobs or [], mask)):
+        for j, (x, trained) in enumerate(zip(row, row_mask)):
+            if trained and math.isinf(x):
+                raise RolloutError(f"`logprobs[{i}][{j}]` = -inf on a trained token (completion_mask 1): the sampler "
+                                   "gave it probability 0, so it cannot have sampled it. Return the sampler's log-prob, "
+                                   "or mask the token (completion_mask 0) if a tool or environment inserted it")
     extras = {}
     for key, value in result.items():
         if key in CORE_KEYS:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
 STATE_FILE = "trainer_state.pt"
+_NAME = re.compile(r"checkpoint-(\d+)")
 
 
 def checkpoint_dir(output_dir: Path, step: int) -> Path:
@@ -20,16 +22,25 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
 
 
 def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
-                    scheduler: Any, extra: Dict[str, Any]) -> Path:
-    """Write ``checkpoint-<step>`` atomically (to a temporary folder, then renamed) and return its path."""
+                    scheduler: Any, extra: Dict[str, Any], save_optimizer: bool = True,
+                    keep: Optional[int] = None) -> Path:
+    """Write ``checkpoint-<step>`` atomically and return its path.
+
+    Everything goes to ``checkpoint-<step>.tmp`` first, which is renamed only when complete: a process killed during
+    a save leaves no ``checkpoint-<step>`` folder, only the ``.tmp`` one that :func:`find_checkpoint` ignores and the
+    next save removes. ``save_optimizer=False`` leaves out the optimizer state (as large as the model twice over for
+    AdamW); a resume then restarts AdamW's moments. ``keep``: delete all but the newest ``keep`` checkpoints after
+    this one is in place (``None``: keep all).
+    """
     final = checkpoint_dir(output_dir, step)
     tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    for stale in Path(output_dir).glob("checkpoint-*.tmp"):  # left by a save that was killed
+        shutil.rmtree(stale, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     state = {
         "step": step,
-        "optimizer": optimizer.state_dict(),
+        "optimizer": optimizer.state_dict() if save_optimizer else None,
         "scheduler": scheduler.state_dict(),
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
         **extra,
@@ -37,7 +48,23 @@ def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, opt
     torch.save(state, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
+    if keep is not None:
+        for old in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def list_checkpoints(output_dir: Path) -> List[Path]:
+    """Complete ``checkpoint-<N>`` folders (holding :data:`STATE_FILE`) in ``output_dir``, oldest first."""
+    found = [p for p in Path(output_dir).glob("checkpoint-*")
+             if _NAME.fullmatch(p.name) and (p / STATE_FILE).is_file()]
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path: Path) -> int:
+    """The step a checkpoint folder was saved after (from its name ``checkpoint-<N>``, else from its state file)."""
+    match = _NAME.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else int(load_trainer_state(path)["step"])
 
 
 def find_checkpoint(output_dir: Path, resume: str) -> Path:
@@ -47,10 +74,10 @@ def find_checkpoint(output_dir: Path, resume: str) -> Path:
         FileNotFoundError: no checkpoint there (the message says where it looked).
     """
     if resume == "latest":
-        found = [p for p in Path(output_dir).glob("checkpoint-*") if (p / STATE_FILE).is_file()]
+        found = list_checkpoints(output_dir)
         if not found:
             raise FileNotFoundError(f"no checkpoint-* folder with {STATE_FILE} in {output_dir}")
-        return max(found, key=lambda p: int(p.name.split("-")[-1]))
+        return found[-1]
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a checkpoint (no {STATE_FILE})")
@@ -66,11 +93,3 @@ def restore_rng(state: Dict[str, Any]) -> None:
     """Put back the RNG states saved by :func:`save_checkpoint`."""
     torch.set_rng_state(state["rng"]["torch"])
     random.setstate(state["rng"]["python"])
-
-
-def latest_step(output_dir: Path) -> Optional[int]:
-    """Step of the newest checkpoint in ``output_dir``, or ``None``."""
-    try:
-        return int(find_checkpoint(output_dir, "latest").name.split("-")[-1])
-    except FileNotFoundError:
-        return None

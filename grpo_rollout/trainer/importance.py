@@ -20,7 +20,8 @@ def importance_weights(trainer_logps: torch.Tensor, sampler_logps: torch.Tensor,
 
     Args:
         trainer_logps, sampler_logps: ``(B, C)`` log-probs of the same tokens (nats), trainer's without grad.
-        mask: ``(B, C)`` 1 on trained tokens (others are ignored and get weight 0 or 1, it does not matter).
+        mask: ``(B, C)`` 1 on trained tokens; other positions never enter the arithmetic (their log-probs may be
+            placeholders, even ``-inf``) and get weight 1.
         mode: one of :data:`MODES`. cap: upper bound (> 0) of the ratio.
 
     Raises:
@@ -28,7 +29,8 @@ def importance_weights(trainer_logps: torch.Tensor, sampler_logps: torch.Tensor,
     """
     if mode == "none":
         return torch.ones_like(trainer_logps)
-    log_ratio = (trainer_logps - sampler_logps) * mask
+    # where, not a product: a masked position may hold a -inf placeholder, and (x - -inf) * 0 is NaN
+    log_ratio = torch.where(mask.bool(), trainer_logps - sampler_logps, torch.zeros_like(trainer_logps))
     if mode.startswith("sequence"):
         log_ratio = log_ratio.sum(dim=1, keepdim=True).expand_as(trainer_logps)
     ratio = torch.exp(log_ratio.clamp(max=50.0))

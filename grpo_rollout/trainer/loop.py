@@ -33,7 +33,7 @@ from ..rollouts.calling import call_rollout
 from ..rollouts.contract import RolloutError, RolloutOutput
 from .advantages import group_advantages, zero_std_fraction
 from .importance import importance_weights
-from .checkpoint import find_checkpoint, load_trainer_state, restore_rng, save_checkpoint
+from .checkpoint import checkpoint_step, find_checkpoint, load_trainer_state, restore_rng, save_checkpoint
 from .logprobs import completion_logprobs, pack
 from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
@@ -44,6 +44,10 @@ from .rollout_stats import extras_means, tool_metrics, truncated_flags
 
 class StaleWeightsError(RuntimeError):
     """The generation server's log-probs say it is not on the trainer's weights."""
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or gradient was NaN/inf in ``training.max_nonfinite_steps`` steps in a row."""
 
 
 @dataclass
@@ -88,6 +92,7 @@ class _Run:
         (self.output_dir / "config.yaml").write_text(to_yaml(config))
         self.model = self.tokenizer = self.ref_model = self.client = None
         self.applied = 0  # steps whose optimizer updates are in the weights
+        self.nonfinite_streak = 0  # steps in a row whose update was skipped for a NaN/inf loss or gradient
         self.num_generations = s.num_generations
         # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
         self.sampling_filter = {"top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
@@ -121,7 +126,10 @@ class _Run:
         self.scheduler = get_scheduler(t.lr_scheduler, self.optimizer, num_warmup_steps=t.warmup_steps * t.num_iterations,
                                        num_training_steps=t.max_steps * t.num_iterations)
         if state is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            if state["optimizer"] is not None:
+                self.optimizer.load_state_dict(state["optimizer"])
+            else:
+                say("The checkpoint has no optimizer state (training.save_only_model): AdamW's moments restart")
             self.scheduler.load_state_dict(state["scheduler"])
             restore_rng(state)
         eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
@@ -167,6 +175,7 @@ class _Run:
         truncated = truncated_flags(out.completion_ids, out.extras, self.eos_ids)
         train_stats = self.update(out, advantages, truncated)
         self.applied = step + 1  # the weights now include this step, whatever happens next
+        self.guard_nonfinite(step, train_stats["nonfinite_skipped"])
         t3 = time.perf_counter()
         self.client.update_weights(self.model)
         t4 = time.perf_counter()
@@ -223,6 +232,7 @@ class _Run:
         sums = {"kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "ratio_max": 0.0, "lp_diff": 0.0}
         trained_tokens = max(totals.num_tokens, 1)
         params = [p for p in self.model.parameters() if p.requires_grad]
+        skipped = 0
         for iteration in range(t.num_iterations):
             loss_total = 0.0
             for b in batches:
@@ -237,36 +247,64 @@ class _Run:
                 loss = aggregate(res["loss"], b["mask"], t.loss_type, totals)
                 loss.backward()
                 loss_total += loss.item()
-                if iteration == 0:
-                    m = b["mask"]
-                    sums["kl"] += (res["kl"].detach() * m).sum().item()
-                    sums["clip_low"] += (res["clipped_low"] * m).sum().item()
-                    sums["clip_high"] += (res["clipped_high"] * m).sum().item()
-                    if b["sampler"] is not None:
-                        sums["lp_diff"] += ((old - b["sampler"]).abs() * m).sum().item()
-                        w = b["is_weights"][m.bool()]
-                        if w.numel():
-                            sums["is_min"] = min(sums.get("is_min", math.inf), w.min().item())
-                            sums["is_max"] = max(sums.get("is_max", 0.0), w.max().item())
-                            sums["is_sum"] = sums.get("is_sum", 0.0) + w.sum().item()
-                sums["ratio_max"] = max(sums["ratio_max"], (res["ratio"].detach() * b["mask"]).max().item())
-            if iteration == 0 and out.logprobs is not None and self.sampler_comparable:
+                # statistics over trained tokens only (indexing, not a product: placeholders may be -inf), on every
+                # iteration: the ratio moves away from 1 only after the first update (num_iterations > 1)
+                m = b["mask"].bool()
+                ratio = res["ratio"].detach()[m]
+                sums["kl"] += res["kl"].detach()[m].sum().item()
+                sums["clip_low"] += res["clipped_low"][m].sum().item()
+                sums["clip_high"] += res["clipped_high"][m].sum().item()
+                sums["ratio_max"] = max(sums["ratio_max"], ratio.max().item() if ratio.numel() else 0.0)
+                if iteration == 0 and b["sampler"] is not None:
+                    sums["lp_diff"] += (old - b["sampler"])[m].abs().sum().item()
+                    w = b["is_weights"][m]
+                    if w.numel():
+                        sums["is_min"] = min(sums.get("is_min", math.inf), w.min().item())
+                        sums["is_max"] = max(sums.get("is_max", 0.0), w.max().item())
+                        sums["is_sum"] = sums.get("is_sum", 0.0) + w.sum().item()
+            if iteration == 0 and out.logprobs is not None and self.sampler_comparable \
+                    and math.isfinite(sums["lp_diff"]):  # non-finite: the trainer's own log-probs; skipped below
                 self.check_sampler_mismatch(sums["lp_diff"] / trained_tokens)
             max_norm = t.max_grad_norm if t.max_grad_norm > 0 else math.inf
             grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
-            self.optimizer.step()
-            self.scheduler.step()
+            if math.isfinite(loss_total) and math.isfinite(grad_norm):
+                self.optimizer.step()
+                self.scheduler.step()
+            else:  # a NaN/inf loss or gradient would poison the weights and the optimizer's moments: skip
+                skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
-        stats = {"loss": loss_total, "grad_norm": grad_norm, "kl": sums["kl"] / trained_tokens,
-                 "clip_ratio/low": sums["clip_low"] / trained_tokens, "clip_ratio/high": sums["clip_high"] / trained_tokens,
-                 "clip_ratio/region": (sums["clip_low"] + sums["clip_high"]) / trained_tokens,
-                 "ratio/max": sums["ratio_max"], "num_tokens": totals.num_tokens}
+        measured = trained_tokens * t.num_iterations
+        stats = {"loss": loss_total, "grad_norm": grad_norm, "kl": sums["kl"] / measured,
+                 "clip_ratio/low": sums["clip_low"] / measured, "clip_ratio/high": sums["clip_high"] / measured,
+                 "clip_ratio/region": (sums["clip_low"] + sums["clip_high"]) / measured,
+                 "ratio/max": sums["ratio_max"], "num_tokens": totals.num_tokens, "nonfinite_skipped": skipped}
         if out.logprobs is not None:
             stats["sampler/logprob_abs_diff"] = sums["lp_diff"] / trained_tokens
             stats["sampler/is_weight_mean"] = sums.get("is_sum", 0.0) / trained_tokens
             stats["sampler/is_weight_min"] = sums.get("is_min", float("nan"))
             stats["sampler/is_weight_max"] = sums.get("is_max", float("nan"))
         return stats
+
+    def guard_nonfinite(self, step: int, skipped: int) -> None:
+        """Count steps in a row whose update was skipped for a NaN/inf loss or gradient; warn, and stop at
+        ``training.max_nonfinite_steps``.
+
+        Raises:
+            NonFiniteError: that many steps in a row were skipped.
+        """
+        if not skipped:
+            self.nonfinite_streak = 0
+            return
+        self.nonfinite_streak += 1
+        limit = self.cfg.training.max_nonfinite_steps
+        if self.nonfinite_streak >= limit:
+            raise NonFiniteError(
+                f"the loss or gradient was NaN/inf in {self.nonfinite_streak} steps in a row (steps "
+                f"{step + 2 - self.nonfinite_streak}-{step + 1}; training.max_nonfinite_steps = {limit}); those updates "
+                "were skipped, the weights are the last finite ones. Lower training.learning_rate, keep "
+                "training.max_grad_norm > 0, or check rewards and sampler log-probs for extreme values")
+        self.reporter.message(f"Step {step + 1}: the loss or gradient was NaN/inf; {skipped} update(s) skipped, the "
+                              f"weights are unchanged ({self.nonfinite_streak} step(s) in a row; the run stops at {limit})")
 
     def check_sampler_mismatch(self, mean_abs_diff: float) -> None:
         """Fail fast when the sampler's log-probs are far from the trainer's on the same weights: with vLLM that
@@ -276,7 +314,7 @@ class _Run:
             StaleWeightsError: ``mean_abs_diff`` (nats per token) exceeds ``vllm.max_logprob_mismatch``.
         """
         limit = self.cfg.vllm.max_logprob_mismatch
-        if self.cfg.vllm.mode != "off" and limit is not None and mean_abs_diff > limit:
+        if self.cfg.vllm.mode != "off" and limit is not None and not mean_abs_diff <= limit:  # NaN fails too
             raise StaleWeightsError(
                 f"vLLM's log-probs differ from the trainer's by {mean_abs_diff:.3f} nats per token on average "
                 f"(limit vllm.max_logprob_mismatch = {limit}) right after a weight sync: the server is not sampling "
@@ -285,8 +323,10 @@ class _Run:
 
     def save(self, step: int) -> Path:
         """Checkpoint after ``step`` completed steps."""
+        t = self.cfg.training
         return save_checkpoint(self.output_dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
-                               {"data_position": self.sampler.position(step), "config": to_yaml(self.cfg)})
+                               {"data_position": self.sampler.position(step), "config": to_yaml(self.cfg)},
+                               save_optimizer=not t.save_only_model, keep=t.save_total_limit)
 
     def close(self) -> None:
         if self.client is not None:
@@ -309,7 +349,8 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
 
     Raises:
         ConfigError: the config has errors (all of them are listed). RolloutError / RewardError: a user function
-        broke its contract; completed steps are checkpointed first. FileNotFoundError: ``resume`` names no checkpoint.
+        broke its contract; completed steps are checkpointed first (also for StaleWeightsError, NonFiniteError and
+        Ctrl-C). FileNotFoundError: ``resume`` names no checkpoint.
     """
     base_dir = Path(base_dir or Path.cwd())
     reporter = reporter or RichReporter()
@@ -317,8 +358,15 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         problems = validate(config, base_dir)
         if any(p.is_error for p in problems):
             raise ConfigError(problems)
-    run = _Run(config, base_dir, reporter)
     t = config.training
+    if resume:
+        ckpt = find_checkpoint(Path(t.output_dir).expanduser(), resume)
+        reached = checkpoint_step(ckpt)
+        if reached >= t.max_steps:  # nothing to do: load nothing, save nothing
+            reporter.message(f"{ckpt} is already at step {reached} and training.max_steps is {t.max_steps}: nothing "
+                             f"to train. To continue, raise it (e.g. training.max_steps={reached + t.max_steps})")
+            return TrainResult(Path(t.output_dir).expanduser(), ckpt, reached)
+    run = _Run(config, base_dir, reporter)
     logger = MetricsLogger(run.output_dir, config.logging.report_to, config.logging.project, config.logging.run_name)
     history: List[Dict[str, Any]] = []
     done = 0
@@ -341,7 +389,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
                 reporter.message(f"Saved {last_saved}")
         if done > 0:
             last_saved = run.save(done)
-    except (KeyboardInterrupt, RolloutError, RewardError, StaleWeightsError):
+    except (KeyboardInterrupt, RolloutError, RewardError, StaleWeightsError, NonFiniteError):
         applied = run.applied  # may be done + 1 when stopped between the update and the end of a step
         if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
             reporter.stop()

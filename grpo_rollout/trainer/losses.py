@@ -106,7 +106,7 @@ def aggregate(token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str, tota
         ValueError: unknown ``loss_type``.
     """
     mask = mask.to(token_loss.dtype)
-    masked = token_loss * mask
+    masked = torch.where(mask.bool(), token_loss, torch.zeros_like(token_loss))  # placeholders never reach the sum
     if loss_type == "grpo":
         per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
         return per_seq.sum() / totals.num_sequences
