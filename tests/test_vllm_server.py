@@ -8,6 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_rollout.config import config_from_dict
@@ -17,6 +19,7 @@ from grpo_rollout.generation.vllm_client import VllmClient
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.loop import StaleWeightsError
 from grpo_rollout.trainer.progress import RichReporter
+from fuzz_strategies import GENERATE_BODY, JUNK
 from tiny_model import make_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -71,11 +74,49 @@ def test_generate_counts_and_grouping(server, tokenizer):
     ({"prompts": [{"bad": 1}]}, 400, "prompts"),
     ({"prompts": ["x"], "top_p": 2.0}, 400, "top_p"),
     ({"prompts": ["x"], "n": 2, "temperature": 0.0}, 400, "sampling"),
+    # issue 9, server input: huge n / max_tokens, empty prompts, ids outside the vocabulary, wrong types
+    ({"prompts": ["x"], "n": 10 ** 6}, 400, "less than or equal to 512"),
+    ({"prompts": ["x"] * 100, "n": 200}, 400, "more than 16384 sequences"),
+    ({"prompts": ["x"], "max_tokens": 10 ** 9}, 400, "together more than max_model_len 256; lower max_tokens to"),
+    ({"prompts": [[1] * 250], "max_tokens": 10}, 400, "has 250 tokens and max_tokens is 10"),
+    ({"prompts": [""]}, 400, "prompts[0] is empty"),
+    ({"prompts": [[-1]]}, 400, "token id -1 is outside"),
+    ({"prompts": [[True, 1]]}, 400, "prompts"),  # a boolean is not token id 1
+    ({"prompts": [[{"role": "user"}]]}, 400, "message 0 has no string `content`"),
+    ({"prompts": [[{"role": "robot", "content": "hi"}]]}, 400, "unknown role 'robot'"),
+    ({"prompts": ["x"], "n": "two"}, 400, "n"),
+    ({"prompts": ["x"], "max_new_tokens": 3}, 400, "max_new_tokens"),  # unknown keys are not ignored
+    ({"prompts": ["x"], "stop": [""]}, 400, "stop strings must not be empty"),
 ])
 def test_generate_rejects_bad_bodies(server, body, status, fragment):
     resp = _generate(server, **body)
     assert resp.status_code == status, resp.text
     assert fragment in resp.text
+    assert httpx.get(server.url + "/health/", timeout=10).status_code == 200
+
+
+def test_malformed_json_and_nan_are_refused(server):
+    for content in (b"{not json", b'{"prompts": ["x"], "temperature": NaN}', b'{"prompts": ["x"], "top_p": Infinity}',
+                    b"[1, 2]"):
+        resp = httpx.post(server.url + "/generate/", content=content, headers={"content-type": "application/json"},
+                          timeout=60)
+        assert 400 <= resp.status_code < 500, (content, resp.text)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(body=GENERATE_BODY)
+def test_generate_fuzzed_bodies_never_break_the_server(server, body):
+    """Any body: an answer (200) or a refusal with a reason (4xx); never a server error, and the server serves on."""
+    resp = httpx.post(server.url + "/generate/", content=json.dumps(body), timeout=120,
+                      headers={"content-type": "application/json"})
+    assert resp.status_code < 500, (body, resp.text[:300])
+    if resp.status_code == 200:
+        data = resp.json()
+        assert len(data["completion_ids"]) == len(body["prompts"]) * body["n"]
+    else:
+        assert resp.json()["error"]["message"]
+    assert httpx.get(server.url + "/health/", timeout=10).status_code == 200
 
 
 def _perturbed(model_dir: Path, scale: float = 0.5) -> torch.nn.Module:
@@ -106,6 +147,64 @@ def test_weight_update_matches_transformers(server, model_dir, tokenizer):
             # tolerance: fp32 CPU kernels of vLLM vs transformers differ by ~1e-5 nats
             assert torch.allclose(torch.tensor(lps), expected, atol=1e-3), (lps, expected.tolist())
     client.close()
+
+
+def _greedy(server, prompt=(5, 6, 7)) -> list:
+    return _generate(server, prompts=[list(prompt)], n=1, temperature=0.0, max_tokens=6).json()["completion_ids"]
+
+
+@pytest.fixture(scope="module")
+def weight_folders(model_dir, tmp_path_factory):
+    """Weight folders a broken or malicious caller might send: wrong shapes, unknown and missing names, garbage."""
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("weights")
+    good = {k: v.clone().contiguous() for k, v in AutoModelForCausalLM.from_pretrained(model_dir).state_dict().items()}
+    cases = {
+        "shape": {**good, "model.layers.0.mlp.up_proj.weight": torch.zeros(3, 3)},
+        "unknown": {**good, "model.layers.7.self_attn.extra.weight": torch.zeros(4)},
+        "missing": {k: v for k, v in good.items() if k != "model.norm.weight"},
+    }
+    folders = {}
+    for name, tensors in cases.items():
+        (root / name).mkdir()
+        save_file(tensors, str(root / name / "model.safetensors"))
+        folders[name] = root / name
+    (root / "garbage").mkdir()
+    (root / "garbage" / "model.safetensors").write_bytes(b"\x00not a safetensors file")
+    (root / "empty").mkdir()
+    folders.update(garbage=root / "garbage", empty=root / "empty")
+    return folders
+
+
+@pytest.mark.parametrize("case, fragment", [
+    ("shape", "'model.layers.0.mlp.up_proj.weight' has shape [3, 3], the served model's has [128, 64]"),
+    ("unknown", "1 tensor(s) the served model does not have, e.g. 'model.layers.7.self_attn.extra.weight'"),
+    ("missing", "1 tensor(s) of the served model are missing, e.g. 'model.norm.weight'"),
+    ("garbage", "is not a readable safetensors file"),
+    ("empty", "is not a folder holding *.safetensors files"),
+])
+def test_weight_folders_that_do_not_fit_are_refused_and_change_nothing(server, weight_folders, case, fragment):
+    before, version = _greedy(server), httpx.get(server.url + "/health/").json()["weight_version"]
+    resp = httpx.post(server.url + "/update_weights/", json={"path": str(weight_folders[case]), "version": 99},
+                      timeout=120)
+    assert resp.status_code == 400 and fragment in resp.text, resp.text
+    assert httpx.get(server.url + "/health/").json()["weight_version"] == version
+    assert _greedy(server) == before  # the served weights are untouched
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_update_weights_fuzzed_bodies_never_break_the_server(server, weight_folders, data):
+    folder = st.sampled_from([str(p) for p in weight_folders.values()] + ["/", "/etc/hostname", "nope", ""])
+    body = data.draw(st.fixed_dictionaries({}, optional={"path": st.one_of(folder, JUNK), "version": JUNK,
+                                                         "other": JUNK}))
+    version = httpx.get(server.url + "/health/").json()["weight_version"]
+    resp = httpx.post(server.url + "/update_weights/", content=json.dumps(body), timeout=120,
+                      headers={"content-type": "application/json"})
+    assert 400 <= resp.status_code < 500, (body, resp.text[:300])
+    assert httpx.get(server.url + "/health/").json()["weight_version"] == version
 
 
 ROLLOUT = '''

@@ -35,9 +35,23 @@ def check_server(client: VllmClient, vocab_size: int, needed_len: Optional[int])
 
 
 class _SpawnedClient(VllmClient):
-    """A :class:`VllmClient` that also stops its server on :meth:`close`."""
+    """A :class:`VllmClient` that also stops its server on :meth:`close`, and knows when its server died."""
 
     server: Any = None
+
+    def alive(self) -> bool:
+        """False once the spawned server's process has exited (a request is then not retried)."""
+        return self.server is None or self.server.exit_code() is None
+
+    def failure_detail(self) -> str:
+        """The server's exit code and the end of its log, or where the log is."""
+        if self.server is None:
+            return super().failure_detail()
+        code = self.server.exit_code()
+        if code is None:
+            return f"; the server process is still running, its log is {self.server.log_path}"
+        return (f"; the server process exited with code {code}; the end of its log ({self.server.log_path}):\n"
+                f"{self.server.log_tail()}")
 
     def close(self) -> None:
         super().close()

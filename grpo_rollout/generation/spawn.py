@@ -60,6 +60,7 @@ class ManagedServer:
         self.settings, self.log_path = settings, Path(log_path)
         self.url = f"http://{settings.host}:{settings.port}"
         self.process: Optional[subprocess.Popen] = None
+        self._exit_code: Optional[int] = None
 
     def start(self, timeout_s: float = 600.0, on_wait: Optional[Callable[[float], None]] = None) -> str:
         """Start the server and wait until ``/health/`` answers; return its URL.
@@ -96,8 +97,22 @@ class ManagedServer:
                 on_wait(waited)
             time.sleep(1.0)
 
+    def exit_code(self) -> Optional[int]:
+        """The server process's exit code (negative: killed by that signal), or ``None`` while it runs."""
+        if self.process is None:
+            return self._exit_code
+        code = self.process.poll()
+        if code is not None:
+            self._exit_code = code
+        return code
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last ``lines`` lines of the server's log."""
+        return _tail(self.log_path, lines)
+
     def stop(self, grace_s: float = 20.0) -> None:
         """Stop the server and every process of its group (SIGTERM, then SIGKILL after ``grace_s``). Idempotent."""
+        self.exit_code()
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping, Sequence
 
+from ..generation.vllm_client import ServerError
 from ..signatures import accepts_var_kwargs, describe, named_params
 from .contract import CONTEXT_ARGS, RolloutError, RolloutOutput, check_rollout_output
 
@@ -20,6 +21,7 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
 
     Raises:
         RolloutError: the function raised, or returned something that breaks the contract.
+        ServerError: the generation server failed a request the rollout made (passed on unchanged).
     """
     names = set(named_params(fn))
     kwargs: Dict[str, Any] = {**sampling, **rollout_kwargs}
@@ -28,7 +30,7 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     try:
         result = fn(list(prompts), **kwargs)
-    except RolloutError:
+    except (RolloutError, ServerError):  # a dead or refusing server is not the rollout's fault: say so as it is
         raise
     except (Exception, SystemExit) as exc:  # SystemExit too: the user's code calling sys.exit() is its failure
         raise RolloutError(f"the rollout function {describe(fn)} raised {type(exc).__name__}: {exc}") from exc

@@ -26,6 +26,7 @@ import torch
 from ..config import Config, ConfigError, resolve_callable, to_yaml, validate
 from ..data import load_train_dataset
 from ..generation.backend import open_backend
+from ..generation.vllm_client import ServerError
 from ..models.loading import load_model_and_tokenizer
 from ..rewards.calling import RewardError, RewardFunction, compute_rewards, unique_names
 from ..rollouts import builtin_rollout
@@ -349,8 +350,8 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
 
     Raises:
         ConfigError: the config has errors (all of them are listed). RolloutError / RewardError: a user function
-        broke its contract; completed steps are checkpointed first (also for StaleWeightsError, NonFiniteError and
-        Ctrl-C). FileNotFoundError: ``resume`` names no checkpoint.
+        broke its contract; completed steps are checkpointed first (also for StaleWeightsError, NonFiniteError,
+        ServerError — the vLLM server died or refused — and Ctrl-C). FileNotFoundError: ``resume`` names no checkpoint.
     """
     base_dir = Path(base_dir or Path.cwd())
     reporter = reporter or RichReporter()
@@ -389,7 +390,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
                 reporter.message(f"Saved {last_saved}")
         if done > 0:
             last_saved = run.save(done)
-    except (KeyboardInterrupt, RolloutError, RewardError, StaleWeightsError, NonFiniteError):
+    except (KeyboardInterrupt, RolloutError, RewardError, StaleWeightsError, NonFiniteError, ServerError):
         applied = run.applied  # may be done + 1 when stopped between the update and the end of a step
         if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
             reporter.stop()

@@ -8,9 +8,14 @@ spawn mode set it). Every ``/v1/...`` route of vLLM stays; these are added:
   ``repetition_penalty``, optional ``seed`` and ``stop``; answer ``prompt_ids`` (one per prompt), ``completion_ids``
   (``len(prompts) × n``, grouped by prompt), ``logprobs`` (one float per completion token, of the distribution
   actually sampled when the server runs with ``--logprobs-mode processed_logprobs``), ``finish_reasons``.
-- ``POST /update_weights/``: body ``path`` (a folder of ``*.safetensors``) and optional ``version``; pauses generation,
-  reloads the weights in place (``reload_weights``, the path that is safe on CPU), resets the prefix cache, resumes,
-  and answers the new ``weight_version``.
+- ``POST /update_weights/``: body ``path`` (a folder of ``*.safetensors``) and optional ``version``; checks the files'
+  tensor names and shapes against the folder the server loaded (400, weights unchanged, when they do not fit), pauses
+  generation, reloads the weights in place (``reload_weights``, the path that is safe on CPU), resets the prefix
+  cache, resumes, and answers the new ``weight_version``.
+
+Bad input never stops the server: a body of the wrong shape is refused with 422, an impossible request (a prompt
+plus ``max_tokens`` beyond ``max_model_len``, more than :data:`MAX_N` samples or :data:`MAX_SEQUENCES` sequences,
+token ids outside the vocabulary, malformed chat messages) with 400 and the reason.
 - ``GET /health/``: ``status``, ``model``, ``weight_version``, ``max_model_len``, ``vocab_size``.
 """
 
@@ -22,24 +27,31 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
-Prompt = Union[str, List[Dict[str, Any]], List[int]]
+Prompt = Union[str, List[StrictInt], List[Dict[str, Any]]]  # StrictInt: `true` is not token id 1
+
+#: Limits of one ``/generate/`` request: samples per prompt, and prompts × samples (what the server would have to
+#: hold at once). Larger requests are refused with 400 instead of exhausting the server's memory.
+MAX_N = 512
+MAX_SEQUENCES = 16384
 
 
 class GenerateRequest(BaseModel):
-    """Body of ``POST /generate/``."""
+    """Body of ``POST /generate/``. Unknown keys, NaN/inf numbers and out-of-range values are refused (422)."""
 
-    prompts: List[Prompt] = Field(min_length=1)
-    n: int = Field(1, ge=1)
-    temperature: float = Field(1.0, ge=0.0)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    prompts: List[Prompt] = Field(min_length=1, max_length=MAX_SEQUENCES)
+    n: int = Field(1, ge=1, le=MAX_N)
+    temperature: float = Field(1.0, ge=0.0, le=1e4)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = -1
+    top_k: int = Field(-1, le=2 ** 31 - 1)
     min_p: float = Field(0.0, ge=0.0, le=1.0)
-    max_tokens: int = Field(16, ge=1)
-    repetition_penalty: float = Field(1.0, gt=0.0)
-    seed: Optional[int] = None
-    stop: Optional[List[str]] = None
+    max_tokens: int = Field(16, ge=1, le=2 ** 31 - 1)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=1e4)
+    seed: Optional[int] = Field(None, ge=-(2 ** 63), le=2 ** 63 - 1)
+    stop: Optional[List[str]] = Field(None, max_length=64)
 
     @field_validator("top_k")
     @classmethod
@@ -48,19 +60,29 @@ class GenerateRequest(BaseModel):
             raise ValueError("top_k must be -1 (disabled), 0 (disabled) or >= 1")
         return v
 
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v: Optional[List[str]]) -> Optional[List[str]]:
+        if v is not None and not all(v):
+            raise ValueError("stop strings must not be empty")
+        return v
+
 
 class UpdateWeightsRequest(BaseModel):
     """Body of ``POST /update_weights/``."""
 
-    path: str
-    version: Optional[int] = None
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1)
+    version: Optional[int] = Field(None, ge=0, le=2 ** 63 - 1)
 
 
 class _State:
     def __init__(self, engine: Any, tokenizer: Any, model: str, max_model_len: int, vocab_size: int,
-                 api_keys: List[str]):
+                 api_keys: List[str], layout: Optional[Dict[str, tuple]] = None, tied: bool = False):
         self.engine, self.tokenizer, self.model, self.api_keys = engine, tokenizer, model, api_keys
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
+        self.layout, self.tied = layout, tied
         self.weight_version = 0
         self.lock = asyncio.Lock()
 
@@ -78,6 +100,8 @@ def _state(request: Request) -> _State:
 
 
 def _encode(state: _State, prompt: Prompt, index: int) -> List[int]:
+    from ...data import CHAT, prompt_format
+
     if isinstance(prompt, str):
         return list(state.tokenizer(prompt, add_special_tokens=False)["input_ids"])
     if prompt and all(isinstance(t, int) for t in prompt):
@@ -85,10 +109,76 @@ def _encode(state: _State, prompt: Prompt, index: int) -> List[int]:
         if bad:
             raise HTTPException(400, f"prompts[{index}]: token id {bad[0]} is outside [0, {state.vocab_size})")
         return list(prompt)
-    if prompt and all(isinstance(m, dict) and "role" in m for m in prompt):
-        ids = state.tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+    fmt, problem = prompt_format(prompt)
+    if fmt == CHAT and problem is None:
+        try:
+            ids = state.tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+        except Exception as exc:  # the model's own template refusing these messages (e.g. roles out of order)
+            raise HTTPException(400, f"prompts[{index}]: the chat template refused the messages: {exc}") from exc
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-    raise HTTPException(400, f"prompts[{index}] must be a string, a list of chat messages or a list of token ids")
+    raise HTTPException(400, f"prompts[{index}] must be a string, a list of chat messages or a list of token ids"
+                             + (f": {problem}" if problem else ""))
+
+
+def _weight_layout(folder: Path) -> Dict[str, tuple]:
+    """Tensor name → shape of every ``*.safetensors`` file in ``folder``, read from the file headers only.
+
+    Raises:
+        ValueError: a file is not a readable safetensors file.
+    """
+    from safetensors import safe_open
+
+    layout: Dict[str, tuple] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():
+                    layout[name] = tuple(f.get_slice(name).get_shape())
+        except Exception as exc:  # safetensors raises its own error types for a bad header
+            raise ValueError(f"{file.name} is not a readable safetensors file ({exc})") from exc
+    return layout
+
+
+def _layout_problem(got: Dict[str, tuple], expected: Optional[Dict[str, tuple]], tied: bool) -> Optional[str]:
+    """Why a weight folder does not fit the served model: unknown or missing tensors, or other shapes (``None``: it
+    fits). ``expected`` is the layout of the folder the server loaded (``None``: unknown, only the files are read);
+    with ``tied`` embeddings ``lm_head.weight`` may come along, with the embedding's shape."""
+    if not got:
+        return "it holds no tensors"
+    if expected is None:
+        return None
+    expected = dict(expected)
+    if tied and "lm_head.weight" not in expected:
+        embedding = next((shape for name, shape in expected.items() if name.endswith("embed_tokens.weight")), None)
+        if embedding is not None:
+            expected["lm_head.weight"] = embedding
+    unknown = sorted(set(got) - set(expected))
+    if unknown:
+        return f"{len(unknown)} tensor(s) the served model does not have, e.g. {unknown[0]!r}"
+    missing = sorted(set(expected) - set(got) - {"lm_head.weight"})
+    if missing:
+        return f"{len(missing)} tensor(s) of the served model are missing, e.g. {missing[0]!r}"
+    for name, shape in got.items():
+        if shape != expected[name]:
+            return f"{name!r} has shape {list(shape)}, the served model's has {list(expected[name])}"
+    return None
+
+
+def _served_layout(model: str) -> Optional[Dict[str, tuple]]:
+    """The weight layout of the folder the server loaded (a local folder, or a hub model already in the local
+    cache); ``None`` when it cannot be found."""
+    folder = Path(model)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(model, local_files_only=True))
+        except Exception:  # not a hub id, or not cached: the update's own files are still checked
+            return None
+    try:
+        return _weight_layout(folder) or None
+    except ValueError:
+        return None
 
 
 @router.get("/health/")
@@ -104,12 +194,18 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
     from vllm.sampling_params import RequestOutputKind
 
     state = _state(request)
+    if len(body.prompts) * body.n > MAX_SEQUENCES:
+        raise HTTPException(400, f"{len(body.prompts)} prompts × n={body.n} is more than {MAX_SEQUENCES} sequences in "
+                                 "one request; send fewer prompts per request")
     prompt_ids = [_encode(state, p, i) for i, p in enumerate(body.prompts)]
     for i, ids in enumerate(prompt_ids):
         if not ids:
             raise HTTPException(400, f"prompts[{i}] is empty")
-        if len(ids) + 1 > state.max_model_len:
-            raise HTTPException(400, f"prompts[{i}] has {len(ids)} tokens; max_model_len is {state.max_model_len}")
+        if len(ids) + body.max_tokens > state.max_model_len:
+            room = state.max_model_len - len(ids)
+            fix = f"lower max_tokens to {room}" if room > 0 else "shorten the prompt"
+            raise HTTPException(400, f"prompts[{i}] has {len(ids)} tokens and max_tokens is {body.max_tokens}: "
+                                     f"together more than max_model_len {state.max_model_len}; {fix}")
     try:
         params = SamplingParams(n=body.n, temperature=body.temperature, top_p=body.top_p,
                                 top_k=body.top_k if body.top_k > 0 else -1, min_p=body.min_p,
@@ -128,7 +224,10 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
             raise HTTPException(500, f"vLLM returned {len(by_index)} samples for a prompt, expected {body.n}")
         return [by_index[i] for i in sorted(by_index)]
 
-    outputs = await asyncio.gather(*(one(ids) for ids in prompt_ids))
+    try:
+        outputs = await asyncio.gather(*(one(ids) for ids in prompt_ids))
+    except (ValueError, TypeError) as exc:  # the engine refusing the request; it keeps serving others
+        raise HTTPException(400, f"vLLM refused the request: {exc}") from exc
     completion_ids, logprobs, reasons = [], [], []
     for samples in outputs:
         for comp in samples:
@@ -143,8 +242,18 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
 @router.post("/update_weights/")
 async def update_weights(body: UpdateWeightsRequest, request: Request) -> Dict[str, Any]:
     state = _state(request)
-    if not Path(body.path).is_dir() or not list(Path(body.path).glob("*.safetensors")):
+    folder = Path(body.path)
+    if not folder.is_dir() or not list(folder.glob("*.safetensors")):
         raise HTTPException(400, f"{body.path} is not a folder holding *.safetensors files")
+    # checked before anything is loaded: vLLM fails half-way through a folder with unknown names or other shapes,
+    # leaving a model that is part old, part new
+    try:
+        problem = _layout_problem(await asyncio.to_thread(_weight_layout, folder), state.layout, state.tied)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        raise HTTPException(400, f"{body.path} does not fit the served model {state.model}: {problem}; the weights "
+                                 "were not changed")
     async with state.lock:
         await state.engine.pause_generation(mode="wait")
         try:
@@ -180,6 +289,7 @@ class GrpoRolloutPlugin:
 
         tokenizer = AutoTokenizer.from_pretrained(getattr(args, "tokenizer", None) or args.model)
         model_config = engine_client.model_config
+        tied = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
         state.grpo_rollout = _State(engine_client, tokenizer, getattr(args, "served_model_name", None) and
                                     args.served_model_name[0] or args.model, model_config.max_model_len,
-                                    model_config.get_vocab_size(), _api_keys(args))
+                                    model_config.get_vocab_size(), _api_keys(args), _served_layout(args.model), tied)
