@@ -64,3 +64,54 @@ def _one_field_off(draw):
 
 #: Mostly valid bodies, valid bodies with one field replaced by anything, and anything.
 GENERATE_BODY = st.one_of(VALID_GENERATE, _one_field_off(), WILD_GENERATE)
+
+
+#: Values a config key might be given by mistake: every YAML type, extremes, and out-of-range numbers.
+CONFIG_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2 ** 64), max_value=2 ** 64),
+    st.sampled_from([0, -1, 1, 10 ** 30, 0.0, -0.5, 1e300, float("inf"), float("-inf"), float("nan")]),
+    st.floats(), st.text(max_size=20), st.sampled_from(["", "off", "1e5", "${sampling.num_generations}", "${nope}",
+                                                        "${oc.env:NO_SUCH_VAR_HERE}", "a:b", "x.py:f"]),
+    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=6), st.integers(), max_size=2))
+
+
+def _paths(node, prefix=()):
+    """Every path into a nested dict/list config (mappings, list items and leaves)."""
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _paths(value, prefix + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _paths(value, prefix + (i,))
+
+
+def _parent(tree, path):
+    for part in path[:-1]:
+        tree = tree[part]
+    return tree
+
+
+@st.composite
+def mutated(draw, config):
+    """``config`` (a dict from YAML) with 1-3 mutations: a key deleted, a value replaced by anything, an unknown key
+    added, a whole section replaced."""
+    import copy
+
+    tree = copy.deepcopy(config)
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        paths = [p for p in _paths(tree) if p]
+        op = draw(st.sampled_from(["delete", "replace", "unknown", "replace"]))
+        if op == "unknown" or not paths:
+            containers = [p for p in _paths(tree) if isinstance(_parent(tree, p + ("x",)), dict)]
+            where = _parent(tree, draw(st.sampled_from(containers)) + ("x",))
+            where[draw(st.sampled_from(["temprature", "max_step", "lr", "extra", "n", "tools", "kwargs"]))] = \
+                draw(CONFIG_VALUE)
+            continue
+        path = draw(st.sampled_from(paths))
+        parent = _parent(tree, path)
+        if op == "delete":
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = draw(CONFIG_VALUE)
+    return tree

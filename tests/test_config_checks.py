@@ -481,3 +481,14 @@ def test_bad_reward_entries(project, errs, rewards, key, message):
 def test_skipping_the_data_does_not_flag_reward_params_that_name_columns(project):
     # `validate-config --skip-data`: the columns are unknown, so `answer` must not be reported missing
     assert project.check(project.baseline(), load_data=False) == []
+
+
+# Found by config fuzzing (issue 9): the nearest-divisor hint enumerated every number up to prompts × generations.
+def test_batch_hint_with_huge_values_is_immediate():
+    import time
+
+    config = make(sampling__num_generations=10 ** 12 + 1, training__prompts_per_step=1, training__micro_batch_size=7)
+    start = time.monotonic()
+    [p] = run(check_batch, config)
+    assert time.monotonic() - start < 5  # generous: it used to run for hours
+    assert p.fix == "set training.micro_batch_size to 1 or 73, or training.prompts_per_step to 7 or 14"

@@ -451,3 +451,13 @@ def test_string_keys_keep_the_text_written(project):
     assert load_config(project.write_config(project.baseline()), ["training.learning_rate=1e-5"]
                        ).config.training.learning_rate == 1e-5
     assert "run_name: '1e5'" in to_yaml(over.config)  # the saved config.yaml reads back as text
+
+
+# Found by config fuzzing (issue 9): an interpolation that fails inside a list escaped as an OmegaConf exception.
+def test_failed_interpolations_inside_lists_are_problems():
+    cfg, problems = config_from_dict({"rewards": ["${nope}"],
+                                      "logging": {"report_to": ["jsonl", "${oc.env:GRPO_NO_SUCH_VARIABLE}"]}})
+    assert [(p.key, p.value) for p in problems] == [("rewards[0]", "${nope}"),
+                                                    ("logging.report_to[1]", "${oc.env:GRPO_NO_SUCH_VARIABLE}")]
+    assert all(p.message.startswith("interpolation failed: ") for p in problems)
+    assert cfg.logging.report_to == ["jsonl"] and cfg.rewards == []

@@ -104,6 +104,9 @@ def check_values(config: Config, problems: List[Problem]) -> None:
               "use fewer warm-up steps than training.max_steps")
 
 
+_WINDOW = 10_000  # how far from the configured value check_batch looks for a value that would divide
+
+
 def check_batch(config: Config, problems: List[Problem]) -> None:
     """``prompts_per_step × num_generations`` must split into whole micro-batches; lengths must fit the server."""
     s, t = config.sampling, config.training
@@ -111,9 +114,12 @@ def check_batch(config: Config, problems: List[Problem]) -> None:
         return
     seqs = t.prompts_per_step * s.num_generations
     if seqs % t.micro_batch_size:
-        divisors = [d for d in range(1, seqs + 1) if seqs % d == 0]
-        mbs = sorted(divisors, key=lambda d: (abs(d - t.micro_batch_size), -d))[:2]
-        pps = [p for p in range(1, 4 * t.prompts_per_step + 2) if (p * s.num_generations) % t.micro_batch_size == 0]
+        # search near the given values only (a window, not every number: the values may be huge)
+        near = range(max(1, t.micro_batch_size - _WINDOW), min(seqs, t.micro_batch_size + _WINDOW) + 1)
+        divisors = [d for d in near if seqs % d == 0] + [1, seqs]
+        mbs = sorted(set(divisors), key=lambda d: (abs(d - t.micro_batch_size), -d))[:2]
+        near = range(max(1, t.prompts_per_step - _WINDOW), t.prompts_per_step + _WINDOW + 1)
+        pps = [p for p in near if (p * s.num_generations) % t.micro_batch_size == 0]
         pps = sorted(pps, key=lambda p: abs(p - t.prompts_per_step))[:2]
         fix = f"set training.micro_batch_size to {' or '.join(map(str, sorted(mbs)))}"
         if pps:

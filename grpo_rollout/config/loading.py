@@ -166,7 +166,14 @@ def _check_list_of_sections(value: Any, item_cls: type, dotted: str, problems: L
                                 f"write `{dotted}:` followed by `- function: pkg.module:func` entries"))
         return []
     items = []
-    for i, item in enumerate(value):
+    for i in range(len(value)):
+        try:
+            item = value[i]  # resolves an item that is itself an interpolation
+        except OmegaConfBaseException as exc:
+            problems.append(Problem(f"{dotted}[{i}]", _plain(value._get_node(i)._value()),
+                                    f"interpolation failed: {str(exc).splitlines()[0]}",
+                                    "point it at an existing key (`${section.key}`) or write the entry out"))
+            continue
         if isinstance(item, str):  # shorthand: a bare dotted path
             item = OmegaConf.create({"function": item})
         items.append(_check_section(item, item_cls, f"{dotted}[{i}].", problems, texts))
@@ -208,9 +215,21 @@ def _resolve_leaves(cfg: DictConfig, problems: List[Problem], prefix: str = "") 
         if isinstance(child, DictConfig):
             _resolve_leaves(child, problems, dotted + ".")
         elif isinstance(child, ListConfig):
-            for i, item in enumerate(child):
-                if isinstance(item, DictConfig):
-                    _resolve_leaves(item, problems, f"{dotted}[{i}].")
+            failed = []
+            for i in range(len(child)):
+                if OmegaConf.is_interpolation(child, i):
+                    try:
+                        child[i] = child[i]
+                    except OmegaConfBaseException as exc:
+                        problems.append(Problem(f"{dotted}[{i}]", child._get_node(i)._value(),
+                                                f"interpolation failed: {str(exc).splitlines()[0]}",
+                                                "point it at an existing key (`${section.key}`) or a set variable "
+                                                "(`${oc.env:NAME}`)"))
+                        failed.append(i)
+                elif isinstance(child._get_node(i), DictConfig):
+                    _resolve_leaves(child._get_node(i), problems, f"{dotted}[{i}].")
+            for i in reversed(failed):  # reported; left out so that the rest of the list still loads
+                del child[i]
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = False) -> LoadedConfig:
