@@ -142,6 +142,9 @@ def _check_section(node: Any, cls: type, prefix: str, problems: List[Problem],
                 value = float(value)  # `temperature: 1` means 1.0 (OmegaConf deprecates converting it implicitly)
             if _is_type(tp, str) and value is not None and not isinstance(value, str) and dotted in texts:
                 value = texts[dotted]  # the text as written: commit hashes, run names, paths
+            if typing.get_origin(tp) in (list, List) and typing.get_args(tp) == (str,) and isinstance(value, ListConfig):
+                value = [v if isinstance(v, str) else texts.get(f"{dotted}[{i}]", str(v))  # items as written too
+                         for i, v in enumerate(OmegaConf.to_container(value, resolve=False))]
             if _is_type(tp, str) and isinstance(value, bool):
                 # YAML 1.1 reads unquoted off/on/yes/no/true/false as booleans: `vllm.mode: off` arrives as False
                 if not value and "off" in ENUMS.get(dotted, ()):
