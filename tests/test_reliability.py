@@ -16,23 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
-from grpo_rollout.config import config_from_dict
 from grpo_rollout.models.loading import disable_dropout
 from grpo_rollout.trainer import loop, train
 from grpo_rollout.trainer.checkpoint import STATE_FILE, load_trainer_state
 from grpo_rollout.trainer.loop import NonFiniteError
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model
+from tiny_model import make_tiny_gpt2, make_tiny_model, tiny_config
 
 pytestmark = pytest.mark.slow
-
-REWARDS = '''
-def even_ids(completion_ids, **kwargs):
-    return [sum(t % 2 == 0 for t in ids) / max(len(ids), 1) for ids in completion_ids]
-'''
-
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
@@ -40,36 +33,15 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dropout_model(tmp_path_factory, tiny_model) -> Path:
+def dropout_model(tmp_path_factory) -> Path:
     """The issue's fixture: a tiny GPT-2 whose config has dropout 0.1 everywhere."""
-    folder = tmp_path_factory.mktemp("gpt2") / "model"
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=2, n_positions=256,
-                        resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model = GPT2LMHeadModel(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return make_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "model", dropout=0.1)
 
 
 def _config(root: Path, model: Path, rollout: str = "", **training):
-    (root / "rewards_mod.py").write_text(REWARDS)
-    (root / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}."}) + "\n" for i in range(10)))
-    cfg, problems = config_from_dict({
-        "model": {"name_or_path": str(model)},
-        "data": {"train": str(root / "data.jsonl")},
-        "rollout": {"function": rollout},
-        "rewards": [{"function": f"{root / 'rewards_mod.py'}:even_ids"}],
-        "sampling": {"num_generations": 4, "max_completion_length": 6, "seed": 0, "top_k": 10},
-        "training": {"output_dir": str(root / "out"), "prompts_per_step": 2, "micro_batch_size": 8,
-                     "learning_rate": 3e-3, "max_steps": 2, **training},
-        "vllm": {"mode": "off"},
-    })
-    assert not [p for p in problems if p.is_error], problems
-    return cfg
+    return tiny_config(root, model, rollout={"function": rollout},
+                       sampling={"num_generations": 4, "max_completion_length": 6},
+                       training={"prompts_per_step": 2, "micro_batch_size": 8, "max_steps": 2, **training})
 
 
 def _quiet() -> RichReporter:

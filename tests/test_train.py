@@ -9,19 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo_rollout.config import config_from_dict
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model
+from tiny_model import make_tiny_model, tiny_config
 
 pytestmark = pytest.mark.slow
-
-# Trivial task for a random model: sampling from its top-10 tokens, prefer even token ids.
-TASK = '''
-def even_ids(completion_ids, **kwargs):
-    return [sum(t % 2 == 0 for t in ids) / max(len(ids), 1) for ids in completion_ids]
-'''
-
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
@@ -29,20 +21,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def _config(root: Path, model: Path, **training):
-    (root / "task_rewards.py").write_text(TASK)
-    (root / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}."}) + "\n" for i in range(10)))
-    cfg, problems = config_from_dict({
-        "model": {"name_or_path": str(model)},
-        "data": {"train": str(root / "data.jsonl")},
-        "rewards": [{"function": f"{root / 'task_rewards.py'}:even_ids"}],
-        "sampling": {"num_generations": 8, "max_completion_length": 8, "seed": 0, "top_k": 10},
-        "training": {"output_dir": str(root / "out"), "prompts_per_step": 4, "micro_batch_size": 16,
-                     "learning_rate": 3e-3, "loss_type": "dapo", "logging_steps": 1, **training},
-        "logging": {"report_to": ["jsonl"]},
-        "vllm": {"mode": "off"},
-    })
-    assert not problems
-    return cfg
+    return tiny_config(root, model, training=training)
 
 
 def _quiet() -> RichReporter:
