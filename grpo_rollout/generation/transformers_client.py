@@ -6,7 +6,8 @@ The client samples from the very model object the trainer updates, so no weight 
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Hashable, List, Optional, Sequence
 
 import torch
 
@@ -21,13 +22,19 @@ class TransformersClient(GenerationClient):
         tokenizer: its tokenizer.
         max_prompt_length: prompts are cut from the left to this many tokens (``None``: never).
         batch_size: at most this many sequences (prompts × n) per ``generate`` call, to bound memory.
+        gather: a context manager factory held around each ``generate`` (the trainer passes one that un-shards the
+            FSDP root unit, so ``model.generate`` sees whole weights).
 
     Calls from several threads (e.g. :meth:`agenerate` from concurrent multi-turn samples) run one at a time: they
     share one model, its train/eval mode and torch's global RNG.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, max_prompt_length: Optional[int] = None, batch_size: int = 256):
+    shares_weights = True
+
+    def __init__(self, model: Any, tokenizer: Any, max_prompt_length: Optional[int] = None, batch_size: int = 256,
+                 gather: Optional[Callable[[], ContextManager]] = None):
         self.model = model
+        self._gather = gather or nullcontext  # FSDP: hold the sharded root's weights whole while generating
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         self.batch_size = batch_size
@@ -42,12 +49,12 @@ class TransformersClient(GenerationClient):
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
-                 truncate: bool = True) -> GenerationResult:
+                 truncate: bool = True, affinity: Optional[Hashable] = None) -> GenerationResult:
         """See :meth:`GenerationClient.generate`. Batches of ``batch_size`` sequences, left-padded."""
         if temperature <= 0:
             raise ValueError("temperature must be > 0 for sampling")
         prompts = self.cut_prompts(prompt_ids, truncate)
-        with self._lock:
+        with self._lock, self._gather():
             return self._generate_locked(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
                                          max_tokens, seed, stop)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Hashable, Iterator, Optional, Sequence
 
 import httpx
 
@@ -43,25 +45,79 @@ def weights_root() -> Path:
     return shm if shm.is_dir() else Path(tempfile.gettempdir())
 
 
-def save_weights_for_vllm(model: Any, folder: Path) -> None:
-    """Write ``model``'s weights as one safetensors file in ``folder`` for vLLM's ``reload_weights``.
+#: The one file a staged weight folder holds.
+WEIGHTS_FILE = "model.safetensors"
+#: How weights reach a server: ``folder`` (it reads a folder on this machine), ``http`` (the bytes are streamed to
+#: it), ``nccl`` (a GPU broadcast, :mod:`.nccl_sync`); ``auto``: ``folder`` for a server on this machine, else ``http``.
+TRANSFERS = ("auto", "folder", "http", "nccl")
+_CHUNK = 8 << 20
 
-    Tied weights are written under every name: vLLM (0.32, CPU) keeps its old ``lm_head`` when a tied model's file
-    holds only ``model.embed_tokens.weight``, which silently corrupts its log-probs.
-    """
-    from safetensors.torch import save_file
 
+def weights_for_sync(weights: Any) -> Dict[str, Any]:
+    """The tensors to send, by name, from a model or a ``name → tensor`` mapping: on the CPU, contiguous, each stored
+    once, and ``lm_head.weight`` written out for a model with tied embeddings — vLLM (0.32, CPU) keeps its old head
+    when a tied model's file holds only ``model.embed_tokens.weight``, which silently corrupts its log-probs. (A
+    mapping from a tied model must already hold ``lm_head.weight``, as ``state_dict()`` does.)"""
+    import torch
+
+    tied = False
+    if isinstance(weights, torch.nn.Module):
+        tied = bool(getattr(getattr(weights, "config", None), "tie_word_embeddings", False))
+        weights = weights.state_dict()
     tensors, seen = {}, set()
-    for name, tensor in model.state_dict().items():
+    for name, tensor in weights.items():
         t = tensor.detach()
         key = (t.data_ptr(), t.shape)
         tensors[name] = t.clone().contiguous() if key in seen else t.contiguous()
         seen.add(key)
-    if getattr(model.config, "tie_word_embeddings", False) and "lm_head.weight" not in tensors:
-        emb = model.get_input_embeddings().weight.detach()
-        tensors["lm_head.weight"] = emb.clone().contiguous()
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(folder / "model.safetensors"))
+    if tied and "lm_head.weight" not in tensors:
+        embedding = next((t for name, t in tensors.items() if name.endswith("embed_tokens.weight")), None)
+        if embedding is not None:
+            tensors["lm_head.weight"] = embedding.clone()
+    return {name: t.cpu() for name, t in tensors.items()}
+
+
+@contextmanager
+def staged_weights(weights: Any, version: int) -> Iterator[Path]:
+    """A fresh folder under :func:`weights_root` holding ``weights`` as one safetensors file, removed on exit."""
+    from safetensors.torch import save_file
+
+    folder = Path(tempfile.mkdtemp(prefix=f"grpo-rollout-weights-v{version}-", dir=weights_root()))
+    try:
+        save_file(weights_for_sync(weights), str(folder / WEIGHTS_FILE))
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the servers have read it (or failed); nothing else needs it
+
+
+def is_local_url(url: str) -> bool:
+    """True when ``url``'s host is this machine (loopback, or one of its own names/addresses)."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    except ValueError:
+        if host == "localhost":
+            return True
+    try:
+        own = {socket.gethostname(), socket.getfqdn()}
+        own |= {info[4][0] for name in list(own) for info in socket.getaddrinfo(name, None)}
+        return host in own or any(info[4][0] in own for info in socket.getaddrinfo(host, None))
+    except OSError:
+        return False
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class VllmClient(GenerationClient):
@@ -73,12 +129,18 @@ class VllmClient(GenerationClient):
         api_key: bearer token if the server requires one. timeout: seconds per request.
         retries: further tries of a request that failed transiently (connection refused or reset, 502/503/504),
             ``retry_backoff_s`` seconds apart, doubling each time.
+        transfer: how weights reach the server (see :data:`TRANSFERS`): ``folder`` hands it the path of a folder on
+            this machine; ``http`` streams the file's bytes with a SHA-256 checksum (works across hosts); ``auto``
+            picks ``folder`` for a server on this machine, else ``http``.
     """
 
     def __init__(self, url: str, tokenizer: Any, max_prompt_length: Optional[int] = None,
                  api_key: Optional[str] = None, timeout: float = 3600.0, retries: int = 3,
-                 retry_backoff_s: float = 0.5):
+                 retry_backoff_s: float = 0.5, transfer: str = "auto"):
+        if transfer not in TRANSFERS or transfer == "nccl":
+            raise ValueError(f"transfer must be auto, folder or http (nccl has its own client), got {transfer!r}")
         self.url = url.rstrip("/")
+        self.transfer = transfer if transfer != "auto" else ("folder" if is_local_url(self.url) else "http")
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -112,9 +174,11 @@ class VllmClient(GenerationClient):
         """False when the server is known to be gone (a spawned server whose process exited): no retry then."""
         return True
 
-    def _request(self, method: str, path: str, timeout: Optional[float] = None, **kwargs: Any) -> Dict[str, Any]:
+    def _request(self, method: str, path: str, timeout: Optional[float] = None, body: Any = None,
+                 **kwargs: Any) -> Dict[str, Any]:
         """One request, retried with exponential backoff (``retry_backoff_s`` × 1, 2, 4, ...) on connection errors
-        and 502/503/504 answers, at most ``retries`` more times.
+        and 502/503/504 answers, at most ``retries`` more times. ``body``: a callable returning the request body (an
+        iterator of bytes is streamed), called anew for every attempt.
 
         Raises:
             ServerError: a 4xx/5xx answer, or the server still unreachable after the retries (the message names the
@@ -123,6 +187,8 @@ class VllmClient(GenerationClient):
         what = f"{method} {path}"
         for attempt in range(self.retries + 1):
             resp = exc = None
+            if body is not None:
+                kwargs["content"] = body()  # a fresh stream for every attempt
             try:
                 resp = self._http.request(method, path, timeout=timeout or self._timeout, **kwargs)
             except httpx.HTTPError as error:
@@ -170,7 +236,7 @@ class VllmClient(GenerationClient):
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
-                 truncate: bool = True) -> GenerationResult:
+                 truncate: bool = True, affinity: Optional[Hashable] = None) -> GenerationResult:
         """``POST /generate/`` with all prompts at once (vLLM batches them), retried on transient failures.
         Raises :class:`ServerError`."""
         body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
@@ -180,31 +246,51 @@ class VllmClient(GenerationClient):
     async def agenerate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                         top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
                         max_tokens: int = 256, seed: Optional[int] = None,
-                        stop: Optional[Sequence[str]] = None, truncate: bool = True) -> GenerationResult:
+                        stop: Optional[Sequence[str]] = None, truncate: bool = True,
+                        affinity: Optional[Hashable] = None) -> GenerationResult:
         """Async ``POST /generate/``: concurrent calls are batched together by the server."""
         body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
                           truncate)
         return self._result(await self._arequest("/generate/", body))
 
-    def update_weights(self, model: Any) -> None:
-        """Write ``model``'s weights to a fresh folder, have the server reload them, confirm the new version, delete
-        the folder. Sets ``last_sync_seconds``.
+    def update_weights(self, weights: Any) -> None:
+        """Stage the weights (a model or ``name → tensor``) in a fresh folder, have the server load them, confirm
+        the new version, delete the folder. Sets ``last_sync_seconds``.
 
         Raises:
             ServerError: the server is unreachable, refuses, or does not confirm the new version.
         """
         start = time.perf_counter()
         version = self.weight_version + 1
-        folder = Path(tempfile.mkdtemp(prefix=f"grpo-rollout-weights-v{version}-", dir=weights_root()))
-        try:
-            save_weights_for_vllm(model, folder)
-            data = self._request("POST", "/update_weights/", json={"path": str(folder), "version": version})
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)  # the server has read it (or failed); nothing else needs it
-        if data.get("weight_version") != version:
-            raise ServerError(f"the server answered weight_version {data.get('weight_version')}, expected {version}")
-        self.weight_version = version
+        with staged_weights(weights, version) as folder:
+            self.reload(folder, version)
         self.last_sync_seconds = time.perf_counter() - start
+
+    def reload(self, folder: Path, version: int) -> None:
+        """Have the server load the weights staged in ``folder`` (see :func:`staged_weights`) as ``version``: by path
+        (``folder`` transfer) or by streaming the file (``http``).
+
+        Raises:
+            ServerError: the server is unreachable, refuses (e.g. names or shapes that do not fit its model, a
+                checksum that does not match), or answers another version.
+        """
+        if self.transfer == "http":
+            file = folder / WEIGHTS_FILE
+            checksum = file_sha256(file)
+
+            def chunks() -> Iterator[bytes]:
+                with open(file, "rb") as f:
+                    yield from iter(lambda: f.read(_CHUNK), b"")
+
+            data = self._request("POST", "/upload_weights/", body=chunks, params={"version": version},
+                                 headers={"content-type": "application/octet-stream", "x-sha256": checksum,
+                                          "content-length": str(file.stat().st_size)})
+        else:
+            data = self._request("POST", "/update_weights/", json={"path": str(folder), "version": version})
+        if data.get("weight_version") != version:
+            raise ServerError(f"the server at {self.url} answered weight_version {data.get('weight_version')}, "
+                              f"expected {version}")
+        self.weight_version = version
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

@@ -248,7 +248,8 @@ async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_
     result = await client.agenerate([ids], n=1, temperature=sampling.temperature, top_p=sampling.top_p,
                                     top_k=sampling.top_k, min_p=sampling.min_p,
                                     repetition_penalty=sampling.repetition_penalty, max_tokens=max_tokens, seed=seed,
-                                    stop=sampling.stop, truncate=False)
+                                    stop=sampling.stop, truncate=False,
+                                    affinity=tuple(conv.prompt_ids))  # with several servers: the episode stays on one
     if list(result.prompt_ids[0]) != ids:
         raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
                            f"{len(result.prompt_ids[0])} used): the sampler would not see what the trainer trains on")

@@ -21,37 +21,41 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
     return Path(output_dir) / f"checkpoint-{step}"
 
 
-def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
-                    scheduler: Any, extra: Dict[str, Any], save_optimizer: bool = True,
-                    keep: Optional[int] = None) -> Path:
+def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, state: Dict[str, Any],
+                    weights: Optional[Dict[str, torch.Tensor]] = None, keep: Optional[int] = None) -> Path:
     """Write ``checkpoint-<step>`` atomically and return its path.
+
+    Args:
+        model, tokenizer: written with ``save_pretrained`` (``weights``: the full state dict to write instead of the
+            model's own, e.g. gathered from FSDP shards).
+        state: the trainer state saved as :data:`STATE_FILE` (step, optimizer, scheduler, RNG, data position, ...).
+        keep: delete all but the newest ``keep`` checkpoints after this one is in place (``None``: keep all).
 
     Everything goes to ``checkpoint-<step>.tmp`` first, which is renamed only when complete: a process killed during
     a save leaves no ``checkpoint-<step>`` folder, only the ``.tmp`` one that :func:`find_checkpoint` ignores and the
-    next save removes. ``save_optimizer=False`` leaves out the optimizer state (as large as the model twice over for
-    AdamW); a resume then restarts AdamW's moments. ``keep``: delete all but the newest ``keep`` checkpoints after
-    this one is in place (``None``: keep all).
+    next save removes.
     """
     final = checkpoint_dir(output_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     for stale in Path(output_dir).glob("checkpoint-*.tmp"):  # left by a save that was killed
         shutil.rmtree(stale, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": weights} if weights is not None else {}))
     tokenizer.save_pretrained(tmp)
-    state = {
-        "step": step,
-        "optimizer": optimizer.state_dict() if save_optimizer else None,
-        "scheduler": scheduler.state_dict(),
-        "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-        **extra,
-    }
-    torch.save(state, tmp / STATE_FILE)
+    torch.save({"step": step, **state}, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     if keep is not None:
         for old in list_checkpoints(output_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def rng_state() -> Dict[str, Any]:
+    """This process's RNG states (torch CPU, CUDA when present, Python's ``random``)."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def list_checkpoints(output_dir: Path) -> List[Path]:
@@ -89,7 +93,9 @@ def load_trainer_state(path: Path) -> Dict[str, Any]:
     return torch.load(Path(path) / STATE_FILE, weights_only=False)
 
 
-def restore_rng(state: Dict[str, Any]) -> None:
-    """Put back the RNG states saved by :func:`save_checkpoint`."""
-    torch.set_rng_state(state["rng"]["torch"])
-    random.setstate(state["rng"]["python"])
+def restore_rng(rng: Dict[str, Any]) -> None:
+    """Put back RNG states from :func:`rng_state`."""
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])

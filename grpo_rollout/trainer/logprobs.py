@@ -89,6 +89,26 @@ def filter_logits(logits: torch.Tensor, targets: torch.Tensor, top_k: int = -1, 
     return logits.masked_fill(remove, float("-inf"))
 
 
+class CompletionLogprobs(torch.nn.Module):
+    """A causal LM whose ``forward`` returns completion-token log-probs (see :func:`completion_logprobs`).
+
+    The trainer holds its policy (and reference model) this way so that one module call does the whole pass: FSDP2
+    shards this wrapper as its root unit, and its hooks fire only when the root's ``forward`` runs.
+
+    Attributes:
+        lm: the wrapped causal LM (``transformers`` ``*ForCausalLM``).
+    """
+
+    def __init__(self, lm: torch.nn.Module):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, batch: PackedBatch, temperature: float = 1.0, chunk_size: int = 1024, top_k: int = -1,
+                top_p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
+        """``(B, C)`` log-probs of ``batch``'s completion tokens (0 at padding); see :func:`completion_logprobs`."""
+        return _completion_logprobs(self.lm, batch, temperature, chunk_size, top_k, top_p, min_p)
+
+
 def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0,
                         chunk_size: int = 1024, top_k: int = -1, top_p: float = 1.0,
                         min_p: float = 0.0) -> torch.Tensor:
@@ -97,11 +117,18 @@ def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature:
     Logits are divided by ``temperature`` and filtered like the sampler filtered them (``top_k``, ``top_p``,
     ``min_p``; see :func:`filter_logits`) before the log-softmax, so the values describe the distribution the sampler
     drew from and are comparable with its log-probs. Positions are processed ``chunk_size`` at a time through the
-    output projection.
+    output projection. ``model`` is a causal LM or a :class:`CompletionLogprobs` around one.
 
     Raises:
         TypeError: the model has no separate decoder / output projection.
     """
+    if isinstance(model, CompletionLogprobs):
+        return model(batch, temperature, chunk_size, top_k, top_p, min_p)
+    return _completion_logprobs(model, batch, temperature, chunk_size, top_k, top_p, min_p)
+
+
+def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float, chunk_size: int,
+                         top_k: int, top_p: float, min_p: float) -> torch.Tensor:
     filtering = (top_k and top_k > 0) or top_p < 1.0 or min_p > 0.0
     decoder, head = _decoder_and_head(model)
     device = next(model.parameters()).device

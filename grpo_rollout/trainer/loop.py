@@ -2,13 +2,17 @@
 
 One step (Shao et al. 2024, DeepSeekMath, Algorithm 1, with one policy update per batch by default):
 
-1. take ``prompts_per_step`` prompts (:class:`~.sampler.PromptSampler`),
-2. call the rollout once with all of them (``n = num_generations`` completions each),
-3. score every completion (:func:`~grpo_rollout.rewards.calling.compute_rewards`) and turn the scores into
-   group-relative advantages (:func:`~.advantages.group_advantages`),
+1. take ``prompts_per_step`` prompts (:class:`~.prompt_order.PromptSampler`); with ``N`` training processes each
+   takes its own ``prompts_per_step / N`` of them (whole groups),
+2. call the rollout once with them (``n = num_generations`` completions each),
+3. score every completion (:func:`~grpo_rollout.rewards.calling.compute_rewards`) and turn the scores of the whole
+   step into group-relative advantages (:func:`~.advantages.group_advantages`),
 4. ``num_iterations`` times: micro-batches of ``micro_batch_size`` sequences → policy log-probs at completion positions
-   → clipped surrogate (+ KL) (:mod:`.losses`) → backward; then clip the gradient norm, AdamW step, LR schedule step,
-5. sync the new weights to the generation backend, log metrics, maybe checkpoint.
+   → clipped surrogate (+ KL) (:mod:`.losses`), normalised by the whole step's totals → backward (FSDP2 averages the
+   gradients over processes); then clip the gradient norm, AdamW step, LR schedule step,
+5. sync the new weights to the generation servers, log metrics, maybe checkpoint (rank 0 alone writes and prints).
+
+``N`` processes train exactly as one process would on the same batch (:mod:`.distributed`, :mod:`.policy`).
 """
 
 from __future__ import annotations
@@ -25,22 +29,26 @@ import torch
 
 from ..config import Config, ConfigError, resolve_callable, to_yaml, validate
 from ..data import load_train_dataset
-from ..generation.backend import open_backend
+from ..generation.backend import attach_urls, connect, open_backend, prompt_limit
 from ..generation.vllm_client import ServerError
 from ..models.loading import load_model_and_tokenizer
-from ..rewards.calling import RewardError, RewardFunction, compute_rewards, unique_names
+from ..rewards.calling import RewardError, RewardFunction, RewardResult, compute_rewards, unique_names
 from ..rollouts import builtin_rollout
 from ..rollouts.calling import call_rollout
 from ..rollouts.contract import RolloutError, RolloutOutput
 from .advantages import group_advantages, zero_std_fraction
+from .checkpoint import (checkpoint_step, find_checkpoint, load_trainer_state, restore_rng, rng_state,
+                         save_checkpoint)
+from .distributed import Dist, RankError
 from .importance import importance_weights
-from .checkpoint import checkpoint_step, find_checkpoint, load_trainer_state, restore_rng, save_checkpoint
-from .logprobs import completion_logprobs, pack
+from .logprobs import CompletionLogprobs, completion_logprobs
 from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
+from .policy import full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
 from .progress import RichReporter
 from .prompt_order import PromptSampler
 from .rollout_stats import extras_means, tool_metrics, truncated_flags
+from .update import MicroBatch, UpdateStats, build_micro_batches
 
 
 class StaleWeightsError(RuntimeError):
@@ -73,11 +81,43 @@ class TrainResult:
         return sum(vals) / len(vals) if vals else float("nan")
 
 
-class _Run:
-    """State of one training run (built by :func:`train`)."""
+@dataclass
+class StepShard:
+    """What one rank's share of a step produced, per completion (gathered on every rank for metrics and logs).
 
-    def __init__(self, config: Config, base_dir: Path, reporter: RichReporter):
-        self.cfg, self.base_dir, self.reporter = config, base_dir, reporter
+    Attributes:
+        prompts: the dataset prompt of each completion. texts: the decoded completions. rewards: weighted sums.
+        per_function: reward name → scores (``nan`` for ``None``). lengths: completion tokens. truncated: cut by the
+        budget. extras: the rollout's extras (name → one value per completion).
+    """
+
+    prompts: List[Any]
+    texts: List[str]
+    rewards: List[float]
+    per_function: Dict[str, List[float]]
+    lengths: List[int]
+    truncated: List[bool]
+    extras: Dict[str, List[Any]]
+
+    @staticmethod
+    def merge(shards: List["StepShard"]) -> "StepShard":
+        """The whole step, in rank order (an extra missing on some rank is ``None`` for its completions)."""
+        def cat(name: str) -> List[Any]:
+            return [x for sh in shards for x in getattr(sh, name)]
+
+        def by_key(name: str) -> Dict[str, List[Any]]:
+            keys = list(dict.fromkeys(k for sh in shards for k in getattr(sh, name)))
+            return {k: [x for sh in shards for x in getattr(sh, name).get(k, [None] * len(sh.rewards))] for k in keys}
+
+        return StepShard(cat("prompts"), cat("texts"), cat("rewards"), by_key("per_function"), cat("lengths"),
+                         cat("truncated"), by_key("extras"))
+
+
+class _Run:
+    """State of one training run (built by :func:`train`): set-up, one step, the update, weight sync, saving."""
+
+    def __init__(self, config: Config, base_dir: Path, reporter: RichReporter, dist: Dist):
+        self.cfg, self.base_dir, self.reporter, self.dist = config, base_dir, reporter, dist
         t, s = config.training, config.sampling
         random.seed(t.seed)
         torch.manual_seed(t.seed)
@@ -87,11 +127,14 @@ class _Run:
         fns = [resolve_callable(r.function, base_dir) for r in config.rewards]
         self.rewards = [RewardFunction(name, fn, r.weight, dict(r.kwargs))
                         for name, fn, r in zip(unique_names(fns), fns, config.rewards)]
-        self.sampler = PromptSampler(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
+        self.prompt_order = PromptSampler(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
         self.output_dir = Path(t.output_dir).expanduser()
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / "config.yaml").write_text(to_yaml(config))
-        self.model = self.tokenizer = self.ref_model = self.client = None
+        if dist.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / "config.yaml").write_text(to_yaml(config))
+        self.policy: Optional[CompletionLogprobs] = None
+        self.ref: Optional[CompletionLogprobs] = None
+        self.tokenizer = self.client = None
         self.applied = 0  # steps whose optimizer updates are in the weights
         self.nonfinite_streak = 0  # steps in a row whose update was skipped for a NaN/inf loss or gradient
         self.num_generations = s.num_generations
@@ -99,47 +142,85 @@ class _Run:
         self.sampling_filter = {"top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
         # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
         # reproduce: its log-probs are then logged but neither corrected for nor checked
-        self.sampler_comparable = s.repetition_penalty == 1.0
+        self.compare_with_sampler = s.repetition_penalty == 1.0
 
     # -- set-up --------------------------------------------------------------------------------------------------
     def load(self, resume: Optional[str]) -> int:
-        """Load models, optimizer, scheduler, generation client; return the step to start from."""
+        """Load the policy (sharded over the processes), reference model, optimizer, scheduler and generation
+        client, restore a checkpoint, send the weights to the servers; return the step to start from."""
         from transformers import get_scheduler
 
-        m, t = self.cfg.model, self.cfg.training
+        m, t, dist = self.cfg.model, self.cfg.training, self.dist
         say = self.reporter.message
-        say(f"Loading {m.name_or_path}")
-        self.model, self.tokenizer, self.model_path = load_model_and_tokenizer(
+        say(f"Loading {m.name_or_path}" + (f" on {dist.world_size} processes" if dist.world_size > 1 else ""))
+        lm, self.tokenizer, self.model_path = load_model_and_tokenizer(
             m.name_or_path, m.dtype, m.revision, m.trust_remote_code, progress=say)
-        if t.beta > 0:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if t.beta > 0:  # the reference is the model before any update, also when resuming
+            ref_lm = copy.deepcopy(lm).to(dist.device).eval().requires_grad_(False)
+            self.ref = shard(CompletionLogprobs(ref_lm), dist)
         state = None
         if resume:
             ckpt = find_checkpoint(self.output_dir, resume)
             say(f"Resuming from {ckpt}")
-            self.model, _, _ = load_model_and_tokenizer(str(ckpt), m.dtype, trust_remote_code=m.trust_remote_code)
-            state = load_trainer_state(ckpt)
+            lm, _, _ = load_model_and_tokenizer(str(ckpt), m.dtype, trust_remote_code=m.trust_remote_code)
+            state = load_trainer_state(ckpt) if dist.is_main else None
         if t.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
-        self.model.train()
-        self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
+            lm.gradient_checkpointing_enable()
+        lm.to(dist.device).train()
+        self.policy = shard(CompletionLogprobs(lm), dist)
+        self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad],
                                            lr=t.learning_rate, weight_decay=t.weight_decay)
-        self.scheduler = get_scheduler(t.lr_scheduler, self.optimizer, num_warmup_steps=t.warmup_steps * t.num_iterations,
+        self.scheduler = get_scheduler(t.lr_scheduler, self.optimizer,
+                                       num_warmup_steps=t.warmup_steps * t.num_iterations,
                                        num_training_steps=t.max_steps * t.num_iterations)
-        if state is not None:
-            if state["optimizer"] is not None:
-                self.optimizer.load_state_dict(state["optimizer"])
-            else:
-                say("The checkpoint has no optimizer state (training.save_only_model): AdamW's moments restart")
-            self.scheduler.load_state_dict(state["scheduler"])
-            restore_rng(state)
-        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        start = self.restore(state) if resume else 0
+        eos = lm.generation_config.eos_token_id if lm.generation_config else None
         eos = eos if eos is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
-        self.vocab_size = self.model.get_input_embeddings().num_embeddings
-        self.client = open_backend(self.cfg, self.model, self.tokenizer, self.model_path, self.output_dir,
-                                   say=say, status=self.reporter.status)
-        return state["step"] if state is not None else 0
+        self.vocab_size = lm.get_input_embeddings().num_embeddings
+        self.open_client()
+        if not self.client.shares_weights:
+            with self.reporter.status("Sending the current weights to vLLM"):
+                self.sync_weights()  # a resumed or non-base model must be what the servers sample from
+        return start
+
+    def restore(self, state: Optional[Dict[str, Any]]) -> int:
+        """Put back optimizer, scheduler and RNG from rank 0's trainer state (saved under any number of
+        processes); return its step."""
+        dist = self.dist
+        small = None
+        if dist.is_main:  # everything but the (large) optimizer state goes to every rank
+            small = {k: v for k, v in state.items() if k != "optimizer"}
+            small["optimizer_saved"] = state.get("optimizer") is not None
+        small = dist.broadcast(small)
+        if small["optimizer_saved"]:
+            load_optimizer_state(self.policy, self.optimizer, state["optimizer"] if state else None, dist)
+        else:
+            self.reporter.message("The checkpoint has no optimizer state (training.save_only_model): AdamW's moments "
+                                  "restart")
+        self.scheduler.load_state_dict(small["scheduler"])
+        rngs = small.get("rng_by_rank") or [small["rng"]]
+        if len(rngs) == dist.world_size:
+            restore_rng(rngs[dist.rank])
+        else:
+            self.reporter.message(f"The checkpoint was saved by {len(rngs)} process(es), this run has "
+                                  f"{dist.world_size}: random states are re-seeded, the rest carries over")
+        return int(small["step"])
+
+    def open_client(self) -> None:
+        """Rank 0 opens the configured backend (spawning servers); the others connect to the same servers."""
+        lm, dist, cfg = self.policy.lm, self.dist, self.cfg
+        if cfg.vllm.mode == "off" or dist.is_main:
+            client = open_backend(cfg, lm, self.tokenizer, self.model_path, self.output_dir,
+                                  say=self.reporter.message, status=self.reporter.status,
+                                  gather=lambda: unsharded(self.policy))
+        else:
+            client = None
+        if cfg.vllm.mode != "off" and dist.world_size > 1:
+            urls = dist.broadcast(getattr(client, "urls", None) or [getattr(client, "url", None)])
+            if not dist.is_main:
+                client = connect(urls, cfg, self.tokenizer, prompt_limit(cfg, lm)[0], first=dist.rank)
+        self.client = client
 
     # -- one step ------------------------------------------------------------------------------------------------
     def sampling_kwargs(self, step: int) -> Dict[str, Any]:
@@ -150,17 +231,16 @@ class _Run:
                 "max_completion_length": s.max_completion_length,
                 "seed": None if s.seed is None else s.seed + step}
 
-    def step(self, step: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-        """Run step ``step`` (0-based); return its metrics and one record per completion."""
+    def generate_and_score(self, step: int, rows: List[Dict[str, Any]]) -> Tuple[RolloutOutput, StepShard, float]:
+        """This rank's rollout and rewards for its ``rows``; returns the rollout, its shard, and when generation
+        ended (``time.perf_counter()``)."""
         cfg, g = self.cfg, self.num_generations
-        t0 = time.perf_counter()
-        rows = [self.dataset[i] for i in self.sampler.indices(step)]
         prompts = [row[cfg.data.prompt_column] for row in rows]
         out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
                            {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
                             "base_dir": str(self.base_dir)},
                            self.vocab_size)
-        t1 = time.perf_counter()
+        generated = time.perf_counter()
         n = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         per_completion_prompts = [prompts[i // g] for i in range(n)]
@@ -170,121 +250,129 @@ class _Run:
                    if c != cfg.data.prompt_column}
         scored = compute_rewards(self.rewards, prompts=per_completion_prompts, completions=completions,
                                  completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)
-        rewards = torch.tensor(scored.total, dtype=torch.float32)
-        advantages = group_advantages(rewards, g, cfg.training.scale_rewards)
+        shard_ = StepShard(per_completion_prompts, texts, list(scored.total), scored.per_function,
+                           [len(c) for c in out.completion_ids],
+                           truncated_flags(out.completion_ids, out.extras, self.eos_ids), out.extras)
+        return out, shard_, generated
+
+    def step(self, step: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+        """Run step ``step`` (0-based) on every rank; return the whole step's metrics and one record per completion."""
+        cfg, g, dist = self.cfg, self.num_generations, self.dist
+        t0 = time.perf_counter()
+        indices = self.prompt_order.indices(step)
+        share = len(indices) // dist.world_size  # validate() checked that it divides
+        rows = [self.dataset[i] for i in indices[dist.rank * share:(dist.rank + 1) * share]]
+        out = mine = error = None
+        t1 = t0
+        try:
+            out, mine, t1 = self.generate_and_score(step, rows)
+        except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
+            error = exc
+        dist.agree(error)
+        # advantages over the whole step (scale_rewards: batch needs every rank's rewards)
+        everyone = [r for rewards in dist.gather(mine.rewards) for r in rewards]
+        advantages = group_advantages(torch.tensor(everyone, dtype=torch.float32), g, cfg.training.scale_rewards)
+        offset = dist.rank * len(out)
         t2 = time.perf_counter()
-        truncated = truncated_flags(out.completion_ids, out.extras, self.eos_ids)
-        train_stats = self.update(out, advantages, truncated)
+        train_stats = self.update(out, advantages[offset:offset + len(out)], mine.truncated)
         self.applied = step + 1  # the weights now include this step, whatever happens next
         self.guard_nonfinite(step, train_stats["nonfinite_skipped"])
         t3 = time.perf_counter()
-        self.client.update_weights(self.model)
+        if not self.client.shares_weights:
+            self.sync_weights()
         t4 = time.perf_counter()
-        lengths = [len(c) for c in out.completion_ids]
+        whole = StepShard.merge(dist.gather(mine))
+        return self.step_metrics(whole, advantages, train_stats, (t0, t1, t2, t3, t4))
+
+    def step_metrics(self, whole: StepShard, advantages: torch.Tensor, train_stats: Dict[str, float],
+                     times: Tuple[float, ...]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+        """The logged numbers of a step (rewards, lengths, extras, update statistics, times) and its sample records."""
+        t0, t1, t2, t3, t4 = times
+        n, g = len(whole.rewards), self.num_generations
+        rewards = torch.tensor(whole.rewards, dtype=torch.float32)
+        lengths = whole.lengths
         metrics: Dict[str, Any] = {
             "reward": rewards.mean().item(),
             "reward_std": rewards.std().item() if n > 1 else 0.0,
-            **scored.stats(),
+            **RewardResult(whole.rewards, whole.per_function).stats(),
             "frac_reward_zero_std": zero_std_fraction(rewards, g),
             **train_stats,
-            **extras_means(out.extras),
-            **tool_metrics(out.extras),
+            **extras_means(whole.extras),
+            **tool_metrics(whole.extras),
             "completions/mean_length": sum(lengths) / n,
             "completions/max_length": max(lengths),
             "completions/min_length": min(lengths),
-            "completions/truncated_fraction": sum(truncated) / n,
+            "completions/truncated_fraction": sum(whole.truncated) / n,
             "learning_rate": self.scheduler.get_last_lr()[0],
             "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
-        samples = [{"prompt": per_completion_prompts[i], "completion": texts[i], "reward": scored.total[i],
-                    **{f"rewards/{k}": v[i] for k, v in scored.per_function.items()},
-                    "advantage": advantages[i].item(), "truncated": truncated[i]} for i in range(n)]
+        samples = [{"prompt": whole.prompts[i], "completion": whole.texts[i], "reward": whole.rewards[i],
+                    **{f"rewards/{k}": v[i] for k, v in whole.per_function.items()},
+                    "advantage": advantages[i].item(), "truncated": whole.truncated[i]} for i in range(n)]
         return metrics, samples
 
+    # -- the update ----------------------------------------------------------------------------------------------
+    def logprobs(self, model: CompletionLogprobs, mb: MicroBatch) -> torch.Tensor:
+        """``(B, C)`` log-probs of a micro-batch's completion tokens under ``model`` (sampler's temperature and
+        filtering)."""
+        s, t = self.cfg.sampling, self.cfg.training
+        return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter)
+
     def update(self, out: RolloutOutput, advantages: torch.Tensor, truncated: List[bool]) -> Dict[str, float]:
-        """``num_iterations`` optimizer updates on one rollout batch; returns loss/KL/clip/grad statistics."""
-        t, s = self.cfg.training, self.cfg.sampling
-        n, mbs = len(out), t.micro_batch_size
+        """``num_iterations`` optimizer updates on this rank's share of the step; the loss of every ``loss_type`` is
+        normalised by the whole step's totals, so N processes make the update one process would make on the same
+        batch. Returns loss/KL/clip/importance-weight/grad statistics of the whole step."""
+        t, s, dist = self.cfg.training, self.cfg.sampling, self.dist
         masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
                  for m, tr in zip(out.completion_mask, truncated)]
-        batches = []
-        for start in range(0, n, mbs):
-            idx = list(range(start, min(start + mbs, n)))
-            packed = pack([out.prompt_ids[i] for i in idx], [out.completion_ids[i] for i in idx],
-                          self.tokenizer.pad_token_id)
-            mask = torch.zeros_like(packed.completion_valid, dtype=torch.float32)
-            sampler_lp = torch.zeros_like(mask) if out.logprobs is not None else None
-            for row, i in enumerate(idx):
-                mask[row, : len(masks[i])] = torch.tensor(masks[i], dtype=torch.float32)
-                if sampler_lp is not None:
-                    sampler_lp[row, : len(out.logprobs[i])] = torch.tensor(out.logprobs[i])
-            batches.append({"packed": packed, "mask": mask, "adv": advantages[idx], "sampler": sampler_lp})
-        totals = BatchTotals(n, int(sum(b["mask"].sum().item() for b in batches)), len(batches),
-                             s.max_completion_length)
+        batches = build_micro_batches(out.prompt_ids, out.completion_ids, masks, out.logprobs, advantages,
+                                      t.micro_batch_size, self.tokenizer.pad_token_id, dist.device)
+        sequences, tokens, micro = dist.sum([len(out), sum(mb.mask.sum().item() for mb in batches), len(batches)])
+        totals = BatchTotals(int(sequences), int(tokens), int(micro), s.max_completion_length)
         with torch.no_grad():
-            for b in batches:
+            for mb in batches:
                 if t.num_iterations > 1:
-                    b["old"] = completion_logprobs(self.model, b["packed"], s.temperature, t.logprob_chunk_size,
-                                                   **self.sampling_filter)
-                if self.ref_model is not None:
-                    b["ref"] = completion_logprobs(self.ref_model, b["packed"], s.temperature, t.logprob_chunk_size,
-                                                   **self.sampling_filter)
-        sums = {"kl": 0.0, "clip_low": 0.0, "clip_high": 0.0, "ratio_max": 0.0, "lp_diff": 0.0}
-        trained_tokens = max(totals.num_tokens, 1)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        skipped = 0
+                    mb.old_logprobs = self.logprobs(self.policy, mb)
+                if self.ref is not None:
+                    mb.ref_logprobs = self.logprobs(self.ref, mb)
+        stats = UpdateStats()
         for iteration in range(t.num_iterations):
-            loss_total = 0.0
-            for b in batches:
-                logps = completion_logprobs(self.model, b["packed"], s.temperature, t.logprob_chunk_size,
-                                            **self.sampling_filter)
-                old = b.get("old", logps.detach())
-                if b["sampler"] is not None and "is_weights" not in b:
-                    mode = t.sampler_correction if self.sampler_comparable else "none"
-                    b["is_weights"] = importance_weights(old, b["sampler"], b["mask"], mode, t.sampler_correction_cap)
-                res = per_token_loss(logps, old, b["adv"], epsilon=t.epsilon, epsilon_high=t.epsilon_high,
-                                     beta=t.beta, ref_logps=b.get("ref"), token_weights=b.get("is_weights"))
-                loss = aggregate(res["loss"], b["mask"], t.loss_type, totals)
-                loss.backward()
-                loss_total += loss.item()
-                # statistics over trained tokens only (indexing, not a product: placeholders may be -inf), on every
-                # iteration: the ratio moves away from 1 only after the first update (num_iterations > 1)
-                m = b["mask"].bool()
-                ratio = res["ratio"].detach()[m]
-                sums["kl"] += res["kl"].detach()[m].sum().item()
-                sums["clip_low"] += res["clipped_low"][m].sum().item()
-                sums["clip_high"] += res["clipped_high"][m].sum().item()
-                sums["ratio_max"] = max(sums["ratio_max"], ratio.max().item() if ratio.numel() else 0.0)
-                if iteration == 0 and b["sampler"] is not None:
-                    sums["lp_diff"] += (old - b["sampler"])[m].abs().sum().item()
-                    w = b["is_weights"][m]
-                    if w.numel():
-                        sums["is_min"] = min(sums.get("is_min", math.inf), w.min().item())
-                        sums["is_max"] = max(sums.get("is_max", 0.0), w.max().item())
-                        sums["is_sum"] = sums.get("is_sum", 0.0) + w.sum().item()
-            if iteration == 0 and out.logprobs is not None and self.sampler_comparable \
-                    and math.isfinite(sums["lp_diff"]):  # non-finite: the trainer's own log-probs; skipped below
-                self.check_sampler_mismatch(sums["lp_diff"] / trained_tokens)
-            max_norm = t.max_grad_norm if t.max_grad_norm > 0 else math.inf
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
-            if math.isfinite(loss_total) and math.isfinite(grad_norm):
+            loss_sum = 0.0
+            for mb in batches:
+                logps = self.logprobs(self.policy, mb)
+                old = mb.old_logprobs if mb.old_logprobs is not None else logps.detach()
+                if mb.sampler_logprobs is not None and mb.is_weights is None:
+                    mode = t.sampler_correction if self.compare_with_sampler else "none"
+                    mb.is_weights = importance_weights(old, mb.sampler_logprobs, mb.mask, mode,
+                                                       t.sampler_correction_cap)
+                result = per_token_loss(logps, old, mb.advantages, epsilon=t.epsilon, epsilon_high=t.epsilon_high,
+                                        beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.is_weights)
+                loss = aggregate(result["loss"], mb.mask, t.loss_type, totals)
+                (loss * dist.world_size).backward()  # FSDP averages gradients over ranks: undo it, sums are wanted
+                loss_sum += loss.item()
+                stats.add(result, mb, old, first_iteration=iteration == 0)
+            if iteration == 0 and out.logprobs is not None and self.compare_with_sampler:
+                [lp_diff] = dist.sum([stats.lp_diff])
+                if math.isfinite(lp_diff):  # non-finite: the trainer's own log-probs; the update is skipped below
+                    self.check_sampler_mismatch(lp_diff / max(totals.num_tokens, 1))
+            [stats.loss] = dist.sum([loss_sum])
+            stats.grad_norm = self.clip_gradients()
+            if math.isfinite(stats.loss) and math.isfinite(stats.grad_norm):
                 self.optimizer.step()
                 self.scheduler.step()
             else:  # a NaN/inf loss or gradient would poison the weights and the optimizer's moments: skip
-                skipped += 1
+                stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
-        measured = trained_tokens * t.num_iterations
-        stats = {"loss": loss_total, "grad_norm": grad_norm, "kl": sums["kl"] / measured,
-                 "clip_ratio/low": sums["clip_low"] / measured, "clip_ratio/high": sums["clip_high"] / measured,
-                 "clip_ratio/region": (sums["clip_low"] + sums["clip_high"]) / measured,
-                 "ratio/max": sums["ratio_max"], "num_tokens": totals.num_tokens, "nonfinite_skipped": skipped}
-        if out.logprobs is not None:
-            stats["sampler/logprob_abs_diff"] = sums["lp_diff"] / trained_tokens
-            stats["sampler/is_weight_mean"] = sums.get("is_sum", 0.0) / trained_tokens
-            stats["sampler/is_weight_min"] = sums.get("is_min", float("nan"))
-            stats["sampler/is_weight_max"] = sums.get("is_max", float("nan"))
-        return stats
+        return stats.reduce(dist).metrics(totals.num_tokens, t.num_iterations, out.logprobs is not None)
+
+    def clip_gradients(self) -> float:
+        """Clip the gradient norm to ``training.max_grad_norm`` (0: no clipping); return the norm before clipping
+        (over the whole model, also when it is sharded)."""
+        t = self.cfg.training
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     def guard_nonfinite(self, step: int, skipped: int) -> None:
         """Count steps in a row whose update was skipped for a NaN/inf loss or gradient; warn, and stop at
@@ -322,14 +410,41 @@ class _Run:
                 "from the trainer's current weights. Check the server log (output_dir/vllm.log); if the two "
                 "legitimately differ (e.g. bfloat16 sampler), raise the limit or set it to null")
 
+    # -- weights out ---------------------------------------------------------------------------------------------
+    def sync_weights(self) -> None:
+        """Gather the full weights (a collective) and have rank 0 send them to every server; every rank learns
+        whether that worked.
+
+        Raises:
+            ServerError (one process) / RankError (several): a server failed or answered another version.
+        """
+        weights = full_state_dict(self.policy, self.dist)
+        error = None
+        if self.dist.is_main:
+            try:
+                self.client.update_weights(weights)
+            except ServerError as exc:
+                error = exc
+        self.dist.agree(error)
+
     def save(self, step: int) -> Path:
-        """Checkpoint after ``step`` completed steps."""
-        t = self.cfg.training
-        return save_checkpoint(self.output_dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
-                               {"data_position": self.sampler.position(step), "config": to_yaml(self.cfg)},
-                               save_optimizer=not t.save_only_model, keep=t.save_total_limit)
+        """Checkpoint after ``step`` completed steps (a collective: every rank calls it; rank 0 writes)."""
+        t, dist = self.cfg.training, self.dist
+        weights = full_state_dict(self.policy, dist)
+        optimizer = None if t.save_only_model else optimizer_state(self.policy, self.optimizer, dist)
+        rngs = dist.gather(rng_state())
+        path = None
+        if dist.is_main:
+            path = save_checkpoint(self.output_dir, step, self.policy.lm, self.tokenizer,
+                                   {"optimizer": optimizer, "optimizer_saved": not t.save_only_model,
+                                    "scheduler": self.scheduler.state_dict(), "rng_by_rank": rngs,
+                                    "data_position": self.prompt_order.position(step), "config": to_yaml(self.cfg),
+                                    "world_size": dist.world_size},
+                                   weights=weights, keep=t.save_total_limit)
+        return dist.broadcast(path)
 
     def close(self) -> None:
+        """Stop the generation client (and any server it spawned)."""
         if self.client is not None:
             self.client.close()
 
@@ -354,7 +469,18 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         ServerError — the vLLM server died or refused — and Ctrl-C). FileNotFoundError: ``resume`` names no checkpoint.
     """
     base_dir = Path(base_dir or Path.cwd())
-    reporter = reporter or RichReporter()
+    t = config.training
+    dist = Dist.from_env(t.device)
+    try:
+        # rank 0 alone prints and writes; the others keep quiet
+        reporter = (reporter or RichReporter()) if dist.is_main else RichReporter(quiet=True)
+        return _train(config, base_dir, resume, reporter, check, dist)
+    finally:
+        dist.close()
+
+
+def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: RichReporter, check: bool,
+           dist: Dist) -> TrainResult:
     if check:
         problems = validate(config, base_dir)
         if any(p.is_error for p in problems):
@@ -367,8 +493,9 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
             reporter.message(f"{ckpt} is already at step {reached} and training.max_steps is {t.max_steps}: nothing "
                              f"to train. To continue, raise it (e.g. training.max_steps={reached + t.max_steps})")
             return TrainResult(Path(t.output_dir).expanduser(), ckpt, reached)
-    run = _Run(config, base_dir, reporter)
-    logger = MetricsLogger(run.output_dir, config.logging.report_to, config.logging.project, config.logging.run_name)
+    run = _Run(config, base_dir, reporter, dist)
+    logger = MetricsLogger(run.output_dir, config.logging.report_to if dist.is_main else [],
+                           config.logging.project, config.logging.run_name, write=dist.is_main)
     history: List[Dict[str, Any]] = []
     done = 0
     last_saved: Optional[Path] = None
@@ -390,15 +517,24 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
                 reporter.message(f"Saved {last_saved}")
         if done > 0:
             last_saved = run.save(done)
-    except (KeyboardInterrupt, RolloutError, RewardError, StaleWeightsError, NonFiniteError, ServerError):
-        applied = run.applied  # may be done + 1 when stopped between the update and the end of a step
-        if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
-            reporter.stop()
-            saved = run.save(applied)
-            reporter.message(f"Stopped after {applied} step(s); saved {saved} (continue with --resume latest)")
+    except KeyboardInterrupt:
+        if dist.world_size == 1:  # several processes are all interrupted at different points: no collective save
+            _save_on_stop(run, last_saved, reporter)
+        raise
+    except (RolloutError, RewardError, StaleWeightsError, NonFiniteError, ServerError, RankError):
+        _save_on_stop(run, last_saved, reporter)
         raise
     finally:
         reporter.stop()
         run.close()
         logger.close()
     return TrainResult(run.output_dir, last_saved, done, history)
+
+
+def _save_on_stop(run: _Run, last_saved: Optional[Path], reporter: RichReporter) -> None:
+    """Keep the steps whose update is in the weights (may be one more than were logged) when a run stops early."""
+    applied = run.applied
+    if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
+        reporter.stop()
+        saved = run.save(applied)
+        reporter.message(f"Stopped after {applied} step(s); saved {saved} (continue with --resume latest)")

@@ -21,15 +21,17 @@ class MetricsLogger:
     Args:
         output_dir: run folder (created). report_to: subset of ``jsonl``, ``trackio``, ``wandb``.
         project, run_name, config: passed to trackio/wandb ``init``.
+        write: False makes the logger do nothing (training ranks other than 0).
     """
 
     def __init__(self, output_dir: Path, report_to: Iterable[str], project: str = "grpo-rollout",
-                 run_name: Optional[str] = None, config: Optional[Dict[str, Any]] = None):
+                 run_name: Optional[str] = None, config: Optional[Dict[str, Any]] = None, write: bool = True):
         self.output_dir = Path(output_dir)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if write:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
         report_to = list(report_to)
-        self.metrics_path = self.output_dir / "metrics.jsonl" if "jsonl" in report_to else None
-        self.completions_path = self.output_dir / "completions.jsonl"
+        self.metrics_path = self.output_dir / "metrics.jsonl" if "jsonl" in report_to and write else None
+        self.completions_path = self.output_dir / "completions.jsonl" if write else None
         self._trackers: List[Any] = []
         for name in ("trackio", "wandb"):
             if name in report_to:
@@ -50,6 +52,8 @@ class MetricsLogger:
 
     def log_completions(self, step: int, samples: List[Dict[str, Any]]) -> None:
         """Append one JSON line per sample (prompt, completion, rewards, advantage)."""
+        if self.completions_path is None:
+            return
         with self.completions_path.open("a") as f:
             for sample in samples:
                 f.write(json.dumps({"step": step, **{k: _clean(v) for k, v in sample.items()}}, default=str) + "\n")

