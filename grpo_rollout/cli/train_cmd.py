@@ -16,7 +16,11 @@ from .render import print_problems
 
 
 def run_train(console: Console, config_path: Path, overrides: List[str], resume: Optional[str]) -> int:
-    """Run the ``train`` command; returns the exit code."""
+    """Run the ``train`` command; returns the exit code. Under torchrun only rank 0 prints."""
+    import os
+
+    if os.environ.get("RANK", "0") != "0":
+        console = Console(quiet=True)
     with console.status("Checking config…"):
         loaded, problems = check_config(config_path, overrides)
     print_problems(console, problems)
@@ -31,6 +35,7 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer import train
+    from ..trainer.distributed import RankError
     from ..trainer.loop import NonFiniteError, StaleWeightsError
     from ..trainer.progress import RichReporter
 
@@ -45,7 +50,7 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
         console.print("[yellow]Interrupted.[/]")
         return 130
     except (RolloutError, RewardError, DatasetError, FileNotFoundError, ValueError, BackendError, ServerStartError,
-            ServerError, StaleWeightsError, NonFiniteError) as exc:
+            ServerError, StaleWeightsError, NonFiniteError, RankError) as exc:
         console.print(Panel(escape(str(exc)), title=f"[red]{type(exc).__name__}", border_style="red"))
         if exc.__cause__ is not None:
             console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")

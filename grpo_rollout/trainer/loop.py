@@ -134,7 +134,7 @@ class _Run:
             (self.output_dir / "config.yaml").write_text(to_yaml(config))
         self.policy: Optional[CompletionLogprobs] = None
         self.ref: Optional[CompletionLogprobs] = None
-        self.tokenizer = self.client = None
+        self.tokenizer = self.client = self.nccl = None
         self.applied = 0  # steps whose optimizer updates are in the weights
         self.nonfinite_streak = 0  # steps in a row whose update was skipped for a NaN/inf loss or gradient
         self.num_generations = s.num_generations
@@ -216,11 +216,16 @@ class _Run:
                                   gather=lambda: unsharded(self.policy))
         else:
             client = None
-        if cfg.vllm.mode != "off" and dist.world_size > 1:
+        urls = None
+        if cfg.vllm.mode != "off":
             urls = dist.broadcast(getattr(client, "urls", None) or [getattr(client, "url", None)])
             if not dist.is_main:
                 client = connect(urls, cfg, self.tokenizer, prompt_limit(cfg, lm)[0], first=dist.rank)
         self.client = client
+        if cfg.vllm.weight_transfer == "nccl" and urls:
+            from ..generation.nccl_sync import NcclWeightSync
+
+            self.nccl = NcclWeightSync(urls, lm, dist.rank, api_key=cfg.vllm.api_key)
 
     # -- one step ------------------------------------------------------------------------------------------------
     def sampling_kwargs(self, step: int) -> Dict[str, Any]:
@@ -412,19 +417,25 @@ class _Run:
 
     # -- weights out ---------------------------------------------------------------------------------------------
     def sync_weights(self) -> None:
-        """Gather the full weights (a collective) and have rank 0 send them to every server; every rank learns
-        whether that worked.
+        """Gather the full weights (a collective) and have rank 0 send them to every server (or broadcast them over
+        NCCL); every rank learns whether that worked.
 
         Raises:
             ServerError (one process) / RankError (several): a server failed or answered another version.
         """
-        weights = full_state_dict(self.policy, self.dist)
         error = None
-        if self.dist.is_main:
+        if self.nccl is not None:  # GPU to GPU; every rank takes part in gathering the shards
             try:
-                self.client.update_weights(weights)
+                self.nccl.send()
             except ServerError as exc:
                 error = exc
+        else:
+            weights = full_state_dict(self.policy, self.dist)
+            if self.dist.is_main:
+                try:
+                    self.client.update_weights(weights)
+                except ServerError as exc:
+                    error = exc
         self.dist.agree(error)
 
     def save(self, step: int) -> Path:
@@ -445,6 +456,8 @@ class _Run:
 
     def close(self) -> None:
         """Stop the generation client (and any server it spawned)."""
+        if self.nccl is not None:
+            self.nccl.close()
         if self.client is not None:
             self.client.close()
 

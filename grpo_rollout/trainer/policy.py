@@ -73,7 +73,15 @@ def full_state_dict(policy: CompletionLogprobs, dist: Dist) -> Optional[Dict[str
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     state = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {k[len(PREFIX):]: v for k, v in state.items()} if dist.is_main else None
+    if not dist.is_main:
+        return None
+    state = {k[len(PREFIX):]: v for k, v in state.items()}
+    head, embedding = policy.lm.get_output_embeddings(), policy.lm.get_input_embeddings()
+    if head is not None and head.weight is embedding.weight:  # tied: one tensor, as in lm.state_dict()
+        tied = [n for n, p in policy.lm.named_parameters(remove_duplicate=False) if p is head.weight]
+        for name in tied[1:]:
+            state[name] = state[tied[0]]
+    return state
 
 
 def optimizer_state(policy: CompletionLogprobs, optimizer: torch.optim.Optimizer, dist: Dist) -> Optional[Dict]:

@@ -1,0 +1,176 @@
+"""Several training processes (torchrun, gloo on CPU, FSDP2) train exactly as one process on the same batch.
+
+The rollout is deterministic (completions are a function of the prompt and the sample index, no sampling), so one
+process and two processes see the same step; their parameters after the update must agree within 1e-5 for every
+``loss_type``, and so must the logged metrics. Two checks, because AdamW's first update, ``lr · g / (|g| + eps)``, is
+blind to the gradient's scale: the parameters catch a wrong direction (which sequence gets which advantage, a missing
+token), the logged ``loss`` and ``grad_norm`` a wrong normaliser. (The learning rate is 1e-4: gradients near
+``eps`` turn float sums taken in another order into differences of order ``lr`` in the first update.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from tiny_model import make_tiny_model
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+TASK = '''
+def fixed_rollout(prompts, n, step, **kwargs):
+    """Deterministic completions: a function of the prompt and the sample index (no sampling)."""
+    if any("FAIL" in p for p in prompts):
+        raise ValueError("this rank's prompts hold FAIL")
+    prompt_ids, completion_ids = [], []
+    for p in prompts:
+        base = sum(map(ord, p)) + 13 * step
+        prompt_ids.append([1 + base % 50, 2 + base % 40, 3])
+        for j in range(n):
+            completion_ids.append([(base * (j + 1) + k * 7) % 1000 + 4 for k in range(3 + (base + j) % 5)])
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None}
+
+def score(completion_ids, **kwargs):
+    return [sum(t % 3 == 0 for t in ids) / len(ids) for ids in completion_ids]
+'''
+
+# each: a name and the training settings that differ; all use 8 prompts × 4 completions, micro-batches of 4
+VARIANTS = {
+    "grpo": {"loss_type": "grpo"},
+    "dr_grpo": {"loss_type": "dr_grpo"},
+    "dapo": {"loss_type": "dapo"},
+    "bnpo": {"loss_type": "bnpo"},
+    "kl_iterations_batch": {"loss_type": "dapo", "beta": 0.1, "num_iterations": 2, "scale_rewards": "batch",
+                            "max_grad_norm": 0.5},
+}
+
+DRIVER = '''
+import sys
+import torch.distributed as dist
+from grpo_rollout.config import load_config
+from grpo_rollout.trainer import train
+from grpo_rollout.trainer.progress import RichReporter
+
+dist.init_process_group("gloo")  # train() joins it and leaves it open: every variant runs in this one launch
+for path in sys.argv[1:]:
+    loaded = load_config(path)
+    train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
+dist.destroy_process_group()
+'''
+
+
+def _project(root: Path, model: Path, name: str, prompts=("Count to {i}.",), **training) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.py").write_text(TASK)
+    rows = [{"prompt": prompts[i % len(prompts)].format(i=i)} for i in range(16)]
+    (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {"model": {"name_or_path": str(model)}, "data": {"train": "data.jsonl", "shuffle": False},
+           "rollout": {"function": "task.py:fixed_rollout"}, "rewards": ["task.py:score"],
+           "sampling": {"num_generations": 4, "max_completion_length": 8, "max_prompt_length": 16},
+           "training": {"output_dir": str(folder / "out"), "max_steps": 2, "prompts_per_step": 8,
+                        "micro_batch_size": 4, "learning_rate": 1e-4, **training},
+           "vllm": {"mode": "off"}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return folder / "config.yaml"
+
+
+def _torchrun(args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # --standalone: torchrun picks a free port for the rendezvous (tests may run side by side)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("dist") / "model")
+
+
+def _metrics(config: Path):
+    return [json.loads(line) for line in (config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_processes_update_like_one(tmp_path, model):
+    from grpo_rollout.config import load_config
+    from grpo_rollout.trainer import train
+    from grpo_rollout.trainer.progress import RichReporter
+
+    two = [_project(tmp_path / "two", model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
+    one = [_project(tmp_path / "one", model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
+    (tmp_path / "driver.py").write_text(DRIVER)
+    proc = _torchrun([str(tmp_path / "driver.py"), *map(str, two)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for path in one:
+        loaded = load_config(path)
+        train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
+    for name, a, b in zip(VARIANTS, two, one):
+        # after one update (Adam divides by tiny gradients' magnitudes: float sums in another order drift later)
+        wa = load_file(a.parent / "out" / "checkpoint-1" / "model.safetensors")
+        wb = load_file(b.parent / "out" / "checkpoint-1" / "model.safetensors")
+        assert set(wa) == set(wb), name
+        worst = max((wa[k] - wb[k]).abs().max().item() for k in wb)
+        assert worst < 1e-5, (name, worst)
+        ma, mb = _metrics(a), _metrics(b)
+        assert [m["step"] for m in ma] == [1, 2]  # one line per step: rank 1 wrote nothing
+        for x, y in zip(ma, mb):
+            for key in ("reward", "reward_std", "rewards/score/mean", "loss", "grad_norm", "kl", "num_tokens",
+                        "clip_ratio/region", "ratio/max", "completions/mean_length", "frac_reward_zero_std"):
+                assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), (name, key)
+        lines = (a.parent / "out" / "completions.jsonl").read_text().splitlines()
+        assert len(lines) == 2 * 8 * 4  # every completion of both ranks, written once
+    assert any(m["kl"] > 0 for m in _metrics(two[-1]))  # the variant with a reference model really used it
+
+
+def test_cli_resume_under_another_world_size_and_a_failing_rank(tmp_path, model):
+    config = _project(tmp_path, model, "run", save_steps=1)
+    proc = _torchrun(["-m", "grpo_rollout", "train", str(config)], cwd=config.parent)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("Training finished") == 1  # only rank 0 prints
+    out = config.parent / "out"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert (out / "checkpoint-2" / "config.json").is_file()  # a plain save_pretrained folder
+
+    # two processes continue with two processes ...
+    proc = _torchrun(["-m", "grpo_rollout", "train", str(config), "training.max_steps=3", "--resume", "latest"],
+                     cwd=config.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [m["step"] for m in _metrics(config)] == [1, 2, 3]
+    # ... and one process continues what two saved (optimizer state and schedule carry over; RNG is re-seeded)
+    proc = subprocess.run([sys.executable, "-m", "grpo_rollout", "train", str(config), "training.max_steps=4",
+                           "--resume", "latest"], cwd=config.parent, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "saved by 2 process(es), this run has 1" in proc.stdout
+    assert [m["step"] for m in _metrics(config)] == [1, 2, 3, 4]
+
+    # a rollout that raises on rank 1 only (its second step's prompts) stops both, naming rank 1
+    failing = _project(tmp_path, model, "fail", prompts=("Count to {i}.",) * 12 + ("FAIL {i}",) * 4)
+    proc = _torchrun(["-m", "grpo_rollout", "train", str(failing)], cwd=failing.parent)
+    assert proc.returncode != 0
+    assert "rank 1: RolloutError: the rollout function" in proc.stdout and "FAIL" in proc.stdout
+    assert (failing.parent / "out" / "checkpoint-1" / "trainer_state.pt").is_file()  # the finished step is kept
+    assert not (failing.parent / "out" / "checkpoint-2").exists()
+
+
+def test_prompts_per_step_must_divide_by_the_processes(tmp_path, monkeypatch):
+    from grpo_rollout.config import check_config
+
+    config = _project(tmp_path, tmp_path / "model", "check", prompts_per_step=6)
+    (tmp_path / "model").mkdir(exist_ok=True)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    _, problems = check_config(config)
+    [p] = [p for p in problems if p.key == "training.prompts_per_step"]
+    assert "not divisible by the 4 training processes" in p.message and p.fix.startswith(
+        "set training.prompts_per_step to 4 or 8")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    _, problems = check_config(config, ["training.micro_batch_size=8"])
+    [p] = [p for p in problems if p.key == "training.micro_batch_size"]
+    assert "each of the 2 processes has 3 × 4 = 12 sequences" in p.message
