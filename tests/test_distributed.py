@@ -174,3 +174,18 @@ def test_prompts_per_step_must_divide_by_the_processes(tmp_path, monkeypatch):
     _, problems = check_config(config, ["training.micro_batch_size=8"])
     [p] = [p for p in problems if p.key == "training.micro_batch_size"]
     assert "each of the 2 processes has 3 × 4 = 12 sequences" in p.message
+
+
+def test_server_settings_that_do_not_fit_together(tmp_path):
+    from grpo_rollout.config import check_config
+
+    (tmp_path / "model").mkdir()
+    config = _project(tmp_path, tmp_path / "model", "servers")
+    _, problems = check_config(config, ["vllm.mode=spawn", "vllm.num_servers=2", "vllm.server_devices=[\"1\"]"])
+    [p] = [p for p in problems if p.key == "vllm.server_devices"]
+    assert "names devices for 1 server(s) but vllm.num_servers is 2" in p.message
+    _, problems = check_config(config, ["vllm.mode=attach", "vllm.urls=[http://127.0.0.1:9]"])
+    assert not [p for p in problems if p.key.startswith("vllm") and p.is_error]  # urls alone are enough
+    _, problems = check_config(config, ["vllm.weight_transfer=nccl"])
+    [p] = [p for p in problems if p.key == "vllm.weight_transfer"]
+    assert "needs CUDA" in p.message

