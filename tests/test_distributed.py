@@ -165,15 +165,20 @@ def test_prompts_per_step_must_divide_by_the_processes(tmp_path, monkeypatch):
 
     config = _project(tmp_path, tmp_path / "model", "check", prompts_per_step=6)
     (tmp_path / "model").mkdir(exist_ok=True)
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    _, problems = check_config(config)
+    _, problems = check_config(config, processes=4)  # what `validate-config --nproc 4` checks
     [p] = [p for p in problems if p.key == "training.prompts_per_step"]
     assert "not divisible by the 4 training processes" in p.message and p.fix.startswith(
         "set training.prompts_per_step to 4 or 8")
     monkeypatch.setenv("WORLD_SIZE", "2")
     _, problems = check_config(config, ["training.micro_batch_size=8"])
     [p] = [p for p in problems if p.key == "training.micro_batch_size"]
-    assert "each of the 2 processes has 3 × 4 = 12 sequences" in p.message
+    assert "each of the 2 processes has 3 × 4 = 12 sequences" in p.message  # torchrun's WORLD_SIZE, read by train
+    from typer.testing import CliRunner
+
+    from grpo_rollout.cli.main import app
+
+    result = CliRunner().invoke(app, ["validate-config", str(config), "--nproc", "4", "--quiet"])
+    assert result.exit_code == 1 and "not divisible by the 4 training processes" in result.output
 
 
 def test_server_settings_that_do_not_fit_together(tmp_path):

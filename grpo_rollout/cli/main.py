@@ -44,10 +44,12 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 @app.command("validate-config")
 def validate_config(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = OVERRIDES_ARG,
                     skip_data: bool = typer.Option(False, "--skip-data", help="Do not load the dataset."),
-                    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print problems.")) -> None:
+                    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print problems."),
+                    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Check for this many training "
+                                                        "processes (torchrun --nproc-per-node × nodes).")) -> None:
     """Check a config without loading a model: every problem at once, each with a fix, then the resolved config."""
     with console.status("Checking config…"):
-        loaded, problems = check_config(config, overrides or [], load_data=not skip_data)
+        loaded, problems = check_config(config, overrides or [], load_data=not skip_data, processes=nproc)
     print_problems(console, problems)
     errors = [p for p in problems if p.is_error]
     if loaded.config is not None and not errors and not quiet:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .checks import batch_arithmetic, validate
 from .imports import ImportSpecError, resolve_callable, resolve_object
@@ -12,8 +12,10 @@ from .problems import ConfigError, Problem
 from .schema import Config
 
 
-def check_config(path: str | Path, overrides: Sequence[str] = (), load_data: bool = True) -> Tuple[LoadedConfig, List[Problem]]:
-    """Load ``path`` with ``overrides`` and run every check that needs no model weights.
+def check_config(path: str | Path, overrides: Sequence[str] = (), load_data: bool = True,
+                 processes: Optional[int] = None) -> Tuple[LoadedConfig, List[Problem]]:
+    """Load ``path`` with ``overrides`` and run every check that needs no model weights (``processes``: the number of
+    training processes to check for; default torchrun's ``WORLD_SIZE``, else 1).
 
     Returns the loaded config and all problems (loading problems first). ``loaded.config`` is ``None`` only when the
     file could not be read. Nothing is raised for a bad config.
@@ -21,7 +23,7 @@ def check_config(path: str | Path, overrides: Sequence[str] = (), load_data: boo
     loaded = load_config(path, overrides)
     problems = list(loaded.problems)
     if loaded.config is not None:
-        problems += validate(loaded.config, loaded.base_dir, load_data=load_data)
+        problems += validate(loaded.config, loaded.base_dir, load_data=load_data, processes=processes)
     return loaded, problems
 
 

@@ -383,15 +383,18 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     return columns
 
 
-ALL_STATIC_CHECKS: List[Check] = [check_values, check_batch, check_processes, check_sampling_agreement, check_paths]
+ALL_STATIC_CHECKS: List[Check] = [check_values, check_batch, check_sampling_agreement, check_paths]
 
 
-def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True) -> List[Problem]:
-    """Run every check that needs no model weights; return all problems (errors and warnings), in config order."""
+def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,
+             processes: Optional[int] = None) -> List[Problem]:
+    """Run every check that needs no model weights; return all problems (errors and warnings), in config order.
+    ``processes``: how many training processes the run will have (default: torchrun's ``WORLD_SIZE``, else 1)."""
     base_dir = base_dir or Path.cwd()
     problems: List[Problem] = []
     for check in ALL_STATIC_CHECKS:
         check(config, problems)
+    check_processes(config, problems, processes)
     columns = check_dataset(config, problems, base_dir) if load_data else None  # None: columns unknown
     check_functions(config, problems, base_dir, columns)
     return problems
