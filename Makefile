@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRA)
 
-.PHONY: install test test-fast demo clean
+.PHONY: install test test-fast demo bench clean
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ test-fast: install
 
 demo: install
 	$(BIN)/grpo-rollout train configs/quickstart.yaml
+
+# side-by-side with TRL's GRPOTrainer on one job (installs TRL into .venv for this only); results: docs/benchmarks.md
+bench: install
+	$(BIN)/pip install 'trl==1.16.0'
+	$(BIN)/python benchmarks/vs_trl.py
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

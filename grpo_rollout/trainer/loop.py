@@ -333,7 +333,10 @@ class _Run:
                  for m, tr in zip(out.completion_mask, truncated)]
         batches = build_micro_batches(out.prompt_ids, out.completion_ids, masks, out.logprobs, advantages,
                                       t.micro_batch_size, self.tokenizer.pad_token_id, dist.device)
-        sequences, tokens, micro = dist.sum([len(out), sum(mb.mask.sum().item() for mb in batches), len(batches)])
+        sequences, tokens, micro, real, padded = dist.sum([
+            len(out), sum(mb.mask.sum().item() for mb in batches), len(batches),
+            sum(mb.packed.attention_mask.sum().item() for mb in batches),
+            sum(mb.packed.input_ids.numel() for mb in batches)])
         totals = BatchTotals(int(sequences), int(tokens), int(micro), s.max_completion_length)
         with torch.no_grad():
             for mb in batches:
@@ -369,7 +372,9 @@ class _Run:
             else:  # a NaN/inf loss or gradient would poison the weights and the optimizer's moments: skip
                 stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
-        return stats.reduce(dist).metrics(totals.num_tokens, t.num_iterations, out.logprobs is not None)
+        return {**stats.reduce(dist).metrics(totals.num_tokens, t.num_iterations, out.logprobs is not None),
+                # what each forward/backward pass processed: real tokens (prompt + completion) and with padding
+                "tokens/forward": int(real), "tokens/padded": int(padded)}
 
     def clip_gradients(self) -> float:
         """Clip the gradient norm to ``training.max_grad_norm`` (0: no clipping); return the norm before clipping
