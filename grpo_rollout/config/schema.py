@@ -14,7 +14,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
 SCALE_REWARDS = ("group", "batch", "none")
 VLLM_MODES = ("spawn", "attach", "off")
-WEIGHT_TRANSFERS = ("auto", "folder", "http", "nccl")  # same as generation.vllm_client.TRANSFERS
+WEIGHT_TRANSFERS = ("auto", "folder", "http", "nccl")
+SAMPLER_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 DEVICES = ("auto", "cpu", "cuda")
 REPORT_TO = ("jsonl", "trackio", "wandb")
 BUILTIN_MODEL_PREFIX = "builtin:"
@@ -167,5 +168,5 @@ ENUMS: Dict[str, tuple] = {
     "vllm.mode": VLLM_MODES,
     "vllm.weight_transfer": WEIGHT_TRANSFERS,
     "training.device": DEVICES,
-    "training.sampler_correction": ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
+    "training.sampler_correction": SAMPLER_CORRECTIONS,
 }

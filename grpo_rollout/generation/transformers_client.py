@@ -11,6 +11,7 @@ from typing import Any, Callable, ContextManager, Hashable, List, Optional, Sequ
 
 import torch
 
+from ..models.loading import eos_token_ids
 from .base import GenerationClient, GenerationResult
 
 
@@ -38,9 +39,7 @@ class TransformersClient(GenerationClient):
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         self.batch_size = batch_size
-        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
-        eos = eos if eos is not None else tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
+        self.eos_ids = eos_token_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self._lock = threading.Lock()

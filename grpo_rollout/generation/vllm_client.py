@@ -13,6 +13,9 @@ from typing import Any, Dict, Hashable, Iterator, Optional, Sequence
 
 import httpx
 
+# how weights reach a server: ``folder`` (it reads a folder on this machine), ``http`` (the bytes are streamed to it),
+# ``nccl`` (a GPU broadcast, :mod:`.nccl_sync`); ``auto``: ``folder`` for a server on this machine, else ``http``
+from ..config.schema import WEIGHT_TRANSFERS as TRANSFERS
 from .base import GenerationClient, GenerationResult
 
 
@@ -47,10 +50,7 @@ def weights_root() -> Path:
 
 #: The one file a staged weight folder holds.
 WEIGHTS_FILE = "model.safetensors"
-#: How weights reach a server: ``folder`` (it reads a folder on this machine), ``http`` (the bytes are streamed to
-#: it), ``nccl`` (a GPU broadcast, :mod:`.nccl_sync`); ``auto``: ``folder`` for a server on this machine, else ``http``.
-TRANSFERS = ("auto", "folder", "http", "nccl")
-_CHUNK = 8 << 20
+_CHUNK = 8 << 20  # bytes per read/upload chunk
 
 
 def weights_for_sync(weights: Any) -> Dict[str, Any]:

@@ -9,6 +9,8 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from ..config.schema import BUILTIN_MODEL_PREFIX as PREFIX  # one spelling of the prefix
+
 try:  # POSIX only; without it the atomic rename alone keeps concurrent processes safe.
     import fcntl
 except ImportError:  # pragma: no cover
@@ -22,8 +24,6 @@ BUILTIN_MODELS: dict[str, dict[str, str]] = {
         "description": "SmolLM2-135M-Instruct (Q4_1 GGUF, de-quantized to float32; ChatML template, 538 MB on disk)",
     },
 }
-
-PREFIX = "builtin:"
 
 
 def cache_dir() -> Path:

@@ -35,6 +35,15 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision
     return model, tokenizer, path
 
 
+def eos_token_ids(model: Any, tokenizer: Any) -> set:
+    """The token ids that end a completion: the model's generation config's ``eos_token_id`` (an id or a list),
+    else the tokenizer's."""
+    config = getattr(model, "generation_config", None)
+    eos = config.eos_token_id if config is not None else None
+    eos = eos if eos is not None else tokenizer.eos_token_id
+    return set(eos if isinstance(eos, (list, tuple)) else [eos])
+
+
 def disable_dropout(model: Any) -> int:
     """Switch every dropout of ``model`` off, in train mode too; returns how many were on.
 

@@ -31,7 +31,7 @@ from ..config import Config, ConfigError, resolve_callable, to_yaml, validate
 from ..data import load_train_dataset
 from ..generation.backend import attach_urls, connect, open_backend, prompt_limit
 from ..generation.vllm_client import ServerError
-from ..models.loading import load_model_and_tokenizer
+from ..models.loading import eos_token_ids, load_model_and_tokenizer
 from ..rewards.calling import RewardError, RewardFunction, RewardResult, compute_rewards, unique_names
 from ..rollouts import builtin_rollout
 from ..rollouts.calling import call_rollout
@@ -174,9 +174,7 @@ class _Run:
                                        num_warmup_steps=t.warmup_steps * t.num_iterations,
                                        num_training_steps=t.max_steps * t.num_iterations)
         start = self.restore(state) if resume else 0
-        eos = lm.generation_config.eos_token_id if lm.generation_config else None
-        eos = eos if eos is not None else self.tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
+        self.eos_ids = eos_token_ids(lm, self.tokenizer)
         self.vocab_size = lm.get_input_embeddings().num_embeddings
         self.open_client()
         if not self.client.shares_weights:

@@ -28,7 +28,7 @@ from typing import Dict, Optional
 
 import torch
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+from ..config.schema import LOSS_TYPES  # the one list of loss types
 
 
 @dataclass
