@@ -143,6 +143,9 @@ def worker(args) -> None:
     out: dict = {}
     if args.worker == "trl":
         work_trl(args, out)
+    elif args.worker == "grpo-async":  # spawn, generating step t+1 while step t trains
+        args.training = json.dumps({**json.loads(args.training or "{}"), "async_generation": True})
+        work_grpo(args, out, "spawn")
     else:
         work_grpo(args, out, args.worker.split("-", 1)[1])
     out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
@@ -171,7 +174,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--model", default="builtin:smollm2-135m-instruct")
-    parser.add_argument("--only", default="trl,grpo-off,grpo-spawn", help="which runs, comma-separated")
+    parser.add_argument("--only", default="trl,grpo-off,grpo-spawn,grpo-async",
+                        help="which runs, comma-separated (grpo-async: spawn with training.async_generation)")
     parser.add_argument("--training", default=None, help="JSON of extra training settings for grpo-rollout")
     parser.add_argument("--vllm", default=None, help="JSON of extra vllm settings for grpo-rollout")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)

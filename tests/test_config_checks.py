@@ -8,7 +8,8 @@ import math
 import pytest
 
 from grpo_rollout.config import Config, batch_arithmetic, validate
-from grpo_rollout.config.checks import _RANGES, check_batch, check_paths, check_sampling_agreement, check_values
+from grpo_rollout.config.checks import (_RANGES, check_batch, check_paths, check_processes, check_sampling_agreement,
+                                         check_values)
 from grpo_rollout.config.schema import ENUMS, RewardConfig
 
 
@@ -492,3 +493,14 @@ def test_batch_hint_with_huge_values_is_immediate():
     [p] = run(check_batch, config)
     assert time.monotonic() - start < 5  # generous: it used to run for hours
     assert p.fix == "set training.micro_batch_size to 1 or 73, or training.prompts_per_step to 7 or 14"
+
+
+def test_async_generation_needs_a_server(tmp_path):
+    config = make(training__async_generation=True, vllm__mode="off", training__output_dir=str(tmp_path))
+    problems = []
+    check_processes(config, problems, 1)
+    [p] = [p for p in problems if p.key == "training.async_generation"]
+    assert "needs a vLLM server" in p.message
+    problems = []
+    check_processes(make(training__async_generation=True, vllm__mode="spawn"), problems, 1)
+    assert not problems

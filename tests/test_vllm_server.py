@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import httpx
@@ -290,3 +291,34 @@ def test_stale_server_weights_stop_the_run(server, model_dir, tmp_path):
     with pytest.raises(StaleWeightsError, match="not sampling from the trainer's current weights"):
         train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     assert (tmp_path / "out" / "checkpoint-1").is_dir()  # the finished step was kept
+
+
+VERSION_ROLLOUT = '''
+from grpo_rollout.rollouts.single_turn import single_turn
+
+SEEN = []
+
+def rollout(prompts, client, step, **sampling):
+    """Single-turn sampling that records which weight version the server held when the step's rollout began."""
+    SEEN.append((step, client.health()["weight_version"]))
+    return single_turn(prompts, client=client, **sampling)
+'''
+
+
+@pytest.mark.parametrize("async_generation", [False, True])
+def test_async_generation_samples_one_step_behind(server, model_dir, tmp_path, async_generation):
+    import sys
+
+    cfg = _attach_config(tmp_path, server, model_dir, VERSION_ROLLOUT, "grpo_rollout.rewards.library:length_penalty",
+                         steps=3)
+    cfg.training.async_generation = async_generation
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 3
+    module = next(m for name, m in sys.modules.items() if name.startswith("grpo_rollout_user_") and
+                  getattr(m, "__file__", "") == str(tmp_path / "user_rollout.py"))
+    versions = [v for _, v in sorted(module.SEEN)]
+    # the trainer sends its weights once at the start (version 1), then after every step; with async_generation the next
+    # step's rollout begins before this step's update reaches the server: every rollout after the first is one behind
+    assert versions == ([1, 1, 2] if async_generation else [1, 2, 3])
+    # the importance weights and the logged mismatch see the one-step lag, and training goes on
+    assert all(math.isfinite(m["loss"]) and m["nonfinite_skipped"] == 0 for m in result.history)

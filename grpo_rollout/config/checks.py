@@ -170,6 +170,10 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
     if v.mode == "attach" and v.num_servers > 1:
         _warn(problems, "vllm.num_servers", v.num_servers, "is only used by spawn mode; attach uses vllm.url/urls",
               "list the running servers in vllm.urls")
+    if t.async_generation and v.mode == "off":
+        _err(problems, "training.async_generation", True,
+             "needs a vLLM server: with vllm.mode off the trainer's own model generates, and it cannot sample the "
+             "next step while the same model is being updated", "use vllm.mode: spawn or attach, or set it to false")
     if v.weight_transfer == "nccl":
         import torch
 

@@ -103,6 +103,7 @@ class TrainingConfig:
     save_total_limit: Optional[int] = None
     save_only_model: bool = False
     max_nonfinite_steps: int = 3
+    async_generation: bool = False
     device: str = "auto"
     logging_steps: int = 1
     log_completions: int = 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager, List, Optional, Sequence
@@ -139,10 +140,14 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
 
     k = v.num_servers
     servers = []
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     for i in range(k):
         settings = settings_from_config(config, model_path, max_model_len=v.max_model_len or needed,
                                         host="127.0.0.1", port=0,  # loopback, a free port
                                         devices=v.server_devices[i] if v.server_devices else None)
+        share = cores[i * len(cores) // k:(i + 1) * len(cores) // k]  # CPU build: the cores split among servers
+        if share:
+            settings.cpu_cores = ",".join(map(str, share))
         servers.append(ManagedServer(settings, Path(output_dir) / ("vllm.log" if k == 1 else f"vllm-{i}.log")))
     logs = servers[0].log_path if k == 1 else Path(output_dir) / "vllm-*.log"
     try:

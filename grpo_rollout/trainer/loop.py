@@ -134,7 +134,8 @@ class _Run:
             (self.output_dir / "config.yaml").write_text(to_yaml(config))
         self.policy: Optional[CompletionLogprobs] = None
         self.ref: Optional[CompletionLogprobs] = None
-        self.tokenizer = self.client = self.nccl = None
+        self.tokenizer = self.client = self.nccl = self.background = None
+        self.pending: Dict[int, Any] = {}  # async_generation: the next step's rollout, running in the background
         self.applied = 0  # steps whose optimizer updates are in the weights
         self.nonfinite_streak = 0  # steps in a row whose update was skipped for a NaN/inf loss or gradient
         self.num_generations = s.num_generations
@@ -168,8 +169,12 @@ class _Run:
             lm.gradient_checkpointing_enable()
         lm.to(dist.device).train()
         self.policy = shard(CompletionLogprobs(lm), dist)
+        # fused AdamW: one kernel over all parameters (measured 0.39 → 0.10 s per step for 135M parameters on CPU);
+        # sharded (DTensor) parameters on CPU take the multi-tensor (foreach) path
+        fused = dist.world_size == 1 or dist.device.type == "cuda"
         self.optimizer = torch.optim.AdamW([p for p in self.policy.parameters() if p.requires_grad],
-                                           lr=t.learning_rate, weight_decay=t.weight_decay)
+                                           lr=t.learning_rate, weight_decay=t.weight_decay,
+                                           **({"fused": True} if fused else {"foreach": True}))
         self.scheduler = get_scheduler(t.lr_scheduler, self.optimizer,
                                        num_warmup_steps=t.warmup_steps * t.num_iterations,
                                        num_training_steps=t.max_steps * t.num_iterations)
@@ -258,17 +263,41 @@ class _Run:
                            truncated_flags(out.completion_ids, out.extras, self.eos_ids), out.extras)
         return out, shard_, generated
 
+    def my_rows(self, step: int) -> List[Dict[str, Any]]:
+        """This rank's share (whole groups) of step ``step``'s prompts."""
+        dist = self.dist
+        indices = self.prompt_order.indices(step)
+        share = len(indices) // dist.world_size  # validate() checked that it divides
+        return [self.dataset[i] for i in indices[dist.rank * share:(dist.rank + 1) * share]]
+
+    def rollout(self, step: int) -> Tuple[RolloutOutput, StepShard, float]:
+        """Step ``step``'s rollout and rewards. With ``training.async_generation`` the next step's are started in the
+        background before this one trains (one step off-policy: sampled from the weights before this step's
+        update; the sampler-correction weights account for it), so generation overlaps training."""
+        t = self.cfg.training
+        if not t.async_generation:
+            return self.generate_and_score(step, self.my_rows(step))
+        if self.background is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-rollout-next-step")
+        future = self.pending.pop(step, None)
+        if future is None:
+            future = self.background.submit(self.generate_and_score, step, self.my_rows(step))
+        result = future.result()
+        if step + 1 < t.max_steps:  # the servers still hold this step's weights: the next rollout is one step behind
+            self.pending[step + 1] = self.background.submit(self.generate_and_score, step + 1, self.my_rows(step + 1))
+        return result
+
     def step(self, step: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
         """Run step ``step`` (0-based) on every rank; return the whole step's metrics and one record per completion."""
         cfg, g, dist = self.cfg, self.num_generations, self.dist
         t0 = time.perf_counter()
-        indices = self.prompt_order.indices(step)
-        share = len(indices) // dist.world_size  # validate() checked that it divides
-        rows = [self.dataset[i] for i in indices[dist.rank * share:(dist.rank + 1) * share]]
         out = mine = error = None
         t1 = t0
         try:
-            out, mine, t1 = self.generate_and_score(step, rows)
+            out, mine, t1 = self.rollout(step)
+            t1 = max(t1, t0)  # a rollout finished in the background counts as no wait
         except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
             error = exc
         dist.agree(error)
@@ -458,7 +487,9 @@ class _Run:
         return dist.broadcast(path)
 
     def close(self) -> None:
-        """Stop the generation client (and any server it spawned)."""
+        """Stop the background rollout, the generation client (and any server it spawned)."""
+        if self.background is not None:
+            self.background.shutdown(wait=False, cancel_futures=True)
         if self.nccl is not None:
             self.nccl.close()
         if self.client is not None:

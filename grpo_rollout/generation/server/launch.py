@@ -26,6 +26,7 @@ class ServerSettings:
     enforce_eager: bool = True
     extra_args: List[str] = field(default_factory=list)
     devices: Optional[str] = None  # CUDA_VISIBLE_DEVICES for this server (None: inherited); TP = how many
+    cpu_cores: Optional[str] = None  # CPU build: the cores its worker threads use, e.g. "0-1" (None: vLLM's choice)
     weight_transfer: str = "auto"  # nccl: start vLLM's weight-transfer engine and its RL routes
 
 
@@ -88,6 +89,11 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if on_cpu():
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(s.kv_cache_space_gib))
+        if s.cpu_cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+            # vLLM reserves a core for itself by default and binds its worker to the rest (one of two here); the
+            # trainer waits while the server generates, so the server may take every core it is given
+            env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_cores
+            env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded request's prefill
         # is split into chunks; whole prefills avoid it
         if not any(a.startswith("--enable-chunked-prefill") for a in s.extra_args):
