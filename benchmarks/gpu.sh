@@ -20,7 +20,15 @@ else DEV=(--trainer-devices 0 --server-devices 0 --gpu-memory-utilization 0.35);
 $PY benchmarks/scaling.py --model "$MODEL" --dtype bfloat16 --steps 6 "${DEV[@]}" 2>"$OUT/scaling.log" \
   | tee "$OUT/scaling.md"
 
-# 2. NCCL weight transfer: equal tokens and log-probs after a sync, its time next to the folder transfer (issue 10);
+# 2. the side-by-side with TRL (issue 11): bf16 on CUDA; TRL generating with its own vLLM (colocated), grpo-rollout
+#    with a spawned server on the second GPU when there is one
+SERVER_GPU=$([ "$GPUS" -ge 2 ] && echo 1 || echo 0)
+$PY -m pip install -q 'trl==1.16.0' || true
+$PY benchmarks/vs_trl.py --gpu --dtype bfloat16 --model "$MODEL" --steps 6 --trl-vllm colocate \
+  --vllm "{\"server_devices\": [\"$SERVER_GPU\"], \"gpu_memory_utilization\": 0.35}" \
+  --only trl,grpo-spawn,grpo-async 2>"$OUT/vs_trl.log" | tee "$OUT/vs_trl.md"
+
+# 3. NCCL weight transfer: equal tokens and log-probs after a sync, its time next to the folder transfer (issue 10);
 #    needs 2 GPUs (NCCL cannot put two processes on one device)
 if [ "$GPUS" -ge 2 ]; then
   $PY benchmarks/nccl_check.py --model "$MODEL" --dtype bfloat16 2>"$OUT/nccl.log" | tee "$OUT/nccl.md"

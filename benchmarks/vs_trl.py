@@ -96,14 +96,17 @@ def work_trl(args, out: dict) -> None:
             steps.append({"step": time.perf_counter() - marks["start"], "generation": gen["seconds"] - marks["gen"],
                           "gen_tokens": gen["tokens"] - marks["tokens"]})
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, args.dtype))
     tokenizer = AutoTokenizer.from_pretrained(path)
+    gpu = {"use_cpu": False, "bf16": args.dtype == "bfloat16", "use_vllm": bool(args.trl_vllm)} if args.gpu else \
+        {"use_cpu": True, "bf16": False, "use_vllm": False}
+    if args.gpu and args.trl_vllm:  # TRL's own vLLM: "colocate" on the training GPU, or "server" (trl vllm-serve)
+        gpu.update(vllm_mode=args.trl_vllm, **({"vllm_server_base_url": args.trl_vllm_url} if args.trl_vllm_url else {}))
     config = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=BATCH["prompts"] * BATCH["n"],
                         gradient_accumulation_steps=1, num_generations=BATCH["n"],
                         max_completion_length=BATCH["max_tokens"], temperature=1.0, beta=0.0, learning_rate=1e-6,
                         loss_type="dapo", max_steps=args.steps, logging_steps=1, save_strategy="no",
-                        report_to="none", use_cpu=True, bf16=False, seed=0, disable_dropout=True,
-                        dataloader_num_workers=0, use_vllm=False)
+                        report_to="none", seed=0, disable_dropout=True, dataloader_num_workers=0, **gpu)
     trainer = GRPOTrainer(model=model, reward_funcs=[colour_reward], args=config,
                           train_dataset=Dataset.from_list(rows()), processing_class=tokenizer, callbacks=[Clock()])
     trainer.train()
@@ -118,7 +121,7 @@ def work_grpo(args, out: dict, mode: str) -> None:
     folder = Path(tempfile.mkdtemp())
     (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows()))
     cfg, problems = config_from_dict({
-        "model": {"name_or_path": args.model, "dtype": "float32"},
+        "model": {"name_or_path": args.model, "dtype": args.dtype},
         "data": {"train": str(folder / "data.jsonl"), "shuffle": False},
         "rewards": [{"function": f"{Path(__file__).resolve()}:colour_reward"}],
         "sampling": {"num_generations": BATCH["n"], "temperature": 1.0, "max_completion_length": BATCH["max_tokens"],
@@ -156,7 +159,10 @@ def worker(args) -> None:
 
 def run_child(kind: str, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--steps", str(args.steps),
-           "--model", args.model]
+           "--model", args.model, "--dtype", args.dtype]
+    if args.gpu:
+        cmd += ["--gpu"] + (["--trl-vllm", args.trl_vllm] if args.trl_vllm else []) + \
+            (["--trl-vllm-url", args.trl_vllm_url] if args.trl_vllm_url else [])
     if args.training:
         cmd += ["--training", args.training]
     if args.vllm:
@@ -178,6 +184,11 @@ def main() -> None:
                         help="which runs, comma-separated (grpo-async: spawn with training.async_generation)")
     parser.add_argument("--training", default=None, help="JSON of extra training settings for grpo-rollout")
     parser.add_argument("--vllm", default=None, help="JSON of extra vllm settings for grpo-rollout")
+    parser.add_argument("--dtype", default="float32", help="float32 (CPU) or bfloat16 (GPU)")
+    parser.add_argument("--gpu", action="store_true", help="train on CUDA (TRL: use_cpu off; bf16 with --dtype)")
+    parser.add_argument("--trl-vllm", default=None, choices=["colocate", "server"],
+                        help="--gpu: TRL generates with its own vLLM (server: start `trl vllm-serve` first)")
+    parser.add_argument("--trl-vllm-url", default=None, help="TRL's vLLM server URL (vllm_mode server)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
