@@ -7,11 +7,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from grpo_rollout.trainer.logprobs import completion_logprobs, pack  # noqa: E402
+from grpo_rollout.trainer.logprobs import completion_logprobs, pack, packing_isolates  # noqa: E402
 
 PAD = 0
 PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15], [3, 4]]
 COMPLETIONS = [[20, 21], [22, 23, 24, 25], [26], [27, 28, 29], []]  # the last one is empty
+# lengths 5, 2, 8, 3, 2, 3: padding-free rows of width 8 hold [2], [0, 3] and [5, 1, 4] (first-fit decreasing)
+SHARED_PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15], [3, 4], [16]]
+SHARED_COMPLETIONS = [[20, 21], [22], [26, 30, 31], [27], [], [23, 24]]
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +137,72 @@ def test_model_without_output_projection_raises_type_error():
         completion_logprobs(transformers.LlamaModel(config), pack([[1]], [[2]], PAD))
     with pytest.raises(TypeError, match="Linear"):
         completion_logprobs(torch.nn.Linear(4, 4), pack([[1]], [[2]], PAD))
+
+
+def test_pack_padding_free_layout():
+    b = pack(SHARED_PROMPTS, SHARED_COMPLETIONS, pad_id=99, padding_free=True)
+    assert b.attention_mask is None
+    assert b.row.tolist() == [1, 2, 0, 1, 2, 2]
+    assert b.input_ids.tolist() == [[9, 10, 11, 12, 13, 26, 30, 31],
+                                     [5, 6, 7, 20, 21, 14, 15, 27],
+                                     [16, 23, 24, 8, 22, 3, 4, 99]]
+    assert b.position_ids.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7],
+                                        [0, 1, 2, 3, 4, 0, 1, 2],
+                                        [0, 1, 2, 0, 1, 0, 1, 0]]  # the padding that ends a row restarts too
+    assert b.completion_start.tolist() == [3, 4, 5, 7, 7, 1]  # within each sequence's row
+    assert b.completion_ids.tolist() == [[20, 21, 0], [22, 0, 0], [26, 30, 31], [27, 0, 0], [0, 0, 0], [23, 24, 0]]
+    assert b.num_tokens == 23 and b.input_ids.numel() == 24
+    padded = pack(SHARED_PROMPTS, SHARED_COMPLETIONS, pad_id=99)
+    assert padded.num_tokens == 23 and padded.input_ids.numel() == 48 and padded.position_ids is None
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4096])
+def test_padding_free_matches_full_forward(model, chunk_size):
+    batch = pack(SHARED_PROMPTS, SHARED_COMPLETIONS, PAD, padding_free=True)
+    with torch.no_grad():
+        got = completion_logprobs(model, batch, chunk_size=chunk_size)
+    torch.testing.assert_close(got, _reference(model, SHARED_PROMPTS, SHARED_COMPLETIONS), atol=1e-5, rtol=0)
+    assert got[4].abs().sum() == 0  # the empty completion, sharing a row
+
+
+def test_padding_free_gradients_match_padded(model):
+    grads = []
+    for padding_free in (False, True):
+        model.zero_grad(set_to_none=True)
+        logps = completion_logprobs(model, pack(SHARED_PROMPTS, SHARED_COMPLETIONS, PAD, padding_free), chunk_size=3)
+        (logps * torch.linspace(-1.0, 1.0, logps.numel()).view_as(logps)).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    model.zero_grad(set_to_none=True)
+    for name, grad in grads[0].items():
+        assert grad.abs().sum() > 0, name
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-5, rtol=1e-4)
+
+
+class _Cumulative(torch.nn.Module):
+    """A "decoder" without a mask: each position's state is the running mean of all embeddings before it, so a
+    sequence packed after another sees it."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 8)
+        self.head = torch.nn.Linear(8, 100)
+
+    def get_decoder(self):
+        return self
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def forward(self, input_ids, position_ids=None, attention_mask=None, use_cache=None):
+        from types import SimpleNamespace
+
+        e = self.embed(input_ids)
+        return SimpleNamespace(last_hidden_state=e.cumsum(1) / torch.arange(1, e.shape[1] + 1).view(1, -1, 1))
+
+
+def test_packing_isolates_is_checked_on_the_model(model):
+    assert packing_isolates(model)  # transformers builds a block-diagonal mask from the position ids
+    assert not packing_isolates(_Cumulative())

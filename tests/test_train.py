@@ -111,3 +111,25 @@ def test_user_rollout_with_extras_trains(tmp_path, tiny_model):
     assert result.history[0]["rewards/first_token_even/mean"] == pytest.approx(
         sum(t % 2 == 0 for t in module.SEEN[0]) / 32)
     assert result.history[0]["sampler/logprob_abs_diff"] < 1e-4
+
+
+def test_padding_free_trains_like_padding(tmp_path, tiny_model):
+    # the same two steps with sequences packed into shared rows and with one padded row per sequence
+    runs = {}
+    for padding_free in (True, False):
+        root = tmp_path / str(padding_free)
+        root.mkdir()
+        cfg = _config(root, tiny_model, max_steps=2, padding_free=padding_free, micro_batch_size=32)
+        # short and long prompts (about 30 and 120 tokens with the chat template): short sequences share a row
+        (root / "data.jsonl").write_text("".join(json.dumps({"prompt": "Hi." if i % 2 else "Go on." * 30}) + "\n"
+                                                 for i in range(10)))
+        runs[padding_free] = train(cfg, base_dir=root, reporter=_quiet())
+    packed, padded = runs[True].history, runs[False].history
+    for a, b in zip(packed, padded):
+        assert a["reward"] == pytest.approx(b["reward"], abs=1e-9)
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["tokens/forward"] == b["tokens/forward"]
+    assert sum(a["tokens/padded"] for a in packed) < 0.8 * sum(b["tokens/padded"] for b in padded)
+    a = AutoModelForCausalLM.from_pretrained(runs[True].checkpoint).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(runs[False].checkpoint).state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)

@@ -8,49 +8,110 @@ never holds a ``(B, T, vocab)`` tensor (32 × 128 × 49152 fp32 would be 0.8 GB)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
 
 @dataclass
 class PackedBatch:
-    """Sequences laid out for one forward pass (right-padded).
+    """Sequences laid out for one forward pass: ``B`` sequences in ``R`` rows of width ``T``.
+
+    Right-padded (``R == B``, one sequence per row, ``attention_mask`` set), or padding-free (several sequences share
+    a row, ``position_ids`` restart at 0 for each, ``attention_mask`` is ``None``: transformers then builds a
+    block-diagonal causal mask from the position ids, so no sequence sees another).
 
     Attributes:
-        input_ids: ``(B, T)`` prompt followed by completion, then padding.
-        attention_mask: ``(B, T)`` 1 on real tokens.
-        completion_start: ``(B,)`` index of each sequence's first completion token.
+        input_ids: ``(R, T)`` prompt followed by completion, sequence after sequence, then padding.
+        attention_mask: ``(R, T)`` 1 on real tokens (right-padded layout), or ``None``.
+        position_ids: ``(R, T)`` position of each token within its own sequence (padding-free layout), or ``None``.
+        row: ``(B,)`` the row holding each sequence.
+        completion_start: ``(B,)`` index, within its row, of each sequence's first completion token.
         completion_ids: ``(B, C)`` completion tokens, right-padded with 0.
         completion_valid: ``(B, C)`` 1 where ``completion_ids`` holds a real token.
+        num_tokens: real (prompt + completion) tokens in the batch; ``input_ids.numel()`` counts the padding too.
     """
 
     input_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    attention_mask: Optional[torch.Tensor]
+    position_ids: Optional[torch.Tensor]
+    row: torch.Tensor
     completion_start: torch.Tensor
     completion_ids: torch.Tensor
     completion_valid: torch.Tensor
+    num_tokens: int
 
 
-def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_id: int) -> PackedBatch:
-    """Lay out ``B`` (prompt, completion) pairs as a right-padded batch (see :class:`PackedBatch`)."""
-    b = len(prompt_ids)
-    width = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
+def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_id: int,
+         padding_free: bool = False) -> PackedBatch:
+    """Lay out ``B`` (prompt, completion) pairs for one forward pass (see :class:`PackedBatch`).
+
+    ``padding_free``: rows as wide as the longest sequence, filled first-fit in order of decreasing length (the
+    first-fit-decreasing bin packing heuristic), so short sequences share a row instead of being padded to the longest
+    (on SmolLM2-135M, 32 sequences of 40-100 tokens: 2,700 instead of 3,200 positions, forward+backward 0.8x the time).
+    """
+    seqs = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)]
+    b = len(seqs)
+    width = max(len(q) for q in seqs)
+    row = torch.arange(b)
+    offset = [0] * b
+    if padding_free:
+        fill: List[int] = []  # tokens used in each row
+        for i in sorted(range(b), key=lambda i: -len(seqs[i])):
+            r = next((r for r, used in enumerate(fill) if used + len(seqs[i]) <= width), len(fill))
+            if r == len(fill):
+                fill.append(0)
+            row[i], offset[i] = r, fill[r]
+            fill[r] += len(seqs[i])
+    rows = int(row.max()) + 1 if b else 0
+    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, width), dtype=torch.long)
     c_width = max(1, max(len(c) for c in completion_ids))
-    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, width), dtype=torch.long)
     comp = torch.zeros((b, c_width), dtype=torch.long)
     valid = torch.zeros((b, c_width), dtype=torch.long)
     start = torch.zeros(b, dtype=torch.long)
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-        seq = list(p) + list(c)
-        input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        attention[i, : len(seq)] = 1
-        start[i] = len(p)
+        r, o = int(row[i]), offset[i]
+        input_ids[r, o: o + len(seqs[i])] = torch.tensor(seqs[i], dtype=torch.long)
+        attention[r, o: o + len(seqs[i])] = 1
+        start[i] = o + len(p)
         if c:
             comp[i, : len(c)] = torch.tensor(list(c), dtype=torch.long)
             valid[i, : len(c)] = 1
-    return PackedBatch(input_ids, attention, start, comp, valid)
+    positions = None
+    if padding_free:  # positions restart at 0 for every sequence, and for the padding that ends a row
+        positions = torch.zeros((rows, width), dtype=torch.long)
+        for i, q in enumerate(seqs):
+            positions[int(row[i]), offset[i]: offset[i] + len(q)] = torch.arange(len(q))
+        for r, used in enumerate(attention.sum(1).tolist()):
+            positions[r, used:] = torch.arange(width - used)
+    return PackedBatch(input_ids, None if padding_free else attention, positions, row, start, comp, valid,
+                       sum(len(q) for q in seqs))
+
+
+def packing_isolates(model: torch.nn.Module) -> bool:
+    """Whether ``model`` keeps sequences that share a row apart when given ``position_ids`` and no attention mask
+    (transformers' decoders build a block-diagonal mask from them; a model that does not would let a sequence attend
+    to the one before it).
+
+    Runs two rows ``[a, b]`` and ``[a', b]`` (``a``, ``a'`` different, same length) once without gradients: with the
+    block-diagonal mask ``b``'s hidden states are the same in both rows, without it they differ.
+    """
+    decoder, _ = _decoder_and_head(model)
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().num_embeddings
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(0, vocab, (2, 5), generator=gen)
+    b = torch.randint(0, vocab, (1, 6), generator=gen).expand(2, 6)
+    ids = torch.cat([a, b], dim=1).to(device)
+    positions = torch.cat([torch.arange(5), torch.arange(6)]).expand(2, 11).to(device)
+    try:
+        with torch.no_grad():
+            hidden = decoder(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state[:, 5:].float()
+    except (TypeError, ValueError):  # a decoder without position_ids
+        return False
+    scale = hidden.abs().max().clamp(min=1e-6)
+    return bool(((hidden[0] - hidden[1]).abs().max() / scale) < 1e-3)
 
 
 def _decoder_and_head(model: torch.nn.Module):
@@ -132,13 +193,16 @@ def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature
     filtering = (top_k and top_k > 0) or top_p < 1.0 or min_p > 0.0
     decoder, head = _decoder_and_head(model)
     device = next(model.parameters()).device
-    input_ids = batch.input_ids.to(device)
-    hidden = decoder(input_ids=input_ids, attention_mask=batch.attention_mask.to(device)).last_hidden_state
+    def on_device(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        return None if x is None else x.to(device)
+
+    hidden = decoder(input_ids=batch.input_ids.to(device), attention_mask=on_device(batch.attention_mask),
+                     position_ids=on_device(batch.position_ids), use_cache=False).last_hidden_state
     b, c = batch.completion_ids.shape
-    # hidden state at position (start + j - 1) predicts completion token j
+    # hidden state at position (start + j - 1) of the sequence's row predicts completion token j
     positions = (batch.completion_start.unsqueeze(1) - 1 + torch.arange(c).unsqueeze(0)).clamp(max=hidden.shape[1] - 1)
     valid = batch.completion_valid.bool()
-    rows = torch.arange(b).unsqueeze(1).expand(b, c)[valid]
+    rows = batch.row.unsqueeze(1).expand(b, c)[valid]
     cols = positions[valid]
     targets = batch.completion_ids[valid].to(device)
     flat: List[torch.Tensor] = []
@@ -151,5 +215,6 @@ def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature
         flat.append(logits.log_softmax(-1).gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
     out = torch.zeros((b, c), dtype=torch.float32, device=device)
     if flat:
-        out = out.index_put((rows.to(device), torch.nonzero(valid)[:, 1].to(device)), torch.cat(flat))
+        where = torch.nonzero(valid)
+        out = out.index_put((where[:, 0].to(device), where[:, 1].to(device)), torch.cat(flat))
     return out

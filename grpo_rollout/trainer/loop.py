@@ -41,7 +41,7 @@ from .checkpoint import (checkpoint_step, find_checkpoint, load_trainer_state, r
                          save_checkpoint)
 from .distributed import Dist, RankError
 from .importance import importance_weights
-from .logprobs import CompletionLogprobs, completion_logprobs
+from .logprobs import CompletionLogprobs, completion_logprobs, packing_isolates
 from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
 from .policy import full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
@@ -165,6 +165,11 @@ class _Run:
             say(f"Resuming from {ckpt}")
             lm, _, _ = load_model_and_tokenizer(str(ckpt), m.dtype, trust_remote_code=m.trust_remote_code)
             state = load_trainer_state(ckpt) if dist.is_main else None
+        # padding-free micro-batches need a model that keeps sequences sharing a row apart (checked, not assumed)
+        self.padding_free = t.padding_free and packing_isolates(lm)
+        if t.padding_free and not self.padding_free:
+            self.reporter.message(f"training.padding_free: {m.name_or_path} lets sequences packed into one row see "
+                                  "each other (its attention ignores position_ids); padding each sequence instead")
         if t.gradient_checkpointing:
             lm.gradient_checkpointing_enable()
         lm.to(dist.device).train()
@@ -359,10 +364,11 @@ class _Run:
         masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
                  for m, tr in zip(out.completion_mask, truncated)]
         batches = build_micro_batches(out.prompt_ids, out.completion_ids, masks, out.logprobs, advantages,
-                                      t.micro_batch_size, self.tokenizer.pad_token_id, dist.device)
+                                      t.micro_batch_size, self.tokenizer.pad_token_id, dist.device,
+                                      self.padding_free)
         sequences, tokens, micro, real, padded = dist.sum([
             len(out), sum(mb.mask.sum().item() for mb in batches), len(batches),
-            sum(mb.packed.attention_mask.sum().item() for mb in batches),
+            sum(mb.packed.num_tokens for mb in batches),
             sum(mb.packed.input_ids.numel() for mb in batches)])
         totals = BatchTotals(int(sequences), int(tokens), int(micro), s.max_completion_length)
         with torch.no_grad():

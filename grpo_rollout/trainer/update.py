@@ -42,9 +42,10 @@ class MicroBatch:
 
 def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                         masks: Sequence[Sequence[int]], logprobs: Optional[Sequence[Sequence[float]]],
-                        advantages: torch.Tensor, size: int, pad_id: int,
-                        device: torch.device) -> List[MicroBatch]:
-    """Split ``N`` sequences into micro-batches of ``size`` (in order), right-padded, on ``device``.
+                        advantages: torch.Tensor, size: int, pad_id: int, device: torch.device,
+                        padding_free: bool = False) -> List[MicroBatch]:
+    """Split ``N`` sequences into micro-batches of ``size`` (in order) on ``device``, right-padded or padding-free
+    (see :func:`~.logprobs.pack`).
 
     Args:
         prompt_ids, completion_ids, masks: ``N`` lists each (masks: 0/1 per completion token).
@@ -53,7 +54,7 @@ def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Seq
     batches = []
     for start in range(0, len(completion_ids), size):
         idx = range(start, min(start + size, len(completion_ids)))
-        packed = pack([prompt_ids[i] for i in idx], [completion_ids[i] for i in idx], pad_id)
+        packed = pack([prompt_ids[i] for i in idx], [completion_ids[i] for i in idx], pad_id, padding_free)
         mask = torch.zeros_like(packed.completion_valid, dtype=torch.float32)
         sampler = torch.zeros_like(mask) if logprobs is not None else None
         for row, i in enumerate(idx):
