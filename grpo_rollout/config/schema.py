@@ -99,6 +99,7 @@ class TrainingConfig:
     sampler_correction_cap: float = 2.0
     logprob_chunk_size: int = 1024
     padding_free: bool = True
+    compile: bool = False
     gradient_checkpointing: bool = False
     save_steps: int = 0
     save_total_limit: Optional[int] = None

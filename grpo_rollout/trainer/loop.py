@@ -44,7 +44,7 @@ from .importance import importance_weights
 from .logprobs import CompletionLogprobs, completion_logprobs, packing_isolates
 from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
-from .policy import full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
+from .policy import decoder_layers, full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
 from .progress import RichReporter
 from .prompt_order import PromptSampler
 from .rollout_stats import extras_means, tool_metrics, truncated_flags
@@ -174,6 +174,9 @@ class _Run:
             lm.gradient_checkpointing_enable()
         lm.to(dist.device).train()
         self.policy = shard(CompletionLogprobs(lm), dist)
+        if t.compile:  # each decoder layer on its own (the pattern FSDP2 expects); state-dict names do not change
+            for layer in decoder_layers(lm):
+                layer.compile(dynamic=True)
         # fused AdamW: one kernel over all parameters (measured 0.39 → 0.10 s per step for 135M parameters on CPU);
         # sharded (DTensor) parameters on CPU take the multi-tensor (foreach) path
         fused = dist.world_size == 1 or dist.device.type == "cuda"
