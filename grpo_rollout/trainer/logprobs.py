@@ -55,8 +55,8 @@ def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[
     width = max(len(q) for q in seqs)
     row = torch.arange(b)
     offset = [0] * b
+    fill: List[int] = []  # padding-free: tokens used in each row
     if padding_free:
-        fill: List[int] = []  # tokens used in each row
         for i in sorted(range(b), key=lambda i: -len(seqs[i])):
             r = next((r for r, used in enumerate(fill) if used + len(seqs[i]) <= width), len(fill))
             if r == len(fill):
@@ -83,7 +83,7 @@ def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[
         positions = torch.zeros((rows, width), dtype=torch.long)
         for i, q in enumerate(seqs):
             positions[int(row[i]), offset[i]: offset[i] + len(q)] = torch.arange(len(q))
-        for r, used in enumerate(attention.sum(1).tolist()):
+        for r, used in enumerate(fill):
             positions[r, used:] = torch.arange(width - used)
     return PackedBatch(input_ids, None if padding_free else attention, positions, row, start, comp, valid,
                        sum(len(q) for q in seqs))
@@ -96,6 +96,9 @@ def packing_isolates(model: torch.nn.Module) -> bool:
 
     Runs two rows ``[a, b]`` and ``[a', b]`` (``a``, ``a'`` different, same length) once without gradients: with the
     block-diagonal mask ``b``'s hidden states are the same in both rows, without it they differ.
+
+    Raises:
+        TypeError: the model has no separate decoder / output projection.
     """
     decoder, _ = _decoder_and_head(model)
     device = next(model.parameters()).device

@@ -165,14 +165,14 @@ class _Run:
             say(f"Resuming from {ckpt}")
             lm, _, _ = load_model_and_tokenizer(str(ckpt), m.dtype, trust_remote_code=m.trust_remote_code)
             state = load_trainer_state(ckpt) if dist.is_main else None
+        if t.gradient_checkpointing:
+            lm.gradient_checkpointing_enable()
+        lm.to(dist.device).train()
         # padding-free micro-batches need a model that keeps sequences sharing a row apart (checked, not assumed)
         self.padding_free = t.padding_free and packing_isolates(lm)
         if t.padding_free and not self.padding_free:
             self.reporter.message(f"training.padding_free: {m.name_or_path} lets sequences packed into one row see "
                                   "each other (its attention ignores position_ids); padding each sequence instead")
-        if t.gradient_checkpointing:
-            lm.gradient_checkpointing_enable()
-        lm.to(dist.device).train()
         self.policy = shard(CompletionLogprobs(lm), dist)
         if t.compile:  # each decoder layer on its own (the pattern FSDP2 expects); state-dict names do not change
             for layer in decoder_layers(lm):
