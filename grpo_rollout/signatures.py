@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping
 
 
@@ -46,3 +47,30 @@ def select_kwargs(fn: Callable, available: Mapping[str, Any]) -> Dict[str, Any]:
 def describe(fn: Callable) -> str:
     """``module.qualname`` of a function, for messages."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+_OURS = str(Path(__file__).resolve().parent)
+
+
+def raised_at(exc: BaseException) -> str:
+    """`` (at FILE:LINE)`` of the user code that raised ``exc``: the innermost traceback frame outside grpo_rollout,
+    the standard library and installed packages (a user's own helper modules count), else the innermost frame
+    outside grpo_rollout; ``""`` when there is none."""
+    import sysconfig
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+
+    def ours(name: str) -> bool:
+        return str(Path(name).resolve()).startswith(_OURS)
+
+    def library(name: str) -> bool:
+        path = str(Path(name).resolve())
+        return name.startswith("<") or any(path.startswith(str(Path(lib).resolve())) for lib in libraries)
+
+    for pick in (lambda f: not ours(f.filename) and not library(f.filename), lambda f: not ours(f.filename)):
+        found = [f for f in frames if pick(f)]
+        if found:
+            return f" (at {found[-1].filename}:{found[-1].lineno})"
+    return ""

@@ -145,3 +145,37 @@ def test_warnings_alone_do_not_fail(project):
     code, out = invoke("validate-config", str(project.write_config(cfg)))
     assert code == 0
     assert "0 error(s), 1 warning(s)" in out and "rewards[0].function" in out and "is valid" in out
+
+
+def test_errors_are_followed_by_the_resolved_config(project):
+    cfg = project.baseline()
+    cfg["sampling"]["temperature"] = 0.0
+    code, out = invoke("validate-config", str(project.write_config(cfg)))
+    assert code == 1
+    assert "sampling.temperature" in out and "must be > 0" in out
+    assert "Resolved config" in out and "num_generations: 4" in out and "temperature: 0.0" in out
+    assert out.index("must be > 0") < out.index("num_generations: 4")  # problems first, then the config
+    assert "is valid" not in out
+
+
+def test_quiet_with_errors_prints_only_the_problems(project):
+    cfg = project.baseline()
+    cfg["sampling"]["temperature"] = 0.0
+    code, out = invoke("validate-config", "--quiet", str(project.write_config(cfg)))
+    assert code == 1 and "must be > 0" in out
+    assert "Resolved config" not in out and "num_generations: 4" not in out
+
+
+def test_num_generations_1_shows_one_error(project):
+    cfg = project.baseline()
+    cfg["sampling"]["num_generations"] = 1
+    code, out = invoke("validate-config", str(project.write_config(cfg)))
+    assert code == 1
+    assert "1 error(s), 0 warning(s)" in out and "is not divisible" not in out
+
+
+def test_schema_is_in_the_help():
+    code, out = invoke("--help")
+    assert code == 0 and "schema" in out
+    code, out = invoke("schema", "--help")
+    assert code == 0 and "--output" in out and "JSON Schema" in out

@@ -14,11 +14,14 @@ from grpo_rollout.config.schema import ENUMS, RewardConfig
 
 
 def make(**dotted) -> Config:
-    """A default Config with ``section__key=value`` changes."""
+    """A default Config with ``section__key=value`` changes (``model__lora__r``: nested sections too)."""
     config = Config()
     for name, value in dotted.items():
-        section, key = name.split("__")
-        setattr(getattr(config, section), key, value)
+        *sections, key = name.split("__")
+        node = config
+        for section in sections:
+            node = getattr(node, section)
+        setattr(node, key, value)
     return config
 
 
@@ -45,7 +48,12 @@ RANGE_CASES = {
     "sampling.repetition_penalty": ([0.0, -1.0], [0.5, 1.2]),
     "sampling.max_prompt_length": ([0, -1], [None, 1, 512]),
     "sampling.max_completion_length": ([0], [1, 256]),
+    "model.lora.r": ([-1], [0, 1, 64]),
+    "model.lora.alpha": ([0.0, -16.0, math.nan], [0.5, 16.0, 128.0]),
+    "model.lora.dropout": ([-0.1, 1.0, 1.5], [0.0, 0.05, 0.99]),
     "training.max_steps": ([0], [1]),
+    "training.num_epochs": ([0.0, -1.0, math.nan], [None, 0.5, 1, 3]),
+    "training.dynamic_sampling.max_rounds": ([0, -1], [1, 5]),
     "training.prompts_per_step": ([0], [1]),
     "training.micro_batch_size": ([0], [1]),
     "training.learning_rate": ([0.0, -1e-6], [1e-6]),
@@ -504,3 +512,104 @@ def test_async_generation_needs_a_server(tmp_path):
     problems = []
     check_processes(make(training__async_generation=True, vllm__mode="spawn"), problems, 1)
     assert not problems
+
+
+def test_importance_level_sequence_warnings():
+    from grpo_rollout.config.checks import check_importance_level
+
+    assert run(check_importance_level, Config()) == []  # token level: nothing to say
+    # sequence with the defaults: epsilon 0.2 is the token-level range, and num_iterations 1 makes every ratio 1
+    eps, iters = run(check_importance_level, make(training__importance_level="sequence"))
+    assert (eps.key, eps.value, eps.severity) == ("training.epsilon", 0.2, "warning")
+    assert "3.0e-4" in eps.fix and "4.0e-4" in eps.fix and "2507.18071" in eps.fix
+    assert (iters.key, iters.severity) == ("training.importance_level", "warning") and "exactly 1" in iters.message
+    # the paper's clip range and several updates per batch: no warning
+    assert run(check_importance_level, make(training__importance_level="sequence", training__epsilon=3e-4,
+                                            training__epsilon_high=4e-4, training__num_iterations=2)) == []
+    # warnings only: a config with them still validates
+    assert not any(p.is_error for p in run(check_importance_level, make(training__importance_level="sequence")))
+
+
+# --- no follow-on errors (issue 12) ---------------------------------------------------------------------------------
+
+def test_num_generations_1_is_reported_without_a_follow_on_micro_batch_error(project):
+    cfg = project.baseline()  # 2 prompts × 4 generations in micro-batches of 4
+    cfg["sampling"]["num_generations"] = 1  # 2 × 1 = 2 sequences would not split into micro-batches of 4 either
+    problems = project.check(cfg)
+    assert [(p.key, p.severity, p.value) for p in problems] == [("sampling.num_generations", "error", 1)]
+
+
+def test_the_micro_batch_split_is_still_checked_when_its_inputs_are_valid(project, errs):
+    cfg = project.baseline()
+    cfg["sampling"]["num_generations"] = 3  # valid, but 2 × 3 = 6 is not divisible by 4
+    [p] = errs(project.check(cfg))
+    assert p.key == "training.micro_batch_size" and "2 × 3 = 6 is not divisible by micro_batch_size 4" in p.message
+
+
+def test_a_key_rejected_while_loading_causes_no_follow_on_error(project, errs):
+    cfg = project.baseline()
+    cfg["sampling"]["num_generations"] = 3
+    cfg["training"]["micro_batch_size"] = "three"  # rejected; its default 8 does not divide 2 × 3 = 6
+    problems = project.check(cfg)
+    assert [(p.key, p.value) for p in errs(problems)] == [("training.micro_batch_size", "three")]
+    assert "expected int" in problems[0].message
+
+
+def test_epsilon_high_out_of_range_is_not_also_below_epsilon():
+    [p] = run(check_values, make(training__epsilon_high=-0.3))
+    assert (p.key, p.message) == ("training.epsilon_high", "must be > 0 or null")
+
+
+def test_processes_split_is_not_reported_twice_for_one_cause():
+    # 3 prompts × 4 = 12 not divisible by 8: check_batch reports it; the per-process split is the same cause
+    config = make(training__prompts_per_step=4, sampling__num_generations=3, training__micro_batch_size=8)
+    problems = run(check_batch, config)
+    check_processes(config, problems, 2)
+    assert [p.key for p in problems if p.is_error] == ["training.micro_batch_size"]
+
+
+def test_flagged_matches_whole_keys_and_what_lies_under_them():
+    from grpo_rollout.config.checks import flagged
+    from grpo_rollout.config.problems import Problem
+
+    problems = [Problem("rewards[0].function", "x", "cannot import"),
+                Problem("sampling.top_p", 2.0, "w", severity="warning")]
+    assert flagged(problems, ["rewards[0].function"]) and flagged(problems, ["rewards[0]"])
+    assert flagged(problems, ["rewards"])
+    assert not flagged(problems, ["rewards[1]"]) and not flagged(problems, ["rewards[0].func"])
+    assert not flagged(problems, ["sampling.top_p"])  # a warning is not an error
+    assert not flagged(problems, [])
+
+
+# --- reward parameters: did you mean (issue 12) ---------------------------------------------------------------------
+
+NEEDS_NUM_TOKENZ = "def brevity(completions, num_tokenz, **kwargs):\n    return [0.0] * len(completions)\n"
+
+
+def test_reward_param_close_to_a_rollout_extra_gets_a_suggestion(project, errs):
+    cfg = with_reward(project, NEEDS_NUM_TOKENZ, "brevity")
+    rollout = project.module(PLAIN_ROLLOUT + "rollout.extras = ('num_tokens',)\n")
+    cfg["rollout"] = {"function": f"{rollout}:rollout"}
+    [p] = errs(project.check(cfg))
+    assert p.key == "rewards[0].function" and "requires `num_tokenz`" in p.message
+    assert p.message.endswith("did you mean `num_tokens` (an extra of the rollout)?")
+    assert p.fix.startswith("rename the parameter to `num_tokens`, or ")
+
+
+def test_reward_param_close_to_a_dataset_column_gets_a_suggestion(project, errs):
+    source = "def exact(completions, answr, **kwargs):\n    return [0.0] * len(completions)\n"
+    [p] = errs(project.check(with_reward(project, source, "exact")))
+    assert "did you mean `answer` (a dataset column)?" in p.message
+
+
+def test_reward_param_suggestion_also_in_the_warning_without_declared_extras(project):
+    source = "def count(completion, **kwargs):\n    return [0.0] * len(completion)\n"
+    cfg = with_reward(project, source, "count")
+    cfg["rollout"] = {"function": f"{project.module(PLAIN_ROLLOUT)}:rollout"}
+    [p] = project.check(cfg)
+    assert p.severity == "warning" and "did you mean `completions` (a standard argument)?" in p.message
+
+
+def test_reward_param_unlike_anything_gets_no_suggestion(project):
+    [p] = project.check(with_reward(project, NEEDS_FOO, "needs_foo"))
+    assert "requires `foo`" in p.message and "did you mean" not in p.message and "rename" not in p.fix

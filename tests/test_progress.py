@@ -1,15 +1,20 @@
-"""The per-step rows the progress reporter prints."""
+"""What the progress reporter prints per logged step: the row of numbers, the samples, plain lines off a terminal."""
 
 from rich.console import Console
 
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.progress import RichReporter, pick_samples
+
+SAMPLES = [{"prompt": "Name one thing that is usually red.", "completion": "A fire\ntruck.", "reward": 1.0,
+            "rewards/correct": 1.0, "advantage": 0.866, "turns": 2, "tool_calls": 1},
+           {"prompt": "Name one thing that is usually red.", "completion": "Grass.", "reward": 0.0,
+            "rewards/correct": 0.0, "advantage": -0.866, "turns": 1, "tool_calls": 0}]
 
 
-def _printed(metrics) -> str:
-    console = Console(record=True, width=200, force_terminal=False)
+def _printed(metrics, samples=None, terminal=False) -> str:
+    console = Console(record=True, width=200, force_terminal=terminal)
     reporter = RichReporter(console=console)
     reporter.start(total_steps=3, first_step=0)
-    reporter.step(1, metrics, log=True, sample="Done.")
+    reporter.step(1, metrics, log=True, samples=samples)
     reporter.stop()
     return console.export_text()
 
@@ -19,7 +24,6 @@ def test_row_shows_rewards_turns_and_tool_use():
                      "tools/success_rate": 0.5, "sampler/logprob_abs_diff": 2e-6})
     assert "0.750" in text and "correct=0.500" in text
     assert "turns=1.50" in text and "tool calls=6 ok=50%" in text and "sampler-trainer=2.00e-06" in text
-    assert "sample: Done." in text
 
 
 def test_single_turn_row_has_no_tool_columns():
@@ -29,3 +33,30 @@ def test_single_turn_row_has_no_tool_columns():
 
 def test_tool_calls_without_any_call_show_no_rate():
     assert "tool calls=0 ok=-" in _printed({"reward": 0.0, "tools/calls": 0.0})
+
+
+def test_plain_output_has_one_line_per_sample_and_the_clock():
+    text = _printed({"reward": 0.5}, SAMPLES)
+    lines = text.splitlines()
+    assert lines[0] == "Training steps 1-3"
+    assert "[1/3 0:00:00 ETA 0:00:00]" in lines[2]  # the row carries elapsed time and ETA
+    sample_lines = [line for line in lines if "sample:" in line]
+    assert len(sample_lines) == 2
+    assert "reward=1.000  correct=1.000  advantage=+0.866  turns=2  tool_calls=1" in sample_lines[0]
+    assert "completion: A fire ⏎ truck." in sample_lines[0]  # one line per sample, newlines shown
+    assert "\x1b[" not in text and "━" not in text  # no colours, no live bar
+
+
+def test_terminal_output_shows_a_sample_table():
+    text = _printed({"reward": 0.5}, SAMPLES, terminal=True)
+    header = next(line for line in text.splitlines() if "completion" in line and "adv" in line)
+    assert header[header.index("prompt"):].split() == ["prompt", "completion", "reward", "correct", "adv", "turns", "tool", "calls"]
+    row = next(line for line in text.splitlines() if "Grass." in line)
+    assert row.split()[-5:] == ["0.000", "0.000", "-0.866", "1", "0"]
+
+
+def test_pick_samples_takes_best_and_worst_of_each_group():
+    samples = [{"reward": r, "i": i} for i, r in enumerate([0.2, 0.9, 0.1, 0.5, 1.0, 0.0, 0.3, 0.4])]
+    assert [s["i"] for s in pick_samples(samples, 4, 3)] == [1, 2, 4]
+    assert pick_samples(samples, 4, 0) == []
+    assert [s["i"] for s in pick_samples(samples[:1], 1, 2)] == [0]

@@ -159,7 +159,8 @@ def test_sys_exit_in_a_reward_is_an_error_naming_it():
     def quits(completions):
         sys.exit(3)
 
-    with pytest.raises(RewardError, match=r"`quits` \(.*quits\) raised SystemExit: 3"):
+    line = quits.__code__.co_firstlineno + 1
+    with pytest.raises(RewardError, match=rf"`quits` \(.*quits\) raised SystemExit: 3 \(at .*test_reward_calling.py:{line}\)"):
         _run([RewardFunction("quits", quits)])
 
 

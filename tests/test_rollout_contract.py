@@ -287,9 +287,32 @@ def test_call_rollout_function_raises():
     def broken_rollout(prompts, **kw):
         raise KeyError("boom")
 
+    line = broken_rollout.__code__.co_firstlineno + 1
     with pytest.raises(RolloutError, match=r"broken_rollout raised KeyError: 'boom'") as info:
         call_rollout(broken_rollout, ["p0", "p1"], SAMPLING, {}, CONTEXT)
     assert isinstance(info.value.__cause__, KeyError)
+    assert str(info.value).endswith(f"(at {__file__}:{line})")  # the user's file and line, not ours
+
+
+def test_error_location_skips_libraries_but_keeps_user_helpers(tmp_path):
+    import json
+    import sys
+
+    (tmp_path / "user_helper.py").write_text("import json\n\ndef parse(text):\n    return json.loads(text)\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import user_helper
+
+        def rollout(prompts, **kw):
+            return user_helper.parse("{not json")
+
+        with pytest.raises(RolloutError) as info:
+            call_rollout(rollout, ["p0", "p1"], SAMPLING, {}, CONTEXT)
+    finally:
+        sys.path.remove(str(tmp_path))
+    # the innermost frame is in the json module (a library); the one to fix is the user's helper, line 4
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
+    assert str(info.value).endswith(f"(at {tmp_path / 'user_helper.py'}:4)")
 
 
 def test_call_rollout_sys_exit_is_a_rollout_error():

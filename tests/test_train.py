@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,19 @@ def test_compiled_layers_train_like_eager(tmp_path, tiny_model):
     # moves a weight the other way: all but a few weights agree
     same = sum(int(torch.isclose(a[k], b[k], atol=1e-5, rtol=0).sum()) for k in a)
     assert same / sum(v.numel() for v in a.values()) > 0.999
+
+
+def test_sequence_importance_level_trains(tmp_path, tiny_model):
+    # GSPO (arXiv:2507.18071): the paper's clip range and aggregation; two updates per batch, so that the second
+    # one sees sequence ratios != 1 (the first is on-policy: every s_i is 1)
+    cfg = _config(tmp_path, tiny_model, max_steps=2, importance_level="sequence", loss_type="grpo", epsilon=3e-4,
+                  epsilon_high=4e-4, num_iterations=2)
+    result = train(cfg, base_dir=tmp_path, reporter=_quiet())
+    assert result.steps == 2
+    for m in result.history:
+        assert math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) and m["nonfinite_skipped"] == 0
+        assert m["ratio/max"] > 1.0  # the second update's s_i moved off 1
+        assert 0 < m["clip_ratio/region"] <= 0.5  # a range of 4e-4 clips some sequences, never the first update
+    before = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(result.checkpoint).state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)

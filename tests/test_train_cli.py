@@ -80,3 +80,9 @@ def test_successful_run_prints_summary(tmp_path, model):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Training finished" in proc.stdout and "checkpoint-3" in proc.stdout
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 3
+    # stdout is a pipe: plain lines, the clock on each step's row, the samples of each step, no live bar
+    out = proc.stdout
+    print(out)
+    assert "Training steps 1-3" in out and "[3/3 " in out and "━" not in out
+    assert out.count("sample: reward=") == 3 * 4  # training.log_completions (default 4) per logged step
+    assert "s/step (generation" in out and "plot " in out

@@ -46,17 +46,49 @@ def validate_config(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = 
                     skip_data: bool = typer.Option(False, "--skip-data", help="Do not load the dataset."),
                     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only print problems."),
                     nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="Check for this many training "
-                                                        "processes (torchrun --nproc-per-node × nodes).")) -> None:
-    """Check a config without loading a model: every problem at once, each with a fix, then the resolved config."""
+                                                        "processes (torchrun --nproc-per-node × nodes)."),
+                    dry_run: bool = typer.Option(False, "--dry-run", help="Then load the model and call the rollout "
+                                                 "and every reward on 2 prompts (short completions): a broken rollout "
+                                                 "or reward shows up in seconds.")) -> None:
+    """Check a config without loading a model: every problem at once, each with a fix, then the resolved config.
+    With [cyan]--dry-run[/], also run the rollout and rewards once on two prompts."""
     with console.status("Checking config…"):
         loaded, problems = check_config(config, overrides or [], load_data=not skip_data, processes=nproc)
     print_problems(console, problems)
     errors = [p for p in problems if p.is_error]
-    if loaded.config is not None and not errors and not quiet:
+    if loaded.config is not None and not quiet:
+        if errors:
+            console.print("Resolved config (a value rejected while loading shows its default):")
         print_summary(console, loaded.config)
     if errors:
         raise typer.Exit(1)
     console.print(f"[green]✓[/] {config} is valid")
+    if dry_run:
+        from .dry_run_cmd import run_dry_run
+
+        raise typer.Exit(run_dry_run(console, loaded.config, loaded.base_dir))
+
+
+@app.command()
+def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schema to this file "
+                                                 "instead of printing it.", show_default=False)) -> None:
+    """Print the config's JSON Schema (draft 2020-12) for an editor's YAML language server: completion, defaults and
+    misspelled keys while writing a config (see the README)."""
+    import json
+
+    from ..config.json_schema import config_json_schema
+
+    text = json.dumps(config_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)  # plain JSON on stdout, no markup, so it can be redirected
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        typer.echo(f"cannot write {output}: {exc.strerror or exc}; pass -o a path in an existing, writable folder",
+                   err=True)
+        raise typer.Exit(1)
+    typer.echo(f"wrote {output}", err=True)
 
 
 @app.command()
@@ -87,6 +119,56 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
 
     raise typer.Exit(run_serve(console, config, model=model, host=host, port=port, max_model_len=max_model_len,
                                api_key=api_key, extra=extra or []))
+
+
+@app.command()
+def inspect(run_dir: Path = typer.Argument(..., help="A run folder (training.output_dir).", show_default=False),
+            step: Optional[int] = typer.Option(None, "--step", help="Step to show (default: the last saved one)."),
+            sample: int = typer.Option(0, "--sample", min=0, help="Completion of that step (0-based)."),
+            html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML page here instead.",
+                                                show_default=False),
+            ) -> None:
+    """Show one completion token by token: the prompt the model saw, which tokens were trained, their sampler and
+    trainer log-probs, advantage and importance weight (needs [cyan]training.save_rollouts[/])."""
+    from ..inspection import console_renderables, load_sample, render_html
+
+    try:
+        shown = load_sample(run_dir, step, sample)
+    except (FileNotFoundError, IndexError) as exc:
+        console.print(f"[red]✗[/] {exc}", soft_wrap=True)
+        raise typer.Exit(1)
+    if html is not None:
+        html.write_text(render_html(shown))
+        console.print(f"[green]✓[/] wrote {html}", soft_wrap=True)
+        return
+    for renderable in console_renderables(shown):
+        console.print(renderable)
+
+
+@app.command()
+def plot(run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", show_default=False,
+                                               help="Run folders (training.output_dir), each with a metrics.jsonl; "
+                                                    "several are overlaid, one colour each."),
+         output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE",
+                                               help="File to write (.png, .pdf, .svg); default RUN_DIR/plot.png for "
+                                                    "one run, ./runs.png for several."),
+         metrics: Optional[str] = typer.Option(None, "--metrics", metavar="KEY,KEY...",
+                                               help="Comma-separated metric keys to plot instead of the default "
+                                                    "panels, one panel each, e.g. "
+                                                    "[cyan]reward,grad_norm,time/step[/]."),
+         ) -> None:
+    """Plot runs' metrics: reward, completion length, KL, clipping, sampler drift, tools, time per step."""
+    from rich.markup import escape
+
+    from ..plotting import PlotError, default_output_path, plot_runs, save_figure
+
+    try:
+        figure = plot_runs(run_dirs, metrics=metrics.split(",") if metrics is not None else None)
+        written = save_figure(figure, output if output is not None else default_output_path(run_dirs))
+    except PlotError as e:
+        console.print(f"[red]✗ {escape(str(e))}[/]", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"[green]✓[/] wrote {escape(str(written))}", soft_wrap=True)
 
 
 def main() -> None:

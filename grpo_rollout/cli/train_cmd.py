@@ -68,7 +68,19 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
         lines.append(f"reward (mean of first {k} steps): {start:.3f}")
         lines.append(f"reward (mean of last {k} steps):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
                      else f"reward (mean of last {k} steps):  {end:.3f}")
+    times = {k: [m.get(f"time/{k}") or 0.0 for m in result.history] for k in ("step", "generation", "training", "sync")}
+    n = len(result.history)
+    lines.append(f"time: {sum(times['step']):.0f} s, {sum(times['step']) / n:.1f} s/step (generation "
+                 f"{sum(times['generation']) / n:.1f}, training {sum(times['training']) / n:.1f}, sync "
+                 f"{sum(times['sync']) / n:.1f})")
+    last = result.history[-1]
+    if last.get("tools/success_rate") is not None:
+        lines.append(f"tool calls in the last step: {last.get('tools/calls', 0):.0f}, "
+                     f"{last['tools/success_rate']:.0%} succeeded")
     lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
-    lines.append(f"metrics: {escape(str(result.output_dir / 'metrics.jsonl'))}")
+    out = escape(str(result.output_dir))
+    lines.append(f"metrics: {escape(str(result.output_dir / 'metrics.jsonl'))}  (plot: [cyan]grpo-rollout plot {out}[/])")
+    if (result.output_dir / "rollouts").is_dir():
+        lines.append(f"token-level rollouts: {out}/rollouts  ([cyan]grpo-rollout inspect {out}[/])")
     console.print(Panel("\n".join(lines), title="[bold green]Training finished", expand=False))
     return 0

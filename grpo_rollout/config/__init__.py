@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .checks import batch_arithmetic, validate
 from .imports import ImportSpecError, resolve_callable, resolve_object
-from .loading import LoadedConfig, config_from_dict, load_config, to_yaml
+from .loading import LoadedConfig, config_dict, config_from_dict, load_config, to_yaml
 from .problems import ConfigError, Problem
 from .schema import Config
 
@@ -23,9 +23,10 @@ def check_config(path: str | Path, overrides: Sequence[str] = (), load_data: boo
     loaded = load_config(path, overrides)
     problems = list(loaded.problems)
     if loaded.config is not None:
-        problems += validate(loaded.config, loaded.base_dir, load_data=load_data, processes=processes)
+        problems += validate(loaded.config, loaded.base_dir, load_data=load_data, processes=processes,
+                             known=loaded.problems)
     return loaded, problems
 
 
 __all__ = ["Config", "ConfigError", "ImportSpecError", "LoadedConfig", "Problem", "batch_arithmetic", "check_config",
-           "config_from_dict", "load_config", "resolve_callable", "resolve_object", "to_yaml", "validate"]
+           "config_dict", "config_from_dict", "load_config", "resolve_callable", "resolve_object", "to_yaml", "validate"]

@@ -5,71 +5,153 @@ Run them all with :func:`validate` (the ``validate-config`` command and ``train`
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..rewards.calling import STANDARD_REWARD_ARGS
 from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ALIASES, SAMPLING_ARGS
 from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
 from .imports import ImportSpecError, resolve_callable
 from .problems import Problem
-from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config
+from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config, TrainingConfig
 
 Check = Callable[[Config, List[Problem]], None]
 
 
-def _err(problems: List[Problem], key: str, value: Any, message: str, fix: str = "") -> None:
-    problems.append(Problem(key, value, message, fix))
+def flagged(problems: Sequence[Problem], keys: Iterable[str]) -> bool:
+    """Whether ``problems`` already hold an error at one of ``keys`` or inside one (``rewards[0]`` covers
+    ``rewards[0].function``; ``sampling`` covers every ``sampling.*`` key).
+
+    Args:
+        problems: the problems found so far (loading problems included, see :func:`validate`).
+        keys: dotted config keys.
+
+    Returns:
+        ``True`` if any error's key is one of ``keys`` or lies under one.
+    """
+    keys = tuple(keys)
+    return any(p.is_error and (p.key in keys or p.key.startswith(tuple(k + sep for k in keys for sep in ".[")))
+               for p in problems)
 
 
-def _warn(problems: List[Problem], key: str, value: Any, message: str, fix: str = "") -> None:
-    problems.append(Problem(key, value, message, fix, severity="warning"))
+def _err(problems: List[Problem], key: str, value: Any, message: str, fix: str = "",
+         depends_on: Sequence[str] = ()) -> None:
+    """Record an error at ``key``, unless it is a follow-on: a cross-key rule whose inputs ``depends_on`` include a key
+    that already has an error would point at the wrong cause (``num_generations: 1`` also breaking the micro-batch
+    split), so it is dropped; it is checked again once the first error is fixed."""
+    if not flagged(problems, depends_on):
+        problems.append(Problem(key, value, message, fix))
+
+
+def _warn(problems: List[Problem], key: str, value: Any, message: str, fix: str = "",
+          depends_on: Sequence[str] = ()) -> None:
+    """Record a warning at ``key``, unless a key in ``depends_on`` already has an error (see :func:`_err`)."""
+    if not flagged(problems, depends_on):
+        problems.append(Problem(key, value, message, fix, severity="warning"))
 
 
 # --- values -------------------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Bound:
+    """A plain interval as a range predicate: :data:`_RANGES` uses it wherever a key's range is one, and the JSON
+    Schema (:func:`grpo_rollout.config.json_schema.config_json_schema`) reads the same limits, so they are written
+    once. ``None`` passes (only ``Optional`` keys can hold it, and null is allowed there); NaN fails.
+
+    Attributes:
+        minimum: smallest allowed value (``>=``), or ``None``.
+        exclusive_minimum: the value must be above this (``>``), or ``None``.
+        maximum: largest allowed value (``<=``), or ``None``.
+        exclusive_maximum: the value must be below this (``<``), or ``None``.
+    """
+
+    minimum: Optional[float] = None
+    exclusive_minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    exclusive_maximum: Optional[float] = None
+
+    def __call__(self, value: Any) -> bool:
+        """Whether ``value`` lies in the interval (``None``: yes)."""
+        if value is None:
+            return True
+        return ((self.minimum is None or value >= self.minimum)
+                and (self.exclusive_minimum is None or value > self.exclusive_minimum)
+                and (self.maximum is None or value <= self.maximum)
+                and (self.exclusive_maximum is None or value < self.exclusive_maximum))
+
+    def json_schema(self) -> Dict[str, float]:
+        """The interval as JSON Schema keywords (``minimum``, ``exclusiveMinimum``, ``maximum``, ...)."""
+        words = {"minimum": self.minimum, "exclusiveMinimum": self.exclusive_minimum, "maximum": self.maximum,
+                 "exclusiveMaximum": self.exclusive_maximum}
+        return {word: limit for word, limit in words.items() if limit is not None}
+
+
 # (key, predicate, problem, fix) for single numbers; predicates see the value (None only for Optional keys).
+# A plain interval is a Bound, which the JSON Schema reads too; other rules stay lambdas (and out of the schema).
 _RANGES: List[Tuple[str, Callable[[Any], bool], str, str]] = [
-    ("sampling.num_generations", lambda v: v >= 2,
+    ("sampling.num_generations", Bound(minimum=2),
      "must be at least 2: GRPO scores each completion against the others of its group, so a group of one has "
      "zero advantage and learns nothing", "set it to 2 or more (4-16 is common)"),
-    ("sampling.temperature", lambda v: v > 0,
+    ("sampling.temperature", Bound(exclusive_minimum=0),
      "must be > 0: at temperature 0 all completions of a group are identical, their rewards equal, and every "
      "advantage is zero", "use a sampling temperature such as 0.7-1.0"),
-    ("sampling.top_p", lambda v: 0 < v <= 1, "must be in (0, 1]", "use 1.0 to disable nucleus sampling"),
+    ("sampling.top_p", Bound(exclusive_minimum=0, maximum=1), "must be in (0, 1]",
+     "use 1.0 to disable nucleus sampling"),
     ("sampling.top_k", lambda v: v in (-1, 0) or v >= 1, "must be -1 (disabled) or >= 1", "use -1 to disable top-k"),
-    ("sampling.min_p", lambda v: 0 <= v <= 1, "must be in [0, 1]", "use 0.0 to disable min-p"),
-    ("sampling.repetition_penalty", lambda v: v > 0, "must be > 0", "use 1.0 for no penalty"),
-    ("sampling.max_prompt_length", lambda v: v is None or v >= 1, "must be >= 1 or null", "use null for no limit"),
-    ("sampling.max_completion_length", lambda v: v >= 1, "must be >= 1", "e.g. 256"),
-    ("training.max_steps", lambda v: v >= 1, "must be >= 1", "e.g. 100"),
-    ("training.prompts_per_step", lambda v: v >= 1, "must be >= 1", "e.g. 8"),
-    ("training.micro_batch_size", lambda v: v >= 1, "must be >= 1", "e.g. 8"),
-    ("training.learning_rate", lambda v: v > 0, "must be > 0", "1e-6 to 1e-5 is usual for full fine-tuning"),
-    ("training.weight_decay", lambda v: v >= 0, "must be >= 0", "e.g. 0.0"),
-    ("training.warmup_steps", lambda v: v >= 0, "must be >= 0", "e.g. 0"),
-    ("training.max_grad_norm", lambda v: v >= 0, "must be >= 0 (0 disables clipping)", "e.g. 1.0"),
-    ("training.beta", lambda v: v >= 0, "must be >= 0 (0 = no KL penalty, no reference model)", "e.g. 0.0 or 0.04"),
-    ("training.epsilon", lambda v: 0 < v < 1, "must be in (0, 1)", "0.2 is the PPO/GRPO default"),
-    ("training.epsilon_high", lambda v: v is None or v > 0, "must be > 0 or null", "DAPO uses 0.28; null = epsilon"),
-    ("training.num_iterations", lambda v: v >= 1, "must be >= 1", "1 = one update per generation batch"),
-    ("training.save_steps", lambda v: v >= 0, "must be >= 0 (0 = only at the end)", "e.g. 50"),
-    ("training.save_total_limit", lambda v: v is None or v >= 1, "must be >= 1 (checkpoints kept) or null (keep all)",
+    ("sampling.min_p", Bound(minimum=0, maximum=1), "must be in [0, 1]", "use 0.0 to disable min-p"),
+    ("sampling.repetition_penalty", Bound(exclusive_minimum=0), "must be > 0", "use 1.0 for no penalty"),
+    ("sampling.max_prompt_length", Bound(minimum=1), "must be >= 1 or null", "use null for no limit"),
+    ("sampling.max_completion_length", Bound(minimum=1), "must be >= 1", "e.g. 256"),
+    ("model.lora.r", Bound(minimum=0), "must be >= 0 (the LoRA rank; 0 = LoRA off, every weight trains)",
+     "e.g. 8 or 16 to train LoRA adapters, or 0 for full fine-tuning"),
+    ("model.lora.alpha", Bound(exclusive_minimum=0), "must be > 0 (adapter outputs are scaled by alpha / r)",
+     "e.g. 16 (often 2 × r)"),
+    ("model.lora.dropout", Bound(minimum=0, exclusive_maximum=1), "must be in [0, 1)",
+     "0.0 (deterministic log-probs) or e.g. 0.05"),
+    ("training.max_steps", Bound(minimum=1), "must be >= 1", "e.g. 100"),
+    ("training.num_epochs", Bound(exclusive_minimum=0), "must be > 0 (passes over the dataset) or null (use "
+     "training.max_steps)", "e.g. 1 or 2.5"),
+    ("training.dynamic_sampling.max_rounds", Bound(minimum=1),
+     "must be >= 1 (rollout calls per step, the first included)", "e.g. 3"),
+    ("training.prompts_per_step", Bound(minimum=1), "must be >= 1", "e.g. 8"),
+    ("training.micro_batch_size", Bound(minimum=1), "must be >= 1", "e.g. 8"),
+    ("training.learning_rate", Bound(exclusive_minimum=0), "must be > 0", "1e-6 to 1e-5 is usual for full fine-tuning"),
+    ("training.weight_decay", Bound(minimum=0), "must be >= 0", "e.g. 0.0"),
+    ("training.warmup_steps", Bound(minimum=0), "must be >= 0", "e.g. 0"),
+    ("training.max_grad_norm", Bound(minimum=0), "must be >= 0 (0 disables clipping)", "e.g. 1.0"),
+    ("training.beta", Bound(minimum=0), "must be >= 0 (0 = no KL penalty, no reference model)", "e.g. 0.0 or 0.04"),
+    ("training.epsilon", Bound(exclusive_minimum=0, exclusive_maximum=1), "must be in (0, 1)",
+     "0.2 is the PPO/GRPO default"),
+    ("training.epsilon_high", Bound(exclusive_minimum=0), "must be > 0 or null", "DAPO uses 0.28; null = epsilon"),
+    ("training.num_iterations", Bound(minimum=1), "must be >= 1", "1 = one update per generation batch"),
+    ("training.save_steps", Bound(minimum=0), "must be >= 0 (0 = only at the end)", "e.g. 50"),
+    ("training.save_total_limit", Bound(minimum=1), "must be >= 1 (checkpoints kept) or null (keep all)",
      "e.g. 2"),
-    ("training.max_nonfinite_steps", lambda v: v >= 1,
+    ("training.max_nonfinite_steps", Bound(minimum=1),
      "must be >= 1 (steps in a row with a NaN/inf loss or gradient before the run stops)", "e.g. 3"),
-    ("training.logging_steps", lambda v: v >= 1, "must be >= 1", "e.g. 1"),
-    ("training.log_completions", lambda v: v >= 0, "must be >= 0", "e.g. 4"),
-    ("training.logprob_chunk_size", lambda v: v >= 1, "must be >= 1", "e.g. 1024"),
-    ("vllm.port", lambda v: 0 <= v <= 65535, "must be a TCP port (0-65535)", "e.g. 8000"),
-    ("vllm.max_model_len", lambda v: v is None or v >= 1, "must be >= 1 or null", "e.g. 2048"),
-    ("vllm.gpu_memory_utilization", lambda v: 0 < v <= 1, "must be in (0, 1]", "e.g. 0.9"),
-    ("vllm.kv_cache_space_gib", lambda v: v >= 1, "must be >= 1 (GiB)", "e.g. 2"),
-    ("vllm.startup_timeout_s", lambda v: v > 0, "must be > 0 (seconds)", "e.g. 600"),
+    ("training.logging_steps", Bound(minimum=1), "must be >= 1", "e.g. 1"),
+    ("training.log_completions", Bound(minimum=0), "must be >= 0", "e.g. 4"),
+    ("training.logprob_chunk_size", Bound(minimum=1), "must be >= 1", "e.g. 1024"),
+    ("vllm.port", Bound(minimum=0, maximum=65535), "must be a TCP port (0-65535)", "e.g. 8000"),
+    ("vllm.max_model_len", Bound(minimum=1), "must be >= 1 or null", "e.g. 2048"),
+    ("vllm.gpu_memory_utilization", Bound(exclusive_minimum=0, maximum=1), "must be in (0, 1]", "e.g. 0.9"),
+    ("vllm.kv_cache_space_gib", Bound(minimum=1), "must be >= 1 (GiB)", "e.g. 2"),
+    ("vllm.startup_timeout_s", Bound(exclusive_minimum=0), "must be > 0 (seconds)", "e.g. 600"),
 ]
+
+
+def range_bounds() -> Dict[str, Bound]:
+    """The keys whose allowed range is a plain interval, with that interval (the JSON Schema states them as well).
+
+    Returns:
+        dotted key → :class:`Bound`; keys ruled by something else (``sampling.top_k``: -1, 0 or >= 1) are left out.
+    """
+    return {key: ok for key, ok, *_ in _RANGES if isinstance(ok, Bound)}
 
 
 def _get(config: Config, dotted: str) -> Any:
@@ -96,15 +178,39 @@ def check_values(config: Config, problems: List[Problem]) -> None:
         elif name != "jsonl" and importlib.util.find_spec(name) is None:
             _err(problems, f"logging.report_to[{i}]", name, f"`{name}` is not installed", f"pip install {name}")
     t = config.training
+    if not (t.save_rollouts in ("every", "off") or (t.save_rollouts.isdigit() and int(t.save_rollouts) >= 1)):
+        _err(problems, "training.save_rollouts", t.save_rollouts,
+             "must be `every`, `off`, or a number N >= 1 (every N-th step and the last)", "e.g. every")
     if t.epsilon_high is not None and t.epsilon_high < t.epsilon:
         _err(problems, "training.epsilon_high", t.epsilon_high, f"is below training.epsilon ({t.epsilon})",
-             "use a value >= epsilon (DAPO's clip-higher uses 0.28 with epsilon 0.2), or null")
+             "use a value >= epsilon (DAPO's clip-higher uses 0.28 with epsilon 0.2), or null",
+             depends_on=("training.epsilon", "training.epsilon_high"))
     if 0 < t.max_steps <= t.warmup_steps:
         _warn(problems, "training.warmup_steps", t.warmup_steps, f"covers all {t.max_steps} steps",
-              "use fewer warm-up steps than training.max_steps")
+              "use fewer warm-up steps than training.max_steps",
+              depends_on=("training.max_steps", "training.warmup_steps"))
+
+
+def check_importance_level(config: Config, problems: List[Problem]) -> None:
+    """Warnings for ``training.importance_level: sequence`` (GSPO, arXiv:2507.18071): the token-level default clip
+    range, and ``num_iterations: 1``, under which every ratio is exactly 1 and the level changes nothing."""
+    t = config.training
+    if t.importance_level != "sequence":
+        return
+    if t.epsilon == TrainingConfig.epsilon:
+        _warn(problems, "training.epsilon", t.epsilon,
+              "is the token-level PPO clip range; the sequence ratio (a geometric mean of token ratios) stays far "
+              "closer to 1, so it would almost never be clipped",
+              "GSPO (arXiv:2507.18071 v2, section 5.1) used training.epsilon: 3.0e-4 and training.epsilon_high: 4.0e-4")
+    if t.num_iterations == 1:
+        _warn(problems, "training.importance_level", t.importance_level,
+              "changes nothing with training.num_iterations 1: the batch is scored by the policy being updated, so "
+              "every ratio is exactly 1", "set training.num_iterations to 2 or more, or use importance_level: token")
 
 
 _WINDOW = 10_000  # how far from the configured value check_batch looks for a value that would divide
+# the keys the micro-batch split is computed from: with an error at one of them, a split error would be a follow-on
+_SPLIT_KEYS = ("sampling.num_generations", "training.prompts_per_step", "training.micro_batch_size")
 
 
 def check_batch(config: Config, problems: List[Problem]) -> None:
@@ -126,14 +232,15 @@ def check_batch(config: Config, problems: List[Problem]) -> None:
             fix += f", or training.prompts_per_step to {' or '.join(map(str, sorted(pps)))}"
         _err(problems, "training.micro_batch_size", t.micro_batch_size,
              f"prompts_per_step × num_generations = {t.prompts_per_step} × {s.num_generations} = {seqs} is not "
-             f"divisible by micro_batch_size {t.micro_batch_size}", fix)
+             f"divisible by micro_batch_size {t.micro_batch_size}", fix, depends_on=_SPLIT_KEYS)
     max_len = config.vllm.max_model_len
     if max_len and s.max_prompt_length and s.max_completion_length and \
             s.max_prompt_length + s.max_completion_length > max_len:
         _err(problems, "vllm.max_model_len", max_len,
              f"sampling.max_prompt_length + sampling.max_completion_length = {s.max_prompt_length} + "
              f"{s.max_completion_length} = {s.max_prompt_length + s.max_completion_length} exceeds it",
-             f"raise vllm.max_model_len to {s.max_prompt_length + s.max_completion_length} or shorten the lengths")
+             f"raise vllm.max_model_len to {s.max_prompt_length + s.max_completion_length} or shorten the lengths",
+             depends_on=("sampling.max_prompt_length", "sampling.max_completion_length", "vllm.max_model_len"))
 
 
 def world_size() -> int:
@@ -153,14 +260,15 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
         near = sorted({max(n, t.prompts_per_step - t.prompts_per_step % n), t.prompts_per_step + n - t.prompts_per_step % n})
         _err(problems, "training.prompts_per_step", t.prompts_per_step,
              f"is not divisible by the {n} training processes (each trains on whole groups of its own prompts)",
-             f"set training.prompts_per_step to {' or '.join(map(str, near))}, or run {t.prompts_per_step} processes")
+             f"set training.prompts_per_step to {' or '.join(map(str, near))}, or run {t.prompts_per_step} processes",
+             depends_on=("training.prompts_per_step",))
     elif n > 1 and t.prompts_per_step >= 1 and s.num_generations >= 1 and t.micro_batch_size >= 1:
         local = t.prompts_per_step // n * s.num_generations
         if local % t.micro_batch_size:
             _err(problems, "training.micro_batch_size", t.micro_batch_size,
                  f"each of the {n} processes has {t.prompts_per_step // n} × {s.num_generations} = {local} sequences, "
                  f"not divisible by micro_batch_size {t.micro_batch_size}",
-                 f"use a micro_batch_size that divides {local}")
+                 f"use a micro_batch_size that divides {local}", depends_on=_SPLIT_KEYS)
     if v.num_servers < 1:
         _err(problems, "vllm.num_servers", v.num_servers, "must be >= 1", "e.g. 2")
     elif v.server_devices and len(v.server_devices) != v.num_servers:
@@ -180,6 +288,45 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
         if not torch.cuda.is_available():
             _err(problems, "vllm.weight_transfer", "nccl", "needs CUDA (an NCCL broadcast from GPU to GPU)",
                  "use auto (a folder for a server on this machine, HTTP bytes for one elsewhere)")
+
+
+def check_lora(config: Config, problems: List[Problem], processes: Optional[int] = None) -> None:
+    """``model.lora``: ``target_modules`` is ``"all-linear"`` or a list of module names; with LoRA on (``r > 0``)
+    the run is one process (FSDP2 sharding of a PEFT model is not supported), weights reach vLLM as merged files (not
+    NCCL), and the usual full fine-tuning learning rate is flagged as too small. ``training.save_merged`` without
+    LoRA is flagged as doing nothing."""
+    lora, t = config.model.lora, config.training
+    targets = lora.target_modules
+    names_ok = isinstance(targets, list) and targets and all(isinstance(x, str) and x.strip() for x in targets)
+    if not (isinstance(targets, str) and targets.strip()) and not names_ok:
+        _err(problems, "model.lora.target_modules", targets,
+             "must be \"all-linear\" or a non-empty list of module names",
+             'e.g. all-linear, or [q_proj, k_proj, v_proj, o_proj] (names of linear layers inside the model)')
+    on = isinstance(lora.r, int) and lora.r > 0
+    if not on:
+        if t.save_merged:
+            _warn(problems, "training.save_merged", True, "does nothing without LoRA (model.lora.r is 0): every "
+                  "checkpoint already is a whole model", "remove it, or set model.lora.r > 0")
+        return
+    if importlib.util.find_spec("peft") is None:
+        _err(problems, "model.lora.r", lora.r, "LoRA needs the `peft` package, which is not installed",
+             "pip install peft (a dependency of grpo-rollout), or set model.lora.r: 0")
+    n = processes or world_size()
+    if n > 1:
+        _err(problems, "model.lora.r", lora.r, f"LoRA runs in one training process, but this run has {n} "
+             "(FSDP2 sharding of a PEFT model is not supported)",
+             "run one process (python -m grpo_rollout train ..., no torchrun), or set model.lora.r: 0")
+    if config.vllm.weight_transfer == "nccl":
+        _err(problems, "vllm.weight_transfer", "nccl", "with LoRA the weights are merged into files for vLLM; the "
+             "NCCL broadcast sends the trainer's raw parameters", "use auto (or folder/http), or set model.lora.r: 0")
+    if isinstance(lora.dropout, float) and 0 < lora.dropout < 1:
+        _warn(problems, "model.lora.dropout", lora.dropout,
+              "makes the trainer's log-probs random: the importance ratio, the KL and the check against vLLM's "
+              "log-probs then carry dropout noise", "0.0 keeps them exact (GRPO's own regulariser is the clip)")
+    if isinstance(t.learning_rate, float) and 0 < t.learning_rate < 1e-5:
+        _warn(problems, "training.learning_rate", t.learning_rate,
+              "is a full fine-tuning rate; LoRA adapters start at zero and barely move at it",
+              "LoRA usually needs 1e-4 to 5e-4 (configs/quickstart_lora.yaml uses 2e-4)")
 
 
 def _sampling_mentions(mapping: Any, prefix: str) -> Iterable[Tuple[str, str, Any]]:
@@ -205,7 +352,8 @@ def check_sampling_agreement(config: Config, problems: List[Problem]) -> None:
                                          and math.isclose(value, expected))
             if not same:
                 _err(problems, dotted, value, f"disagrees with sampling.{skey} = {expected!r}",
-                     f"remove `{dotted}` (the rollout receives sampling.{skey} anyway) or set both to the same value")
+                     f"remove `{dotted}` (the rollout receives sampling.{skey} anyway) or set both to the same value",
+                     depends_on=(f"sampling.{skey}",))
 
 
 def check_paths(config: Config, problems: List[Problem]) -> None:
@@ -343,22 +491,29 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
     if positional_only_required(fn):
         _err(problems, key, spec, "positional-only parameters cannot be passed by name",
              "remove the `/` from its signature")
-    known = set(STANDARD_REWARD_ARGS) | set(kwargs) | set(columns or []) | (extras or set())
+    # every name a reward can receive, and what it is (for a name from several sources the last listed is shown)
+    sources = {**{e: "an extra of the rollout" for e in sorted(extras or ())},
+               **{k: "a config kwarg" for k in kwargs}, **{c: "a dataset column" for c in columns or []},
+               **{a: "a standard argument" for a in STANDARD_REWARD_ARGS}}
     for p in required_params(fn):
-        if p in known:
+        if p in sources:
             continue
         if columns is None:
             continue  # the dataset did not load; that problem is already reported
+        close = difflib.get_close_matches(p, list(sources), n=1, cutoff=0.75)
+        hint = f"; did you mean `{close[0]}` ({sources[close[0]]})?" if close else ""
+        rename = f"rename the parameter to `{close[0]}`, or " if close else ""
         if extras is None:
             _warn(problems, key, spec,
                   f"requires `{p}`, which is neither a standard argument, a dataset column nor a config kwarg; "
-                  "the rollout must return it as an extra, or the first step fails",
-                  f"make sure the rollout returns `{p}`, or give the parameter a default")
+                  f"the rollout must return it as an extra, or the first step fails{hint}",
+                  f"{rename}make sure the rollout returns `{p}`, or give the parameter a default")
         else:
             _err(problems, key, spec,
                  f"requires `{p}`, which is neither a standard argument ({', '.join(STANDARD_REWARD_ARGS)}), a dataset "
-                 f"column ({', '.join(columns or []) or 'none'}), a config kwarg, nor an extra of the rollout",
-                 f"add the column `{p}` to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter a default")
+                 f"column ({', '.join(columns or []) or 'none'}), a config kwarg, nor an extra of the rollout{hint}",
+                 f"{rename}add the column `{p}` to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter "
+                 "a default")
 
 
 def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:
@@ -388,21 +543,35 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     return columns
 
 
-ALL_STATIC_CHECKS: List[Check] = [check_values, check_batch, check_sampling_agreement, check_paths]
+ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_batch, check_sampling_agreement,
+                                  check_paths]
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,
-             processes: Optional[int] = None) -> List[Problem]:
+             processes: Optional[int] = None, known: Sequence[Problem] = ()) -> List[Problem]:
     """Run every check that needs no model weights; return all problems (errors and warnings), in config order.
-    ``processes``: how many training processes the run will have (default: torchrun's ``WORLD_SIZE``, else 1)."""
+
+    Args:
+        config: the loaded config.
+        base_dir: folder that relative paths in the config are looked up in (default: the current folder).
+        load_data: load the dataset (to check prompts and the columns rewards need).
+        processes: how many training processes the run will have (default: torchrun's ``WORLD_SIZE``, else 1).
+        known: problems already found (``load_config``'s): a cross-key check whose input key has an error among them
+            is skipped, since a key rejected while loading holds its default, and a rule on that default would
+            point at the wrong cause. They are not returned again.
+
+    Returns:
+        The new problems; nothing is raised for a bad config.
+    """
     base_dir = base_dir or Path.cwd()
-    problems: List[Problem] = []
+    problems: List[Problem] = list(known)
     for check in ALL_STATIC_CHECKS:
         check(config, problems)
     check_processes(config, problems, processes)
+    check_lora(config, problems, processes)
     columns = check_dataset(config, problems, base_dir) if load_data else None  # None: columns unknown
     check_functions(config, problems, base_dir, columns)
-    return problems
+    return problems[len(known):]
 
 
 def batch_arithmetic(config: Config) -> Dict[str, int]:

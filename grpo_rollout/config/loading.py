@@ -340,6 +340,11 @@ def to_yaml(config: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(config))
 
 
+def config_dict(config: Config) -> Dict[str, Any]:
+    """The resolved config as plain nested dicts and lists (what trackio/wandb record as the run's config)."""
+    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+
+
 def config_from_dict(data: Dict[str, Any]) -> Tuple[Config, List[Problem]]:
     """Build a config from a Python mapping (for notebooks and tests); same checks as :func:`load_config`."""
     problems: List[Problem] = []

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 DTYPES = ("float32", "bfloat16", "float16")
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+IMPORTANCE_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
 VLLM_MODES = ("spawn", "attach", "off")
 WEIGHT_TRANSFERS = ("auto", "folder", "http", "nccl")
@@ -22,13 +23,30 @@ BUILTIN_MODEL_PREFIX = "builtin:"
 
 
 @dataclass
+class LoraConfig:
+    """LoRA (Hu et al. 2021, arXiv:2106.09685) through PEFT: only low-rank adapters ``B·A`` (rank ``r``, scaled by
+    ``alpha / r``) on ``target_modules`` train; the base weights stay frozen. Off while ``r`` is 0.
+
+    ``target_modules``: ``"all-linear"`` (every linear layer but the output head) or a list of module names
+    (e.g. ``[q_proj, k_proj, v_proj, o_proj]``). ``dropout``: PEFT's dropout on the adapter's input, active in the
+    trainer's forward passes (the model's own dropout is always off, see ``models.loading.disable_dropout``)."""
+
+    r: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+
+@dataclass
 class ModelConfig:
-    """Which model to train. ``name_or_path``: a local folder, a hub id, or ``builtin:smollm2-135m-instruct``."""
+    """Which model to train. ``name_or_path``: a local folder, a hub id, or ``builtin:smollm2-135m-instruct``.
+    ``lora``: train LoRA adapters instead of every weight (see :class:`LoraConfig`)."""
 
     name_or_path: str = "builtin:smollm2-135m-instruct"
     dtype: str = "float32"
     revision: Optional[str] = None
     trust_remote_code: bool = False
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -75,12 +93,25 @@ class SamplingConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    """DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476, section 3.2): groups whose rewards are all equal
+    (no advantage, no policy gradient) are dropped and more prompts are rolled out until the step has
+    ``prompts_per_step`` groups with reward variance, or ``max_rounds`` rollout calls (the first included) are spent;
+    then the step trains on the groups it has and says so."""
+
+    enabled: bool = False
+    max_rounds: int = 3
+
+
+@dataclass
 class TrainingConfig:
     """Optimisation settings. One step = one rollout batch of ``prompts_per_step`` × ``num_generations`` completions,
-    followed by ``num_iterations`` optimizer updates on it."""
+    followed by ``num_iterations`` optimizer updates on it. ``num_epochs`` (when set) replaces ``max_steps``: the run
+    takes ``ceil(num_epochs × dataset rows / prompts_per_step)`` steps."""
 
     output_dir: str = "outputs/run"
     max_steps: int = 100
+    num_epochs: Optional[float] = None
     prompts_per_step: int = 8
     micro_batch_size: int = 8
     learning_rate: float = 1e-6
@@ -92,6 +123,8 @@ class TrainingConfig:
     beta: float = 0.0
     epsilon: float = 0.2
     epsilon_high: Optional[float] = None
+    importance_level: str = "token"
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     num_iterations: int = 1
     scale_rewards: str = "group"
     mask_truncated_completions: bool = False
@@ -104,11 +137,13 @@ class TrainingConfig:
     save_steps: int = 0
     save_total_limit: Optional[int] = None
     save_only_model: bool = False
+    save_merged: bool = False
     max_nonfinite_steps: int = 3
     async_generation: bool = False
     device: str = "auto"
     logging_steps: int = 1
     log_completions: int = 4
+    save_rollouts: str = "off"
     seed: int = 42
 
 
@@ -166,6 +201,7 @@ class Config:
 ENUMS: Dict[str, tuple] = {
     "model.dtype": DTYPES,
     "training.loss_type": LOSS_TYPES,
+    "training.importance_level": IMPORTANCE_LEVELS,
     "training.scale_rewards": SCALE_REWARDS,
     "training.lr_scheduler": ("constant", "linear", "cosine"),
     "vllm.mode": VLLM_MODES,

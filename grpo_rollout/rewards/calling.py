@@ -17,7 +17,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from ..signatures import describe, required_params, select_kwargs
+from ..signatures import describe, raised_at, required_params, select_kwargs
 
 #: Arguments every reward function can ask for by name.
 STANDARD_REWARD_ARGS = ("prompts", "completions", "completion_ids", "step")
@@ -107,7 +107,7 @@ async def _call_all(functions: Sequence[RewardFunction], args: Mapping[str, Any]
             return rf.fn(**kwargs)
         except (Exception, SystemExit) as exc:  # SystemExit too: a reward calling sys.exit() must not end the run
             raise RewardError(f"reward function `{rf.name}` ({describe(rf.fn)}) raised "
-                              f"{type(exc).__name__}: {exc}") from exc
+                              f"{type(exc).__name__}: {exc}{raised_at(exc)}") from exc
 
     return await asyncio.gather(*(one(rf) for rf in functions))
 

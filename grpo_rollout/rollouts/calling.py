@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Dict, Mapping, Sequence
 
 from ..generation.vllm_client import ServerError
-from ..signatures import accepts_var_kwargs, describe, named_params
+from ..signatures import accepts_var_kwargs, describe, named_params, raised_at
 from .contract import CONTEXT_ARGS, RolloutError, RolloutOutput, check_rollout_output
+from .multi_turn import run_coroutine
 
 
 def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, Any], rollout_kwargs: Mapping[str, Any],
                  context: Mapping[str, Any], vocab_size: int | None = None) -> RolloutOutput:
-    """Call ``fn(prompts, **sampling, **rollout_kwargs, **named context)`` and check the result.
+    """Call ``fn(prompts, **sampling, **rollout_kwargs, **named context)`` (awaited to completion when ``fn`` is
+    ``async def``) and check the result.
 
     Args:
         prompts: the ``P`` unique prompts of the step.
@@ -30,10 +33,13 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     try:
         result = fn(list(prompts), **kwargs)
+        if inspect.isawaitable(result):  # an `async def` rollout: run it to completion here
+            result = run_coroutine(result)
     except (RolloutError, ServerError):  # a dead or refusing server is not the rollout's fault: say so as it is
         raise
     except (Exception, SystemExit) as exc:  # SystemExit too: the user's code calling sys.exit() is its failure
-        raise RolloutError(f"the rollout function {describe(fn)} raised {type(exc).__name__}: {exc}") from exc
+        raise RolloutError(f"the rollout function {describe(fn)} raised {type(exc).__name__}: {exc}"
+                           f"{raised_at(exc)}") from exc
     try:
         return check_rollout_output(result, len(prompts), int(sampling["n"]), vocab_size)
     except RolloutError as exc:

@@ -91,6 +91,27 @@ class RolloutOutput:
     def __len__(self) -> int:
         return len(self.completion_ids)
 
+    def select_groups(self, groups: Sequence[int]) -> "RolloutOutput":
+        """The completions of the given groups (prompt indices), in that order."""
+        n = self.num_generations
+        rows = [g * n + j for g in groups for j in range(n)]
+        return RolloutOutput([self.prompt_ids[i] for i in rows], [self.completion_ids[i] for i in rows],
+                             None if self.logprobs is None else [self.logprobs[i] for i in rows],
+                             [self.completion_mask[i] for i in rows],
+                             {k: [v[i] for i in rows] for k, v in self.extras.items()}, len(groups), n)
+
+    @staticmethod
+    def concat(parts: Sequence["RolloutOutput"]) -> "RolloutOutput":
+        """One output holding the groups of ``parts`` in order (an extra missing from a part is ``None`` there;
+        sampler log-probs are kept only when every part has them)."""
+        keys = list(dict.fromkeys(k for part in parts for k in part.extras))
+        with_logprobs = all(part.logprobs is not None for part in parts)
+        return RolloutOutput([x for p in parts for x in p.prompt_ids], [x for p in parts for x in p.completion_ids],
+                             [x for p in parts for x in p.logprobs] if with_logprobs else None,
+                             [x for p in parts for x in p.completion_mask],
+                             {k: [x for p in parts for x in p.extras.get(k, [None] * len(p))] for k in keys},
+                             sum(p.num_prompts for p in parts), parts[0].num_generations if parts else 0)
+
 
 def _as_list(value: Any) -> Any:
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):

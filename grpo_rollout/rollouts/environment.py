@@ -29,6 +29,7 @@ import numbers
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..signatures import raised_at
 from .contract import RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
 from .multi_turn import Conversation, as_messages, eos_ids_of, is_message, run_coroutine, run_multi_turn
@@ -54,7 +55,7 @@ async def _call(env: Any, method: str, *args: Any) -> Any:
     except RolloutError:
         raise
     except (Exception, SystemExit) as exc:  # SystemExit too: inside asyncio it would end the whole run unexplained
-        raise RolloutError(f"{_label(env, method)} raised {type(exc).__name__}: {exc}") from exc
+        raise RolloutError(f"{_label(env, method)} raised {type(exc).__name__}: {exc}{raised_at(exc)}") from exc
 
 
 def observation_messages(observation: Any) -> List[Dict[str, Any]]:

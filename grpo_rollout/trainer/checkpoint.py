@@ -1,5 +1,6 @@
-"""Checkpoints: a ``save_pretrained`` model + tokenizer folder that transformers and vLLM load unchanged, plus the
-trainer state (optimizer, scheduler, RNG, step, data position) for ``train --resume``."""
+"""Checkpoints: a ``save_pretrained`` model + tokenizer folder that transformers and vLLM load unchanged (with LoRA:
+the PEFT adapter, and with ``training.save_merged`` the merged model in ``merged/``), plus the trainer state
+(optimizer, scheduler, RNG, step, data position) for ``train --resume``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -22,14 +23,17 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
 
 
 def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, state: Dict[str, Any],
-                    weights: Optional[Dict[str, torch.Tensor]] = None, keep: Optional[int] = None) -> Path:
+                    weights: Optional[Dict[str, torch.Tensor]] = None, keep: Optional[int] = None,
+                    extra: Optional[Callable[[Path], Any]] = None) -> Path:
     """Write ``checkpoint-<step>`` atomically and return its path.
 
     Args:
         model, tokenizer: written with ``save_pretrained`` (``weights``: the full state dict to write instead of the
-            model's own, e.g. gathered from FSDP shards).
+            model's own, e.g. gathered from FSDP shards). A ``peft.PeftModel`` writes its adapters only
+            (``adapter_config.json`` + ``adapter_model.safetensors``).
         state: the trainer state saved as :data:`STATE_FILE` (step, optimizer, scheduler, RNG, data position, ...).
         keep: delete all but the newest ``keep`` checkpoints after this one is in place (``None``: keep all).
+        extra: called with the unfinished folder to write more into it (e.g. a merged LoRA model), before the rename.
 
     Everything goes to ``checkpoint-<step>.tmp`` first, which is renamed only when complete: a process killed during
     a save leaves no ``checkpoint-<step>`` folder, only the ``.tmp`` one that :func:`find_checkpoint` ignores and the
@@ -41,6 +45,8 @@ def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, sta
         shutil.rmtree(stale, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": weights} if weights is not None else {}))
     tokenizer.save_pretrained(tmp)
+    if extra is not None:
+        extra(tmp)
     torch.save({"step": step, **state}, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)

@@ -23,15 +23,17 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ..config import Config, ConfigError, resolve_callable, to_yaml, validate
+from ..config import Config, ConfigError, config_dict, resolve_callable, to_yaml, validate
 from ..data import load_train_dataset
 from ..generation.backend import attach_urls, connect, open_backend, prompt_limit
 from ..generation.vllm_client import ServerError
 from ..models.loading import eos_token_ids, load_model_and_tokenizer
+from ..models.lora import (MERGED_DIR, apply_lora, is_adapter_checkpoint, is_peft_model, load_adapter,
+                           parameter_counts, save_merged_model)
 from ..rewards.calling import RewardError, RewardFunction, RewardResult, compute_rewards, unique_names
 from ..rollouts import builtin_rollout
 from ..rollouts.calling import call_rollout
@@ -45,9 +47,10 @@ from .logprobs import CompletionLogprobs, completion_logprobs, packing_isolates
 from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
 from .policy import decoder_layers, full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
-from .progress import RichReporter
+from .progress import RichReporter, pick_samples
 from .prompt_order import PromptSampler
 from .rollout_stats import extras_means, tool_metrics, truncated_flags
+from .rollout_log import save_now, token_record, write_rollouts
 from .update import MicroBatch, UpdateStats, build_micro_batches
 
 
@@ -99,6 +102,14 @@ class StepShard:
     truncated: List[bool]
     extras: Dict[str, List[Any]]
 
+    def select(self, rows: Sequence[int]) -> "StepShard":
+        """The given completions, in that order."""
+        rows = list(rows)
+        return StepShard([self.prompts[i] for i in rows], [self.texts[i] for i in rows],
+                         [self.rewards[i] for i in rows], {k: [v[i] for i in rows] for k, v in self.per_function.items()},
+                         [self.lengths[i] for i in rows], [self.truncated[i] for i in rows],
+                         {k: [v[i] for i in rows] for k, v in self.extras.items()})
+
     @staticmethod
     def merge(shards: List["StepShard"]) -> "StepShard":
         """The whole step, in rank order (an extra missing on some rank is ``None`` for its completions)."""
@@ -136,6 +147,7 @@ class _Run:
         self.ref: Optional[CompletionLogprobs] = None
         self.tokenizer = self.client = self.nccl = self.background = None
         self.pending: Dict[int, Any] = {}  # async_generation: the next step's rollout, running in the background
+        self._first_round: Optional[Tuple[RolloutOutput, StepShard]] = None  # dynamic sampling's fallback
         self.applied = 0  # steps whose optimizer updates are in the weights
         self.nonfinite_streak = 0  # steps in a row whose update was skipped for a NaN/inf loss or gradient
         self.num_generations = s.num_generations
@@ -147,8 +159,13 @@ class _Run:
 
     # -- set-up --------------------------------------------------------------------------------------------------
     def load(self, resume: Optional[str]) -> int:
-        """Load the policy (sharded over the processes), reference model, optimizer, scheduler and generation
-        client, restore a checkpoint, send the weights to the servers; return the step to start from."""
+        """Load the policy (sharded over the processes; with ``model.lora.r > 0`` wrapped with LoRA adapters, of
+        which only the adapters train), reference model, optimizer, scheduler and generation client, restore a
+        checkpoint, send the weights to the servers; return the step to start from.
+
+        Raises:
+            ValueError: ``resume`` names a LoRA checkpoint while LoRA is off, or a full-model one while it is on.
+        """
         from transformers import get_scheduler
 
         m, t, dist = self.cfg.model, self.cfg.training, self.dist
@@ -156,15 +173,33 @@ class _Run:
         say(f"Loading {m.name_or_path}" + (f" on {dist.world_size} processes" if dist.world_size > 1 else ""))
         lm, self.tokenizer, self.model_path = load_model_and_tokenizer(
             m.name_or_path, m.dtype, m.revision, m.trust_remote_code, progress=say)
-        if t.beta > 0:  # the reference is the model before any update, also when resuming
+        lora = m.lora.r > 0
+        if t.beta > 0 and not lora:  # the reference is the model before any update, also when resuming
             ref_lm = copy.deepcopy(lm).to(dist.device).eval().requires_grad_(False)
             self.ref = shard(CompletionLogprobs(ref_lm), dist)
+        # LoRA: the reference is the same model with its adapters switched off (reference_logprobs), no copy
         state = None
         if resume:
             ckpt = find_checkpoint(self.output_dir, resume)
             say(f"Resuming from {ckpt}")
-            lm, _, _ = load_model_and_tokenizer(str(ckpt), m.dtype, trust_remote_code=m.trust_remote_code)
+            if lora != is_adapter_checkpoint(ckpt):
+                raise ValueError(
+                    f"{ckpt} is a {'LoRA adapter' if not lora else 'full-model'} checkpoint but model.lora.r is "
+                    f"{m.lora.r}: resume it with the setting it was trained with (model.lora.r "
+                    f"{'> 0' if not lora else '= 0'}), or start a new run in another training.output_dir")
+            if lora:  # the frozen base from model.name_or_path, the trained adapters from the checkpoint
+                lm = load_adapter(lm, ckpt)
+            else:
+                lm, _, _ = load_model_and_tokenizer(str(ckpt), m.dtype, trust_remote_code=m.trust_remote_code)
             state = load_trainer_state(ckpt) if dist.is_main else None
+        elif lora:
+            lm = apply_lora(lm, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.target_modules)
+        if lora:
+            trainable, total = parameter_counts(lm)
+            say(f"LoRA r={m.lora.r}: training {trainable:,} adapter parameters; the {total - trainable:,} base "
+                "parameters stay frozen")
+            if t.gradient_checkpointing:  # the frozen embedding's output must carry gradients into checkpointed layers
+                lm.enable_input_require_grads()
         if t.gradient_checkpointing:
             lm.gradient_checkpointing_enable()
         lm.to(dist.device).train()
@@ -303,18 +338,25 @@ class _Run:
         t0 = time.perf_counter()
         out = mine = error = None
         t1 = t0
+        refill: Dict[str, float] = {}
         try:
             out, mine, t1 = self.rollout(step)
             t1 = max(t1, t0)  # a rollout finished in the background counts as no wait
+            if cfg.training.dynamic_sampling.enabled:
+                out, mine, refill = self.keep_groups_with_signal(step, out, mine)
+                t1 = time.perf_counter()
         except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
             error = exc
         dist.agree(error)
+        if refill:
+            out, mine, refill = self.even_out_groups(step, out, mine, refill)
         # advantages over the whole step (scale_rewards: batch needs every rank's rewards)
         everyone = [r for rewards in dist.gather(mine.rewards) for r in rewards]
         advantages = group_advantages(torch.tensor(everyone, dtype=torch.float32), g, cfg.training.scale_rewards)
         offset = dist.rank * len(out)
         t2 = time.perf_counter()
-        train_stats = self.update(out, advantages[offset:offset + len(out)], mine.truncated)
+        keep = save_now(cfg.training.save_rollouts, step + 1, step + 1 == cfg.training.max_steps)
+        train_stats, tokens = self.update(out, advantages[offset:offset + len(out)], mine.truncated, keep)
         self.applied = step + 1  # the weights now include this step, whatever happens next
         self.guard_nonfinite(step, train_stats["nonfinite_skipped"])
         t3 = time.perf_counter()
@@ -322,7 +364,96 @@ class _Run:
             self.sync_weights()
         t4 = time.perf_counter()
         whole = StepShard.merge(dist.gather(mine))
-        return self.step_metrics(whole, advantages, train_stats, (t0, t1, t2, t3, t4))
+        if keep:
+            self.save_rollouts(step + 1, whole, advantages, [r for part in dist.gather(tokens) for r in part])
+        metrics, samples = self.step_metrics(whole, advantages, train_stats, (t0, t1, t2, t3, t4))
+        return {**metrics, **refill}, samples
+
+    # -- dynamic sampling (DAPO) ---------------------------------------------------------------------------------
+    def extra_rows(self, step: int, round_: int) -> List[Dict[str, Any]]:
+        """This rank's share of the prompts for rollout call ``round_`` (1, 2, ...) of step ``step``: the prompts
+        step ``step`` takes in another shuffled order of the dataset (seeded by the round), so a resumed run draws
+        the same ones."""
+        t, dist = self.cfg.training, self.dist
+        order = PromptSampler(len(self.dataset), t.prompts_per_step, t.seed + 1_000_003 * round_, shuffle=True)
+        indices = order.indices(step)
+        share = len(indices) // dist.world_size
+        return [self.dataset[i] for i in indices[dist.rank * share:(dist.rank + 1) * share]]
+
+    def keep_groups_with_signal(self, step: int, out: RolloutOutput,
+                                mine: StepShard) -> Tuple[RolloutOutput, StepShard, Dict[str, float]]:
+        """Drop this rank's groups whose rewards are all equal and roll out more prompts until it holds its share of
+        groups with reward variance or ``training.dynamic_sampling.max_rounds`` rollout calls are spent (DAPO, Yu
+        et al. 2025, arXiv:2503.14476, section 3.2: dynamic sampling). Returns the kept groups (at most the share)
+        and counts for :meth:`even_out_groups`."""
+        g, max_rounds = self.num_generations, self.cfg.training.dynamic_sampling.max_rounds
+        target = len(out) // g
+        first = (out, mine)
+        kept_out: List[RolloutOutput] = []
+        kept_shards: List[StepShard] = []
+        have = dropped = 0
+        rounds = 1
+        while True:
+            rewards = torch.tensor(mine.rewards, dtype=torch.float32).view(-1, g)
+            signal = [i for i in range(rewards.shape[0]) if rewards[i].max() > rewards[i].min()]
+            dropped += rewards.shape[0] - len(signal)
+            signal = signal[:target - have]
+            kept_out.append(out.select_groups(signal))
+            kept_shards.append(mine.select([i * g + j for i in signal for j in range(g)]))
+            have += len(signal)
+            if have >= target or rounds >= max_rounds:
+                break
+            out, mine, _ = self.generate_and_score(step, self.extra_rows(step, rounds))
+            rounds += 1
+        self._first_round = first  # the fallback when no rank found any group with signal
+        return (RolloutOutput.concat(kept_out), StepShard.merge(kept_shards),
+                {"dynamic_sampling/rounds": rounds, "dynamic_sampling/groups_dropped": dropped,
+                 "dynamic_sampling/groups_kept": have, "dynamic_sampling/groups_wanted": target})
+
+    def even_out_groups(self, step: int, out: RolloutOutput, mine: StepShard,
+                        counts: Dict[str, float]) -> Tuple[RolloutOutput, StepShard, Dict[str, float]]:
+        """Give every rank the same number of groups (the fewest any rank kept: FSDP needs the same micro-batches
+        on every rank), report a step that could not be filled, and sum the counts over ranks. When no group had
+        any reward variance, train on the first round's groups as they are (their advantages are 0)."""
+        g, dist = self.num_generations, self.dist
+        [fewest] = dist.min([counts["dynamic_sampling/groups_kept"]])
+        rounds, dropped, kept, wanted = dist.sum([counts[k] for k in ("dynamic_sampling/rounds",
+                                                                      "dynamic_sampling/groups_dropped",
+                                                                      "dynamic_sampling/groups_kept",
+                                                                      "dynamic_sampling/groups_wanted")])
+        [max_rounds_used] = dist.max([counts["dynamic_sampling/rounds"]])
+        fewest = int(fewest)
+        if fewest == 0:
+            out, mine = self._first_round
+            trained = int(wanted)
+        else:
+            out, mine = out.select_groups(range(fewest)), mine.select(range(fewest * g))
+            trained = fewest * dist.world_size
+        limit = self.cfg.training.dynamic_sampling.max_rounds
+        if trained < wanted or fewest == 0:
+            what = (f"{trained} of {int(wanted)} groups" if fewest else
+                    f"no group with reward variance; training on the first round's {trained} groups (advantages 0)")
+            self.reporter.message(f"Step {step + 1}: dynamic sampling reached training.dynamic_sampling.max_rounds "
+                                  f"= {limit} rollout calls with {int(kept)} group(s) with reward variance: "
+                                  f"{what}")
+        self._first_round = None
+        return out, mine, {"dynamic_sampling/rounds": max_rounds_used, "dynamic_sampling/groups_dropped": dropped,
+                           "dynamic_sampling/groups_trained": trained,
+                           "dynamic_sampling/filled": float(fewest > 0 and trained >= wanted)}
+
+    def save_rollouts(self, step: int, whole: StepShard, advantages: torch.Tensor,
+                      tokens: List[Dict[str, Any]]) -> None:
+        """Rank 0 writes ``rollouts/step_<step>.jsonl``: every completion's tokens, mask, sampler and trainer
+        log-probs, importance weights, advantage, rewards and extras (:mod:`.rollout_log`)."""
+        if not self.dist.is_main:
+            return
+        g = self.num_generations
+        records = [{"index": i, "group": i // g, "prompt": whole.prompts[i],
+                    "prompt_text": self.tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False),
+                    **tok, "advantage": round(advantages[i].item(), 4), "reward": whole.rewards[i],
+                    "rewards": {k: v[i] for k, v in whole.per_function.items()},
+                    "extras": {k: v[i] for k, v in whole.extras.items()}} for i, tok in enumerate(tokens)]
+        write_rollouts(self.output_dir, step, records)
 
     def step_metrics(self, whole: StepShard, advantages: torch.Tensor, train_stats: Dict[str, float],
                      times: Tuple[float, ...]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
@@ -347,9 +478,12 @@ class _Run:
             "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
+        multi_turn = {k: whole.extras[name] for k, name in (("turns", "num_turns"), ("tool_calls", "num_tool_calls"))
+                      if name in whole.extras}
         samples = [{"prompt": whole.prompts[i], "completion": whole.texts[i], "reward": whole.rewards[i],
                     **{f"rewards/{k}": v[i] for k, v in whole.per_function.items()},
-                    "advantage": advantages[i].item(), "truncated": whole.truncated[i]} for i in range(n)]
+                    "advantage": advantages[i].item(), "truncated": whole.truncated[i],
+                    **{k: v[i] for k, v in multi_turn.items()}} for i in range(n)]
         return metrics, samples
 
     # -- the update ----------------------------------------------------------------------------------------------
@@ -359,10 +493,20 @@ class _Run:
         s, t = self.cfg.sampling, self.cfg.training
         return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter)
 
-    def update(self, out: RolloutOutput, advantages: torch.Tensor, truncated: List[bool]) -> Dict[str, float]:
+    def reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """``(B, C)`` log-probs under the reference model (for the KL term): the frozen copy, or, for a LoRA policy,
+        the policy itself with its adapters switched off (the base model; ``PeftModel.disable_adapter``)."""
+        if self.ref is not None:
+            return self.logprobs(self.ref, mb)
+        with self.policy.lm.disable_adapter():
+            return self.logprobs(self.policy, mb)
+
+    def update(self, out: RolloutOutput, advantages: torch.Tensor, truncated: List[bool],
+               keep_tokens: bool = False) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         """``num_iterations`` optimizer updates on this rank's share of the step; the loss of every ``loss_type`` is
         normalised by the whole step's totals, so N processes make the update one process would make on the same
-        batch. Returns loss/KL/clip/importance-weight/grad statistics of the whole step."""
+        batch. Returns loss/KL/clip/importance-weight/grad statistics of the whole step and, with ``keep_tokens``,
+        each of this rank's sequences' token values (:func:`~.rollout_log.token_record`) from the first iteration."""
         t, s, dist = self.cfg.training, self.cfg.sampling, self.dist
         masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
                  for m, tr in zip(out.completion_mask, truncated)]
@@ -378,9 +522,10 @@ class _Run:
             for mb in batches:
                 if t.num_iterations > 1:
                     mb.old_logprobs = self.logprobs(self.policy, mb)
-                if self.ref is not None:
-                    mb.ref_logprobs = self.logprobs(self.ref, mb)
+                if t.beta > 0:
+                    mb.ref_logprobs = self.reference_logprobs(mb)
         stats = UpdateStats()
+        kept: List[Tuple[List[float], Optional[List[float]]]] = []  # per sequence: trainer log-probs, IS weights
         for iteration in range(t.num_iterations):
             loss_sum = 0.0
             for mb in batches:
@@ -391,11 +536,15 @@ class _Run:
                     mb.is_weights = importance_weights(old, mb.sampler_logprobs, mb.mask, mode,
                                                        t.sampler_correction_cap)
                 result = per_token_loss(logps, old, mb.advantages, epsilon=t.epsilon, epsilon_high=t.epsilon_high,
-                                        beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.is_weights)
+                                        beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.is_weights,
+                                        importance_level=t.importance_level, mask=mb.mask)
                 loss = aggregate(result["loss"], mb.mask, t.loss_type, totals)
                 (loss * dist.world_size).backward()  # FSDP averages gradients over ranks: undo it, sums are wanted
                 loss_sum += loss.item()
                 stats.add(result, mb, old, first_iteration=iteration == 0)
+                if keep_tokens and iteration == 0:
+                    kept += [(old[row, :n].tolist(), None if mb.is_weights is None else mb.is_weights[row, :n].tolist())
+                             for row, n in enumerate(mb.packed.completion_valid.sum(dim=1).tolist())]
             if iteration == 0 and out.logprobs is not None and self.compare_with_sampler:
                 [lp_diff] = dist.sum([stats.lp_diff])
                 if math.isfinite(lp_diff):  # non-finite: the trainer's own log-probs; the update is skipped below
@@ -408,9 +557,13 @@ class _Run:
             else:  # a NaN/inf loss or gradient would poison the weights and the optimizer's moments: skip
                 stats.skipped += 1
             self.optimizer.zero_grad(set_to_none=True)
-        return {**stats.reduce(dist).metrics(totals.num_tokens, t.num_iterations, out.logprobs is not None),
-                # what each forward/backward pass processed: real tokens (prompt + completion) and with padding
-                "tokens/forward": int(real), "tokens/padded": int(padded)}
+        metrics = {**stats.reduce(dist).metrics(totals.num_tokens, t.num_iterations, out.logprobs is not None),
+                   # what each forward/backward pass processed: real tokens (prompt + completion) and with padding
+                   "tokens/forward": int(real), "tokens/padded": int(padded)}
+        tokens = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
+                               None if out.logprobs is None else out.logprobs[i], lp, w)
+                  for i, (lp, w) in enumerate(kept)]
+        return metrics, tokens
 
     def clip_gradients(self) -> float:
         """Clip the gradient norm to ``training.max_grad_norm`` (0: no clipping); return the norm before clipping
@@ -482,7 +635,12 @@ class _Run:
     def save(self, step: int) -> Path:
         """Checkpoint after ``step`` completed steps (a collective: every rank calls it; rank 0 writes)."""
         t, dist = self.cfg.training, self.dist
-        weights = full_state_dict(self.policy, dist)
+        lora = is_peft_model(self.policy.lm)  # a LoRA checkpoint holds the adapters (PeftModel.save_pretrained)
+        weights = None if lora else full_state_dict(self.policy, dist)
+        extra = None
+        if lora and t.save_merged:
+            def extra(folder: Path) -> None:
+                save_merged_model(self.policy.lm, folder / MERGED_DIR, self.tokenizer)
         optimizer = None if t.save_only_model else optimizer_state(self.policy, self.optimizer, dist)
         rngs = dist.gather(rng_state())
         path = None
@@ -492,7 +650,7 @@ class _Run:
                                     "scheduler": self.scheduler.state_dict(), "rng_by_rank": rngs,
                                     "data_position": self.prompt_order.position(step), "config": to_yaml(self.cfg),
                                     "world_size": dist.world_size},
-                                   weights=weights, keep=t.save_total_limit)
+                                   weights=weights, keep=t.save_total_limit, extra=extra)
         return dist.broadcast(path)
 
     def close(self) -> None:
@@ -523,6 +681,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         ConfigError: the config has errors (all of them are listed). RolloutError / RewardError: a user function
         broke its contract; completed steps are checkpointed first (also for StaleWeightsError, NonFiniteError,
         ServerError — the vLLM server died or refused — and Ctrl-C). FileNotFoundError: ``resume`` names no checkpoint.
+        ValueError: ``resume`` names a checkpoint of the other kind (LoRA adapter vs full model, see ``model.lora``).
     """
     base_dir = Path(base_dir or Path.cwd())
     t = config.training
@@ -535,12 +694,23 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         dist.close()
 
 
+def steps_for_epochs(num_epochs: float, num_rows: int, prompts_per_step: int) -> int:
+    """Steps that ``num_epochs`` passes over ``num_rows`` prompts take at ``prompts_per_step`` prompts a step
+    (``ceil``: a last partial step is taken; the prompt order runs on into the next epoch's permutation)."""
+    return max(1, math.ceil(num_epochs * num_rows / prompts_per_step - 1e-9))
+
+
 def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: RichReporter, check: bool,
            dist: Dist) -> TrainResult:
     if check:
         problems = validate(config, base_dir)
         if any(p.is_error for p in problems):
             raise ConfigError(problems)
+    if config.training.num_epochs is not None:  # the run's length in steps, from the dataset's size
+        config = copy.deepcopy(config)
+        rows = len(load_train_dataset(config.data.train, config.data.split, base_dir))
+        config.training.max_steps = steps_for_epochs(config.training.num_epochs, rows,
+                                                     config.training.prompts_per_step)
     t = config.training
     if resume:
         ckpt = find_checkpoint(Path(t.output_dir).expanduser(), resume)
@@ -551,14 +721,15 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
             return TrainResult(Path(t.output_dir).expanduser(), ckpt, reached)
     run = _Run(config, base_dir, reporter, dist)
     logger = MetricsLogger(run.output_dir, config.logging.report_to if dist.is_main else [],
-                           config.logging.project, config.logging.run_name, write=dist.is_main)
+                           config.logging.project, config.logging.run_name, config=config_dict(config),
+                           write=dist.is_main)
     history: List[Dict[str, Any]] = []
     done = 0
     last_saved: Optional[Path] = None
     try:
         done = run.applied = run.load(resume)
         logger.truncate_after(done)
-        reporter.start(t.max_steps, done)
+        reporter.start(t.max_steps, done, steps_per_epoch=len(run.dataset) / t.prompts_per_step)
         for step in range(done, t.max_steps):
             metrics, samples = run.step(step)
             done = step + 1
@@ -566,8 +737,8 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
             logger.log(done, metrics)
             logger.log_completions(done, samples)
             log_now = done % t.logging_steps == 0 or done == t.max_steps
-            sample = samples[0]["completion"][:120].replace("\n", " ") if t.log_completions and samples else None
-            reporter.step(done, metrics, log_now, sample)
+            reporter.step(done, metrics, log_now, pick_samples(samples, config.sampling.num_generations,
+                                                               t.log_completions))
             if t.save_steps and done % t.save_steps == 0 and done < t.max_steps:
                 last_saved = run.save(done)
                 reporter.message(f"Saved {last_saved}")

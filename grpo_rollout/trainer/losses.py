@@ -7,7 +7,17 @@ Per completion token ``t`` of sequence ``i`` with advantage ``A_i``::
     KL_it    = exp(ref_it - logp_it) - (ref_it - logp_it) - 1         (the "k3" estimator, Schulman 2020)
 
 (PPO: Schulman et al. 2017; GRPO: Shao et al. 2024, arXiv:2402.03300 eq. 3; clip-higher ``epsilon_high``: DAPO, Yu et
-al. 2025, arXiv:2503.14476.) The token losses are then aggregated over a batch of ``S`` sequences:
+al. 2025, arXiv:2503.14476.) ``importance_level: sequence`` (GSPO, Zheng et al. 2025, arXiv:2507.18071) replaces the
+ratio by one per sequence, the geometric mean of its token ratios over its ``n_i`` trained tokens (mean, not sum)::
+
+    s_i      = exp( (1/n_i) · Σ_{t trained} (logp_it - old_logp_it) )
+    ratio_it = sg[s_i] · exp(logp_it - sg[logp_it])    (GSPO-token: value s_i, gradient of token t's own log-prob)
+
+clipped as above (flags per sequence, counted per trained token); ``s_i`` is 1 unless the batch is off-policy
+(``num_iterations > 1``). GSPO's clip range is far narrower: ``epsilon`` 3e-4, ``epsilon_high`` 4e-4 (v2 §5.1; its GRPO
+baseline 0.2 / 0.27). With ``loss_type: grpo`` (and unit ``token_weights``) the loss is GSPO's eq. (5),
+``-(1/S) Σ_i min(s_i·A_i, clip(s_i)·A_i)``, in value and gradient; ``dapo``/``bnpo`` weight sequence ``i`` by ``n_i``,
+``dr_grpo`` by ``n_i / max_completion_length``. The token losses are then aggregated over a batch of ``S`` sequences:
 
 - ``grpo``: mean over tokens of each sequence, then mean over sequences (the DeepSeekMath formula; favours short
   sequences' tokens).
@@ -28,7 +38,7 @@ from typing import Dict, Optional
 
 import torch
 
-from ..config.schema import LOSS_TYPES  # the one list of loss types
+from ..config.schema import IMPORTANCE_LEVELS, LOSS_TYPES  # the one list of each
 
 
 @dataclass
@@ -50,8 +60,9 @@ class BatchTotals:
 def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, *, epsilon: float,
                    epsilon_high: Optional[float] = None, beta: float = 0.0,
                    ref_logps: Optional[torch.Tensor] = None,
-                   token_weights: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
-    """Clipped-surrogate (+ KL) loss of every completion token.
+                   token_weights: Optional[torch.Tensor] = None, importance_level: str = "token",
+                   mask: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
+    """Clipped-surrogate (+ KL) loss of every completion token (formulas: the module docstring).
 
     Args:
         logps: ``(B, C)`` current policy log-probs of the completion tokens (with grad).
@@ -59,17 +70,36 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
         advantages: ``(B,)`` one advantage per sequence.
         epsilon, epsilon_high: lower/upper clip range (``epsilon_high=None`` → ``epsilon``).
         beta: KL coefficient; with ``beta > 0`` ``ref_logps`` ``(B, C)`` is required.
-        token_weights: optional ``(B, C)`` multiplier (e.g. sampler/trainer importance-sampling correction).
+        token_weights: optional ``(B, C)`` multiplier of the surrogate (e.g. the sampler/trainer importance-sampling
+            correction); it applies per token at both importance levels.
+        importance_level: ``token`` (PPO/GRPO: one ratio per token) or ``sequence`` (GSPO: ``s_i`` on every token of
+            sequence ``i``, with each token's own gradient).
+        mask: ``(B, C)`` 1 on trained tokens; required by ``sequence``, whose mean runs over them alone (other
+            positions never enter the arithmetic: they may hold ``±inf``/``nan`` placeholders).
 
     Returns:
-        dict with ``loss`` ``(B, C)``, ``ratio`` ``(B, C)``, ``kl`` ``(B, C)`` (zeros when ``beta == 0``),
-        ``clipped_low`` / ``clipped_high`` ``(B, C)`` bool: where the clip bound was the active term.
+        dict with ``loss`` ``(B, C)``, ``ratio`` ``(B, C)`` (``sequence``: ``s_i`` repeated along the row),
+        ``kl`` ``(B, C)`` (zeros when ``beta == 0``), ``clipped_low`` / ``clipped_high`` ``(B, C)`` bool: where the
+        clip bound was the active term (mask not applied).
 
     Raises:
-        ValueError: ``beta > 0`` without ``ref_logps``.
+        ValueError: ``beta > 0`` without ``ref_logps``; unknown ``importance_level``; ``sequence`` without ``mask``.
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
-    ratio = torch.exp(logps - old_logps)
+    if importance_level == "token":
+        ratio = torch.exp(logps - old_logps)
+    elif importance_level == "sequence":
+        if mask is None:
+            raise ValueError("importance_level 'sequence' needs the mask of trained tokens")
+        trained = mask.bool()
+        zeros = torch.zeros_like(logps)
+        # where, not a product: a placeholder (inf/nan) times 0 is nan, and would reach the mean or the gradient
+        log_ratio = torch.where(trained, logps.detach() - old_logps, zeros)
+        seq_log_ratio = log_ratio.sum(dim=1, keepdim=True) / trained.sum(dim=1, keepdim=True).clamp(min=1)
+        own = torch.where(trained, logps, zeros)
+        ratio = torch.exp(seq_log_ratio + own - own.detach())  # value s_i; d ratio_it / d logp_it = s_i
+    else:
+        raise ValueError(f"importance_level must be one of {', '.join(IMPORTANCE_LEVELS)}, got {importance_level!r}")
     adv = advantages.unsqueeze(1)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv

@@ -67,7 +67,16 @@ def unsharded(policy: torch.nn.Module) -> Iterator[None]:
 
 def full_state_dict(policy: CompletionLogprobs, dist: Dist) -> Optional[Dict[str, torch.Tensor]]:
     """The LM's whole weights, named as in ``lm.state_dict()``, on rank 0 (``None`` elsewhere). A collective: every
-    rank must call it. One process gets the live tensors (no copy)."""
+    rank must call it. One process gets the live tensors (no copy). A LoRA policy (a ``peft.PeftModel``, one process)
+    gives the base model's names with the adapters merged in (:func:`~grpo_rollout.models.lora.merged_state_dict`:
+    the adapted weights are new tensors), which is what a server of the plain model loads."""
+    from ..models.lora import is_peft_model, merged_state_dict
+
+    if is_peft_model(policy.lm):
+        if dist.world_size > 1:
+            raise NotImplementedError("LoRA with several training processes is not supported (model.lora.r > 0 "
+                                      "needs one process)")
+        return merged_state_dict(policy.lm)
     if dist.world_size == 1:
         return dict(policy.lm.state_dict())
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

@@ -1,12 +1,16 @@
-"""Console output of a run: a progress bar with ETA over steps and one table row per logged step."""
+"""Console output of a run: a progress bar with ETA over steps, one row of numbers per logged step and a table of a
+few of its samples. When stdout is not a terminal (a log file, a pipe, a job scheduler) there is no live bar: every
+logged step prints plain lines with the step count, elapsed time and ETA."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional
+import time
+from typing import Any, Dict, List, Optional
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 # (metric key, column header, format)
@@ -32,15 +36,40 @@ def _fmt(value: Any, fmt: str) -> str:
     return fmt.format(value)
 
 
+def _excerpt(value: Any, width: int) -> str:
+    """One line of at most ``width`` characters: a chat prompt's last message, newlines shown as ⏎."""
+    if isinstance(value, list) and value and isinstance(value[-1], dict):
+        value = value[-1].get("content", "")
+    text = " ".join(str(value).replace("\n", " ⏎ ").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def pick_samples(samples: List[Dict[str, Any]], num_generations: int, k: int) -> List[Dict[str, Any]]:
+    """Up to ``k`` samples that show the learning signal: the best and the worst completion of the first groups
+    (``samples`` are grouped by prompt, ``num_generations`` per group; each has ``reward``)."""
+    chosen: List[Dict[str, Any]] = []
+    for start in range(0, len(samples), max(num_generations, 1)):
+        group = sorted(samples[start:start + num_generations], key=lambda r: r.get("reward") or 0.0, reverse=True)
+        for sample in ([group[0], group[-1]] if len(group) > 1 else group):
+            if len(chosen) < k:
+                chosen.append(sample)
+    return chosen
+
+
 class RichReporter:
-    """Prints run progress with rich. Pass ``console=None`` for a default console; ``quiet=True`` prints nothing."""
+    """Prints run progress with rich. Pass ``console=None`` for a default console; ``quiet=True`` prints nothing.
+    A console that is not a terminal gets plain lines (no live bar)."""
 
     def __init__(self, console: Optional[Console] = None, quiet: bool = False):
         self.console = console or Console()
         self.quiet = quiet
+        self.plain = not self.console.is_terminal
         self.progress: Optional[Progress] = None
         self.task = None
         self._header_done = False
+        self._total = self._first = 0
+        self._started = 0.0
+        self._per_epoch: Optional[float] = None
 
     def message(self, text: str) -> None:
         """A status line (model conversion, loading, saving)."""
@@ -55,9 +84,14 @@ class RichReporter:
 
         return nullcontext() if self.quiet else self.console.status(escape(text))
 
-    def start(self, total_steps: int, first_step: int) -> None:
-        """Show the bar; ``first_step`` > 0 when resuming."""
+    def start(self, total_steps: int, first_step: int, steps_per_epoch: Optional[float] = None) -> None:
+        """Show the bar; ``first_step`` > 0 when resuming; with ``steps_per_epoch`` the epoch is shown too."""
         if self.quiet:
+            return
+        self._total, self._first, self._started = total_steps, first_step, time.monotonic()
+        self._per_epoch = steps_per_epoch
+        if self.plain:
+            self.console.print(f"Training steps {first_step + 1}-{total_steps}")
             return
         self.progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -65,20 +99,45 @@ class RichReporter:
         self.progress.start()
         self.task = self.progress.add_task("", total=total_steps, completed=first_step)
 
-    def step(self, step: int, metrics: Dict[str, Any], log: bool, sample: Optional[str] = None) -> None:
-        """Advance the bar after step ``step`` (1-based); with ``log`` print a row of ``metrics`` (and a sample)."""
-        if self.quiet or self.progress is None:
+    def _clock(self, step: int) -> str:
+        """``[3/24 0:00:36 ETA 0:04:12]`` for plain output."""
+        elapsed = time.monotonic() - self._started
+        done = step - self._first
+        eta = elapsed / done * (self._total - step) if done > 0 else float("nan")
+
+        def hms(seconds: float) -> str:
+            if not math.isfinite(seconds):
+                return "-:--:--"
+            seconds = int(seconds)
+            return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+        return f"[{self._epoch(step)}{step}/{self._total} {hms(elapsed)} ETA {hms(eta)}]"
+
+    def _epoch(self, step: int) -> str:
+        """``epoch 1.50/3.00 · `` (empty without ``steps_per_epoch``)."""
+        if not self._per_epoch:
+            return ""
+        return f"epoch {step / self._per_epoch:.2f}/{self._total / self._per_epoch:.2f} · "
+
+    def step(self, step: int, metrics: Dict[str, Any], log: bool,
+             samples: Optional[List[Dict[str, Any]]] = None) -> None:
+        """Advance after step ``step`` (1-based); with ``log`` print a row of ``metrics`` and a table of ``samples``
+        (records with ``prompt``, ``completion``, ``reward``, ``rewards/<fn>``, ``advantage``, and ``turns`` /
+        ``tool_calls`` for multi-turn rollouts)."""
+        if self.quiet or (self.progress is None and not self.plain):
             return
-        reward = metrics.get("reward")
-        self.progress.update(self.task, completed=step, description=f"reward {_fmt(reward, '{:.3f}')}")
+        if self.progress is not None:
+            reward = metrics.get("reward")
+            self.progress.update(self.task, completed=step,
+                                 description=f"{self._epoch(step)}reward {_fmt(reward, '{:.3f}')}")
         if not log:
             return
-        out = self.progress.console
+        out = self.progress.console if self.progress is not None else self.console
         if not self._header_done:
             out.print("[bold]" + " ".join(f"{h:>8}" for h in ["step"] + [c[1] for c in COLUMNS]))
             self._header_done = True
         row = [f"{step:>8}"] + [f"{_fmt(metrics.get(k), f):>8}" for k, _, f in COLUMNS]
-        out.print(" ".join(row))
+        out.print(" ".join(row) + (f"  {escape(self._clock(step))}" if self.plain else ""), soft_wrap=self.plain)
         per_fn = "  ".join(f"{k[len('rewards/'):-len('/mean')]}={_fmt(v, '{:.3f}')}" for k, v in metrics.items()
                            if k.startswith("rewards/") and k.endswith("/mean"))
         extra = []
@@ -90,9 +149,36 @@ class RichReporter:
         if "sampler/logprob_abs_diff" in metrics:
             extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics['sampler/logprob_abs_diff'], '{:.2e}')}")
         if per_fn or extra:
-            out.print(f"[dim]{' ' * 9}{escape(per_fn)}  {'  '.join(extra)}[/]")
-        if sample:
-            out.print(f"[dim]{' ' * 9}sample: {escape(sample)}[/]")
+            out.print(f"[dim]{' ' * 9}{escape(per_fn)}  {'  '.join(extra)}[/]", soft_wrap=self.plain)
+        if samples:
+            self._samples(out, samples)
+
+    def _samples(self, out: Console, samples: List[Dict[str, Any]]) -> None:
+        """A table of samples (terminal) or one line per sample (plain)."""
+        fns = [k for k in samples[0] if k.startswith("rewards/")]
+        multi_turn = [k for k in ("turns", "tool_calls") if any(s.get(k) is not None for s in samples)]
+        if self.plain:
+            for s in samples:
+                values = "  ".join([f"reward={_fmt(s.get('reward'), '{:.3f}')}"]
+                                   + [f"{k[len('rewards/'):]}={_fmt(s.get(k), '{:.3f}')}" for k in fns]
+                                   + [f"advantage={_fmt(s.get('advantage'), '{:+.3f}')}"]
+                                   + [f"{k}={_fmt(s.get(k), '{}')}" for k in multi_turn])
+                out.print(f"{' ' * 9}sample: {escape(values)} | prompt: {escape(_excerpt(s.get('prompt'), 60))} | "
+                          f"completion: {escape(_excerpt(s.get('completion'), 100))}", soft_wrap=True,
+                          highlight=False)
+            return
+        table = Table(show_header=True, header_style="dim bold", box=None, padding=(0, 1), pad_edge=False)
+        table.add_column("prompt", ratio=2, no_wrap=True, overflow="ellipsis")
+        table.add_column("completion", ratio=3, no_wrap=True, overflow="ellipsis")
+        for column in ["reward"] + [k[len("rewards/"):] for k in fns] + ["adv"] + multi_turn:
+            table.add_column(column.replace("_", " "), justify="right", no_wrap=True)
+        for s in samples:
+            adv = s.get("advantage")
+            colour = "green" if adv and adv > 0 else "red" if adv and adv < 0 else "dim"
+            table.add_row(escape(_excerpt(s.get("prompt"), 200)), escape(_excerpt(s.get("completion"), 300)),
+                          _fmt(s.get("reward"), "{:.3f}"), *[_fmt(s.get(k), "{:.3f}") for k in fns],
+                          f"[{colour}]{_fmt(adv, '{:+.3f}')}[/]", *[_fmt(s.get(k), "{}") for k in multi_turn])
+        out.print(table)
 
     def stop(self) -> None:
         """Remove the live bar (before a final summary)."""

@@ -71,7 +71,9 @@ class UpdateStats:
     """Sums over the trained tokens of every micro-batch and iteration (reduced over ranks by :meth:`reduce`).
 
     ``kl``, ``clip_low``, ``clip_high`` are summed over all iterations; the sampler comparison (``lp_diff`` and the
-    importance weights) over the first one, where the policy is still the one that generated the batch.
+    importance weights) over the first one, where the policy is still the one that generated the batch. With
+    ``training.importance_level: sequence`` a sequence is clipped as a whole and counted once per trained token, so
+    ``clip_ratio/*`` is the share of trained tokens in clipped sequences and ``ratio/max`` the largest ``s_i``.
     """
 
     kl: float = 0.0

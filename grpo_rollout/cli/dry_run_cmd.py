@@ -1,0 +1,45 @@
+"""``validate-config --dry-run``: print what the rollout and rewards did on two prompts, or why they failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+
+from ..config import Config
+
+
+def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
+    """Run :func:`grpo_rollout.trainer.dry_run.dry_run` and print its sample; returns the exit code (1 when the
+    rollout or a reward failed)."""
+    from ..generation.backend import BackendError
+    from ..generation.vllm_client import ServerError
+    from ..rewards.calling import RewardError
+    from ..rollouts.contract import RolloutError
+    from ..trainer.dry_run import dry_run
+
+    say = lambda text: console.print(f"[dim]•[/] {escape(text)}", soft_wrap=True)  # noqa: E731
+    try:
+        with console.status("Dry run: loading the model, then calling the rollout and rewards on 2 prompts…"):
+            result = dry_run(config, base_dir, say=say)
+    except (RolloutError, RewardError, BackendError, ServerError) as exc:
+        console.print(Panel(escape(str(exc)), title=f"[red]Dry run failed: {type(exc).__name__}", border_style="red"))
+        if exc.__cause__ is not None:
+            console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")
+        return 1
+    s, t = result.sample, result.seconds
+    rewards = ", ".join(f"{k} = {v:.3f}" for k, v in s["rewards"].items())
+    extras = ", ".join(f"{k} = {escape(str(v))[:80]}" for k, v in s["extras"].items())
+    lines = [f"[bold]prompt (as the model saw it):[/]\n{escape(s['prompt_text'])}",
+             f"[bold]completion[/] ({s['completion_tokens']} tokens, {s['trained_tokens']} trained):\n"
+             f"{escape(s['completion'])}",
+             f"[bold]reward:[/] {s['reward']:.3f}  ({rewards})"]
+    if extras:
+        lines.append(f"[bold]extras:[/] {extras}")
+    lines.append(f"[dim]{result.num_prompts} prompts → {result.num_completions} completions via {result.backend}; "
+                 f"model load {t['load']:.1f} s, rollout {t['rollout']:.1f} s, rewards {t['rewards']:.2f} s; "
+                 f"rewards of all completions: {', '.join(f'{r:.2f}' for r in result.rewards)}[/]")
+    console.print(Panel("\n\n".join(lines), title="[bold green]Dry run: rollout and rewards work", expand=False))
+    return 0

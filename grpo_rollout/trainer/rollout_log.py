@@ -1,0 +1,118 @@
+"""What was trained, token by token: ``output_dir/rollouts/step_<k>.jsonl`` (``training.save_rollouts``).
+
+One JSON line per completion of the step, enough to see every number the update used for every token::
+
+    {"step": 3, "index": 0, "group": 0,
+     "prompt": <the dataset prompt>, "prompt_text": <the prompt ids decoded: what the model saw, chat template,
+                                                     tool system prompt and environment opening included>,
+     "prompt_ids": [...], "completion_ids": [...],
+     "completion_mask": "1111000111",        # one character per completion token: 1 trained, 0 tool/env token
+     "sampler_logprobs": [...] | null,       # nats; null where the rollout gave none or on an untrained placeholder
+     "trainer_logprobs": [...],              # nats, the policy before this step's update (first iteration)
+     "importance_weights": [...] | null,     # sampler-correction weight of each token (training.sampler_correction)
+     "advantage": 0.71, "reward": 1.0, "rewards": {"fn": 1.0}, "extras": {...}}
+
+Floats are rounded to 4 decimals to keep a step of 32 completions × 64 tokens near 60 KB. ``grpo-rollout inspect``
+reads these files (:mod:`grpo_rollout.inspection`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+ROLLOUTS_DIR = "rollouts"
+
+
+def save_now(setting: str, step: int, last: bool) -> bool:
+    """Whether step ``step`` (1-based) is saved under ``training.save_rollouts`` (``every``, ``off`` or ``N``: every
+    N-th step and the last one)."""
+    if setting == "off":
+        return False
+    if setting == "every":
+        return True
+    return step % int(setting) == 0 or last
+
+
+def _round(values: Optional[Iterable[float]]) -> Optional[List[Optional[float]]]:
+    if values is None:
+        return None
+    return [round(v, 4) if math.isfinite(v) else None for v in values]
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN/inf floats (anywhere in dicts and lists) as ``None``: JSON has no NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def token_record(prompt_ids: Sequence[int], completion_ids: Sequence[int], mask: Sequence[int],
+                 sampler_logprobs: Optional[Sequence[float]], trainer_logprobs: Sequence[float],
+                 importance_weights: Optional[Sequence[float]]) -> Dict[str, Any]:
+    """The token-level part of one completion's line (the lists have one entry per completion token; untrained
+    tokens' placeholders and non-finite values are written as ``null``)."""
+    trained = [bool(m) for m in mask]
+    return {"prompt_ids": list(prompt_ids), "completion_ids": list(completion_ids),
+            "completion_mask": "".join("1" if m else "0" for m in trained),
+            "sampler_logprobs": None if sampler_logprobs is None else
+            _round(v if m else math.nan for v, m in zip(sampler_logprobs, trained)),
+            "trainer_logprobs": _round(trainer_logprobs),
+            "importance_weights": None if importance_weights is None else
+            _round(v if m else math.nan for v, m in zip(importance_weights, trained))}
+
+
+def write_rollouts(output_dir: Path, step: int, records: List[Dict[str, Any]]) -> Path:
+    """Write ``rollouts/step_<step>.jsonl`` (replacing a file of a replayed step); return its path."""
+    folder = Path(output_dir) / ROLLOUTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step}.jsonl"
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w") as f:
+        for record in records:
+            f.write(json.dumps(_finite({"step": step, **record}), default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def saved_steps(run_dir: Path) -> List[int]:
+    """Steps with a saved ``rollouts/step_<k>.jsonl`` in ``run_dir``, ascending."""
+    folder = Path(run_dir) / ROLLOUTS_DIR
+    steps = []
+    for path in folder.glob("step_*.jsonl"):
+        suffix = path.stem[len("step_"):]
+        if suffix.isdigit():
+            steps.append(int(suffix))
+    return sorted(steps)
+
+
+def read_rollouts(run_dir: Path, step: int) -> List[Dict[str, Any]]:
+    """The records of ``step`` saved in ``run_dir``.
+
+    Raises:
+        FileNotFoundError: no file for that step (the message lists the saved steps).
+    """
+    path = Path(run_dir) / ROLLOUTS_DIR / f"step_{step}.jsonl"
+    if not path.is_file():
+        steps = saved_steps(run_dir)
+        have = f"saved steps: {_ranges(steps)}" if steps else \
+            "no step was saved: train with training.save_rollouts=every (or N: every N-th step)"
+        raise FileNotFoundError(f"{path} does not exist ({have})")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _ranges(steps: List[int]) -> str:
+    """``[1, 2, 3, 5]`` → ``"1-3, 5"``."""
+    parts: List[str] = []
+    for s in steps:
+        if parts and s == int(parts[-1].split("-")[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{s}"
+        else:
+            parts.append(str(s))
+    return ", ".join(parts)

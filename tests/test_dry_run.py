@@ -1,0 +1,82 @@
+"""validate-config --dry-run: the rollout and rewards run once on two prompts, in seconds, before any training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from grpo_rollout.cli.main import app
+from grpo_rollout.config import to_yaml
+from tiny_model import make_tiny_model, tiny_config
+
+pytestmark = pytest.mark.slow
+
+ROLLOUTS = '''
+from grpo_rollout.rollouts.single_turn import single_turn
+
+def short_by_one(prompts, client, **kw):
+    out = single_turn(prompts, client=client, **kw)
+    out["completion_ids"] = out["completion_ids"][:-1]
+    return out
+
+def with_extra(prompts, client, **kw):
+    out = single_turn(prompts, client=client, **kw)
+    out["n_chars"] = [len(p) for p in prompts]
+    return out
+'''
+
+REWARDS = '''
+from tiny_rewards_base import *  # noqa
+
+def even_ids(completion_ids, **kwargs):
+    return [sum(t % 2 == 0 for t in ids) / max(len(ids), 1) for ids in completion_ids]
+
+def broken(completions, **kwargs):
+    return [len(c) / 0 for c in completions]
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _invoke(root: Path, model: Path, rollout: str = "", reward: str = "even_ids"):
+    cfg = tiny_config(root, model, rewards_source=REWARDS.replace("from tiny_rewards_base import *  # noqa\n", ""),
+                      reward=reward)
+    (root / "user_rollouts.py").write_text(ROLLOUTS)
+    if rollout:
+        cfg.rollout.function = f"user_rollouts.py:{rollout}"
+    (root / "config.yaml").write_text(to_yaml(cfg))
+    return CliRunner().invoke(app, ["validate-config", str(root / "config.yaml"), "--dry-run"], terminal_width=200)
+
+
+def test_good_rollout_prints_a_sample_with_rewards(tmp_path, tiny_model):
+    result = _invoke(tmp_path, tiny_model, rollout="with_extra")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "Dry run: rollout and rewards work" in out
+    assert "2 prompts → 16 completions via transformers" in out  # 2 prompts × num_generations 8
+    assert "vllm.mode is" not in out  # the config says off: no note about a server
+    assert "Count to 0." in out and "even_ids = " in out and "n_chars = 11" in out
+    assert "completion (8 tokens, 8 trained)" in out  # max_completion_length 8 (below the dry run's 32)
+    assert not (tmp_path / "out").exists()  # the run folder is not touched
+
+
+def test_rollout_breaking_the_contract_exits_1_naming_the_key(tmp_path, tiny_model):
+    result = _invoke(tmp_path, tiny_model, rollout="short_by_one")
+    assert result.exit_code == 1
+    assert "Dry run failed: RolloutError" in result.output
+    assert "completion_ids" in result.output and "short_by_one" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_reward_raising_names_the_user_file_and_line(tmp_path, tiny_model):
+    result = _invoke(tmp_path, tiny_model, reward="broken")
+    assert result.exit_code == 1
+    assert "Dry run failed: RewardError" in result.output and "ZeroDivisionError" in result.output
+    line = REWARDS.replace("from tiny_rewards_base import *  # noqa\n", "").splitlines().index(
+        "    return [len(c) / 0 for c in completions]") + 1
+    assert f"task_rewards.py:{line})" in result.output.replace("\n", "").replace("│", "").replace(" ", "")

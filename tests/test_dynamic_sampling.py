@@ -1,0 +1,120 @@
+"""DAPO dynamic sampling (training.dynamic_sampling) and epochs over the data (training.num_epochs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from grpo_rollout.trainer import train
+from grpo_rollout.trainer.loop import steps_for_epochs
+from grpo_rollout.trainer.progress import RichReporter
+from tiny_model import make_tiny_model, tiny_config
+
+pytestmark = pytest.mark.slow
+
+# "Count to i.": even i → the same reward for every completion (no signal); odd i → the share of even token ids.
+HALF_CONSTANT = '''
+def half_constant(prompts, completion_ids, **kwargs):
+    out = []
+    for prompt, ids in zip(prompts, completion_ids):
+        i = int(prompt.split()[-1].rstrip("."))
+        out.append(0.5 if i % 2 == 0 else sum(t % 2 == 0 for t in ids) / max(len(ids), 1))
+    return out
+
+def constant(completion_ids, **kwargs):
+    return [1.0 for _ in completion_ids]
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def _recording() -> tuple:
+    console = Console(record=True, width=300, force_terminal=False)
+    return console, RichReporter(console=console)
+
+
+def _groups(run_dir: Path, step: int) -> list:
+    rows = [json.loads(x) for x in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+    return [[r for r in rows if r["group"] == g] for g in sorted({r["group"] for r in rows})]
+
+
+def test_every_trained_group_has_reward_variance(tmp_path, tiny_model):
+    cfg = tiny_config(tmp_path, tiny_model, rewards_source=HALF_CONSTANT, reward="half_constant", rows=20,
+                      training={"max_steps": 3, "save_rollouts": "every",
+                                "dynamic_sampling": {"enabled": True, "max_rounds": 6}})
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    for step, metrics in enumerate(result.history, start=1):
+        groups = _groups(tmp_path / "out", step)
+        assert len(groups) == 4 == metrics["dynamic_sampling/groups_trained"]  # filled to prompts_per_step
+        for group in groups:
+            rewards = [r["reward"] for r in group]
+            assert max(rewards) > min(rewards)  # no group without signal was trained
+            assert int(group[0]["prompt"].split()[-1].rstrip(".")) % 2 == 1
+        assert metrics["dynamic_sampling/filled"] == 1.0 and metrics["frac_reward_zero_std"] == 0.0
+    # about half of each round's prompts are even: groups were dropped and extra rollout calls were made
+    assert sum(m["dynamic_sampling/groups_dropped"] for m in result.history) >= 3
+    assert max(m["dynamic_sampling/rounds"] for m in result.history) >= 2
+
+
+def test_max_rounds_reached_still_trains_and_says_so(tmp_path, tiny_model):
+    console, reporter = _recording()
+    cfg = tiny_config(tmp_path, tiny_model, rewards_source=HALF_CONSTANT, reward="half_constant", rows=20,
+                      training={"max_steps": 2, "save_rollouts": "every",
+                                "dynamic_sampling": {"enabled": True, "max_rounds": 1}})
+    result = train(cfg, base_dir=tmp_path, reporter=reporter)
+    assert result.steps == 2
+    text = console.export_text()
+    for step, metrics in enumerate(result.history, start=1):
+        odd = sum(int(p.split()[-1].rstrip(".")) % 2 for p in {r["prompt"] for g in _groups(tmp_path / "out", step)
+                                                                for r in g})
+        assert metrics["dynamic_sampling/rounds"] == 1
+        assert metrics["dynamic_sampling/groups_trained"] == odd < 4  # only the groups with signal
+        assert metrics["dynamic_sampling/filled"] == 0.0
+        assert f"Step {step}: dynamic sampling reached training.dynamic_sampling.max_rounds = 1" in text
+        assert f"{odd} of 4 groups" in text
+
+
+def test_no_group_with_signal_trains_on_the_first_round(tmp_path, tiny_model):
+    console, reporter = _recording()
+    cfg = tiny_config(tmp_path, tiny_model, rewards_source=HALF_CONSTANT, reward="constant",
+                      training={"max_steps": 1, "dynamic_sampling": {"enabled": True, "max_rounds": 2}})
+    result = train(cfg, base_dir=tmp_path, reporter=reporter)
+    [metrics] = result.history
+    assert metrics["dynamic_sampling/rounds"] == 2 and metrics["dynamic_sampling/groups_dropped"] == 8
+    assert metrics["dynamic_sampling/groups_trained"] == 4 and metrics["frac_reward_zero_std"] == 1.0
+    assert "no group with reward variance; training on the first round's 4 groups" in console.export_text()
+
+
+def test_steps_for_epochs():
+    assert steps_for_epochs(1, 10, 4) == 3 and steps_for_epochs(2, 10, 4) == 5 and steps_for_epochs(3, 8, 4) == 6
+    assert steps_for_epochs(0.5, 10, 4) == 2 and steps_for_epochs(0.01, 10, 4) == 1
+
+
+def test_num_epochs_sets_the_length_and_resume_keeps_the_order(tmp_path, tiny_model):
+    full, part = tmp_path / "full", tmp_path / "part"
+    full.mkdir(), part.mkdir()
+    console, reporter = _recording()
+    cfg = tiny_config(full, tiny_model, training={"num_epochs": 2, "max_steps": 99})
+    result = train(cfg, base_dir=full, reporter=reporter)
+    assert result.steps == 5  # ceil(2 × 10 rows / 4 prompts per step), max_steps ignored
+    assert "[epoch 0.40/2.00 · 1/5 " in console.export_text()  # the bar shows epochs and steps
+
+    def prompts(run_dir: Path) -> list:
+        lines = [json.loads(x) for x in (run_dir / "out" / "completions.jsonl").read_text().splitlines()]
+        return [line["prompt"] for line in lines][::8]  # one per group (8 completions each)
+
+    order = prompts(full)
+    assert len(order) == 20 and sorted(order[:10]) == sorted(order[10:]) == sorted(f"Count to {i}." for i in range(10))
+    cfg = tiny_config(part, tiny_model, training={"num_epochs": 2, "save_steps": 2})
+    cfg.training.max_steps = 2  # stop early (as if interrupted), then resume the 2-epoch run
+    cfg.training.num_epochs = None
+    train(cfg, base_dir=part, reporter=RichReporter(quiet=True))
+    cfg.training.num_epochs = 2
+    resumed = train(cfg, base_dir=part, resume="latest", reporter=RichReporter(quiet=True))
+    assert resumed.steps == 5 and prompts(part) == order
