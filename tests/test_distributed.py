@@ -50,6 +50,9 @@ VARIANTS = {
     "bnpo": {"loss_type": "bnpo"},
     "kl_iterations_batch": {"loss_type": "dapo", "beta": 0.1, "num_iterations": 2, "scale_rewards": "batch",
                             "max_grad_norm": 0.5},
+    # every group has reward variance here, so dynamic sampling keeps the first round on every rank
+    "dynamic_sampling_rollouts": {"loss_type": "dapo", "save_rollouts": "every",
+                                  "dynamic_sampling": {"enabled": True, "max_rounds": 2}},
 }
 
 DRIVER = '''
@@ -127,7 +130,15 @@ def test_two_processes_update_like_one(tmp_path, model):
                 assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), (name, key)
         lines = (a.parent / "out" / "completions.jsonl").read_text().splitlines()
         assert len(lines) == 2 * 8 * 4  # every completion of both ranks, written once
-    assert any(m["kl"] > 0 for m in _metrics(two[-1]))  # the variant with a reference model really used it
+        if "save_rollouts" in VARIANTS[name]:  # the token-level records of both ranks, written once, in order
+            rows_a = [json.loads(x) for x in (a.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]
+            rows_b = [json.loads(x) for x in (b.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]
+            assert [r["completion_ids"] for r in rows_a] == [r["completion_ids"] for r in rows_b]
+            assert [r["advantage"] for r in rows_a] == pytest.approx([r["advantage"] for r in rows_b], abs=2e-4)
+            assert all(abs(x - y) < 1e-3 for ra, rb in zip(rows_a, rows_b)
+                       for x, y in zip(ra["trainer_logprobs"], rb["trainer_logprobs"]))
+            assert ma[1]["dynamic_sampling/groups_trained"] == 8 and ma[1]["dynamic_sampling/rounds"] == 1
+    assert any(m["kl"] > 0 for m in _metrics(two[list(VARIANTS).index("kl_iterations_batch")]))  # the variant with a reference model really used it
 
 
 def test_cli_resume_under_another_world_size_and_a_failing_rank(tmp_path, model):

@@ -111,6 +111,32 @@ def test_lora_on_named_modules_only(tiny_model):
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == layers * 2 * 2 * (h + h)
 
 
+def test_lora_dropout_is_kept_while_the_models_own_dropout_is_off_and_conv1d_merges(tmp_path):
+    """GPT-2 (Conv1D layers, dropout 0.1 everywhere): the loader switches the model's dropout off, PEFT's dropout on
+    the adapter input stays as configured, and merging handles Conv1D's transposed weights."""
+    from grpo_rollout.models.loading import load_model_and_tokenizer
+    from tiny_model import make_tiny_gpt2
+
+    lm, _, _ = load_model_and_tokenizer(str(make_tiny_gpt2(tmp_path / "gpt2", dropout=0.1)))
+    model = apply_lora(lm, r=R, alpha=ALPHA, dropout=0.25)
+    drops = {n: m.p for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)}
+    adapter = {n: p for n, p in drops.items() if ".lora_dropout." in n}
+    assert adapter and set(adapter.values()) == {0.25}
+    assert {p for n, p in drops.items() if n not in adapter} <= {0.0}
+    assert {n.split(".")[-1] for n, m in model.named_modules() if hasattr(m, "lora_A") and m.lora_A} == \
+        {"c_attn", "c_proj", "c_fc"}
+    torch.manual_seed(4)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.requires_grad:
+                p.normal_(0, 0.2)
+    model.eval()  # no adapter dropout: compare the deterministic model
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "gpt2").eval()
+    plain.load_state_dict(merged_state_dict(model), strict=True)
+    batch = _batch(seed=5)
+    assert torch.allclose(_logprobs(model, batch), _logprobs(plain, batch), atol=2e-5)
+
+
 # --- config checks --------------------------------------------------------------------------------------------------
 
 def _problems(lora=None, training=None, vllm=None, processes=1):
