@@ -82,7 +82,7 @@ def test_successful_run_prints_summary(tmp_path, model):
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 3
     # stdout is a pipe: plain lines, the clock on each step's row, the samples of each step, no live bar
     out = proc.stdout
-    print(out)
-    assert "Training steps 1-3" in out and "[3/3 " in out and "━" not in out
+    assert "Training steps 1-3" in out and "━" not in out
+    assert "[epoch 1.50/1.50 · 3/3 " in out  # 4 rows, 2 prompts per step: 3 steps are 1.5 epochs
     assert out.count("sample: reward=") == 3 * 4  # training.log_completions (default 4) per logged step
     assert "s/step (generation" in out and "plot " in out
