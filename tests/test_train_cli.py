@@ -84,5 +84,6 @@ def test_successful_run_prints_summary(tmp_path, model):
     out = proc.stdout
     assert "Training steps 1-3" in out and "━" not in out
     assert "[epoch 1.50/1.50 · 3/3 " in out  # 4 rows, 2 prompts per step: 3 steps are 1.5 epochs
+    assert "reward (mean of first step): 0.500" in out  # 3 steps: the first and the last one compared
     assert out.count("sample: reward=") == 3 * 4  # training.log_completions (default 4) per logged step
     assert "s/step (generation" in out and "plot " in out

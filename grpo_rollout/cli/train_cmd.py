@@ -65,9 +65,10 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     if result.history:
         delta = end - start
         arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
-        lines.append(f"reward (mean of first {k} steps): {start:.3f}")
-        lines.append(f"reward (mean of last {k} steps):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
-                     else f"reward (mean of last {k} steps):  {end:.3f}")
+        steps = "step" if k == 1 else f"{k} steps"
+        lines.append(f"reward (mean of first {steps}): {start:.3f}")
+        lines.append(f"reward (mean of last {steps}):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
+                     else f"reward (mean of last {steps}):  {end:.3f}")
     times = {k: [m.get(f"time/{k}") or 0.0 for m in result.history] for k in ("step", "generation", "training", "sync")}
     n = len(result.history)
     lines.append(f"time: {sum(times['step']):.0f} s, {sum(times['step']) / n:.1f} s/step (generation "
