@@ -73,10 +73,10 @@ def run_tokenizer(run_dir: Path):
     """
     from transformers import AutoTokenizer
 
+    from .trainer.checkpoint import list_checkpoints
+
     run_dir = Path(run_dir)
-    checkpoints = sorted((p for p in run_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                         key=lambda p: int(p.name.split("-")[-1]))
-    for ckpt in reversed(checkpoints):
+    for ckpt in reversed(list_checkpoints(run_dir)):
         if (ckpt / "tokenizer_config.json").is_file():
             return AutoTokenizer.from_pretrained(ckpt)
     config = run_dir / "config.yaml"
