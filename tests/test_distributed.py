@@ -205,3 +205,44 @@ def test_server_settings_that_do_not_fit_together(tmp_path):
     _, problems = check_config(config, ["vllm.weight_transfer=nccl"])
     [p] = [p for p in problems if p.key == "vllm.weight_transfer"]
     assert "needs CUDA" in p.message
+
+
+UNEVEN = '''
+def uneven_rollout(prompts, n, client, tokenizer, temperature, top_k, max_completion_length, **kwargs):
+    """Samples through the trainer's in-process client, calling it once per prompt plus once per "extra" word:
+    ranks holding other prompts call generate() a different number of times (as multi-turn episodes do)."""
+    prompt_ids, completion_ids, logprobs = [], [], []
+    for p in prompts:
+        ids = tokenizer(p)["input_ids"]
+        for _ in range(p.count("extra")):  # thrown away: only there to make this rank generate more often
+            client.generate([ids], n=1, temperature=temperature, top_k=top_k, max_tokens=3)
+        out = client.generate([ids], n=n, temperature=temperature, top_k=top_k, max_tokens=max_completion_length)
+        prompt_ids.append(ids)
+        completion_ids += out.completion_ids
+        logprobs += out.logprobs
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+'''
+
+
+def test_in_process_generation_under_two_processes(tmp_path, model):
+    """Issue 18.1: ``torchrun --nproc-per-node 2 -m grpo_rollout train`` with ``vllm.mode: off`` crashed at the first
+    log-prob pass ("FSDP requires running forward through the root module first"). Now both ranks generate from the
+    whole current weights (sampler and trainer log-probs agree), even when one rank calls generate() more often."""
+    config = _project(tmp_path, model, "inproc", prompts=("Name a colour {i}.", "Name a colour {i} extra extra."),
+                      max_steps=2, prompts_per_step=4, save_rollouts="every")
+    cfg = yaml.safe_load(config.read_text())
+    (config.parent / "task.py").write_text(TASK + UNEVEN)
+    cfg["rollout"]["function"] = "task.py:uneven_rollout"
+    cfg["data"]["shuffle"] = False  # rank 0 gets rows 0-1 (one "extra" row), rank 1 rows 2-3 of each step
+    cfg["sampling"].update(temperature=1.0, top_k=20)
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    proc = _torchrun(["-m", "grpo_rollout", "train", str(config)], cwd=config.parent, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = _metrics(config)
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:  # sampled from exactly the weights the trainer scores with (the step's, gathered whole)
+        assert row["sampler/logprob_abs_diff"] < 1e-4, row
+    records = [json.loads(line) for line in
+               (config.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]
+    assert len(records) == 16  # both ranks' 2 prompts × 4 completions
+    assert (config.parent / "out" / "checkpoint-2" / "model.safetensors").is_file()

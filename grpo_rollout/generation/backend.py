@@ -107,8 +107,7 @@ def connect(urls: Sequence[str], config: Any, tokenizer: Any, max_prompt: Option
 
 def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, output_dir: Path,
                  say: Callable[[str], None] = print,
-                 status: Callable[[str], ContextManager] = lambda text: nullcontext(),
-                 gather: Optional[Callable[[], ContextManager]] = None) -> GenerationClient:
+                 status: Callable[[str], ContextManager] = lambda text: nullcontext()) -> GenerationClient:
     """The generation client for ``config.vllm.mode``. The servers hold the weights they loaded from
     ``model_path``; the trainer syncs its own weights before the first step.
 
@@ -116,7 +115,6 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         model, tokenizer: the trainer's (``model``: the causal LM). model_path: the folder/hub id the model was loaded
             from (what spawned servers load first). output_dir: the run folder (server logs go there).
         say: prints a status line. status: a context manager showing a spinner while waiting.
-        gather: for ``off`` with a sharded model: held around each generation (see :class:`TransformersClient`).
 
     Raises:
         BackendError: an attached server is unusable; ServerStartError: a spawned server did not start.
@@ -126,7 +124,7 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
     if v.mode == "off":
         from .transformers_client import TransformersClient
 
-        return TransformersClient(model, tokenizer, max_prompt, gather=gather)
+        return TransformersClient(model, tokenizer, max_prompt)
     vocab = model.get_input_embeddings().num_embeddings
     if v.mode == "attach":
         urls = attach_urls(config)

@@ -6,8 +6,7 @@ The client samples from the very model object the trainer updates, so no weight 
 from __future__ import annotations
 
 import threading
-from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, Hashable, List, Optional, Sequence
+from typing import Any, Hashable, List, Optional, Sequence
 
 import torch
 
@@ -23,8 +22,10 @@ class TransformersClient(GenerationClient):
         tokenizer: its tokenizer.
         max_prompt_length: prompts are cut from the left to this many tokens (``None``: never).
         batch_size: at most this many sequences (prompts × n) per ``generate`` call, to bound memory.
-        gather: a context manager factory held around each ``generate`` (the trainer passes one that un-shards the
-            FSDP root unit, so ``model.generate`` sees whole weights).
+
+    With several training processes the trainer holds the sharded model's weights whole around each rollout
+    (:func:`~grpo_rollout.trainer.policy.whole_weights`), so ``generate`` runs with no collective and each rank may
+    call it as often as its own rollout needs.
 
     Calls from several threads (e.g. :meth:`agenerate` from concurrent multi-turn samples) run one at a time: they
     share one model, its train/eval mode and torch's global RNG.
@@ -33,9 +34,8 @@ class TransformersClient(GenerationClient):
     shares_weights = True
 
     def __init__(self, model: Any, tokenizer: Any, max_prompt_length: Optional[int] = None, batch_size: int = 256,
-                 gather: Optional[Callable[[], ContextManager]] = None):
+                 ):
         self.model = model
-        self._gather = gather or nullcontext  # FSDP: hold the sharded root's weights whole while generating
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         self.batch_size = batch_size
@@ -53,7 +53,7 @@ class TransformersClient(GenerationClient):
         if temperature <= 0:
             raise ValueError("temperature must be > 0 for sampling")
         prompts = self.cut_prompts(prompt_ids, truncate)
-        with self._lock, self._gather():
+        with self._lock:
             return self._generate_locked(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
                                          max_tokens, seed, stop)
 
@@ -89,7 +89,7 @@ class TransformersClient(GenerationClient):
         kwargs = dict(do_sample=True, num_return_sequences=n, temperature=temperature, top_p=top_p,
                       top_k=top_k if top_k and top_k > 0 else None, min_p=min_p or None,
                       repetition_penalty=repetition_penalty, max_new_tokens=max_tokens, output_scores=True,
-                      return_dict_in_generate=True, pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids))
+                      return_dict_in_generate=True, synced_gpus=False, pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids))
         if stop:
             kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
         out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)

@@ -21,6 +21,7 @@ import copy
 import math
 import random
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -46,7 +47,8 @@ from .importance import importance_weights
 from .logprobs import CompletionLogprobs, completion_logprobs, packing_isolates
 from .losses import BatchTotals, aggregate, per_token_loss
 from .metrics import MetricsLogger
-from .policy import decoder_layers, full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
+from .policy import (decoder_layers, full_state_dict, initialise_sharding, load_optimizer_state, optimizer_state,
+                     shard, whole_weights)
 from .progress import RichReporter, pick_samples
 from .prompt_order import PromptSampler
 from .rollout_stats import extras_means, tool_metrics, truncated_flags
@@ -209,6 +211,7 @@ class _Run:
             self.reporter.message(f"training.padding_free: {m.name_or_path} lets sequences packed into one row see "
                                   "each other (its attention ignores position_ids); padding each sequence instead")
         self.policy = shard(CompletionLogprobs(lm), dist)
+        initialise_sharding(self.policy, self.tokenizer.pad_token_id or 0)
         if t.compile:  # each decoder layer on its own (the pattern FSDP2 expects); state-dict names do not change
             for layer in decoder_layers(lm):
                 layer.compile(dynamic=True)
@@ -258,8 +261,7 @@ class _Run:
         lm, dist, cfg = self.policy.lm, self.dist, self.cfg
         if cfg.vllm.mode == "off" or dist.is_main:
             client = open_backend(cfg, lm, self.tokenizer, self.model_path, self.output_dir,
-                                  say=self.reporter.message, status=self.reporter.status,
-                                  gather=lambda: unsharded(self.policy))
+                                  say=self.reporter.message, status=self.reporter.status)
         else:
             client = None
         urls = None
@@ -340,11 +342,13 @@ class _Run:
         t1 = t0
         refill: Dict[str, float] = {}
         try:
-            out, mine, t1 = self.rollout(step)
-            t1 = max(t1, t0)  # a rollout finished in the background counts as no wait
-            if cfg.training.dynamic_sampling.enabled:
-                out, mine, refill = self.keep_groups_with_signal(step, out, mine)
-                t1 = time.perf_counter()
+            # in-process generation from a sharded policy: weights held whole, so no rank waits on another's rollout
+            with whole_weights(self.policy) if self.client.shares_weights else nullcontext():
+                out, mine, t1 = self.rollout(step)
+                t1 = max(t1, t0)  # a rollout finished in the background counts as no wait
+                if cfg.training.dynamic_sampling.enabled:
+                    out, mine, refill = self.keep_groups_with_signal(step, out, mine)
+                    t1 = time.perf_counter()
         except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
             error = exc
         dist.agree(error)

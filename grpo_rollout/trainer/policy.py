@@ -49,20 +49,47 @@ def shard(policy: CompletionLogprobs, dist: Dist) -> CompletionLogprobs:
     return policy
 
 
+def initialise_sharding(policy: CompletionLogprobs, pad_id: int) -> None:
+    """Run one forward pass of one token through the root unit (a collective: every rank calls it), so FSDP2's lazy
+    initialisation sees the root first. Without it, a first ``generate`` that calls the decoder layers directly (the
+    in-process generation of ``vllm.mode: off``) makes a layer its own root, and the next log-prob pass fails with
+    "FSDP requires running forward through the root module first". A no-op for an unsharded module."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from .logprobs import pack
+
+    if isinstance(policy, FSDPModule):
+        with torch.no_grad():
+            policy(pack([[pad_id]], [[pad_id]], pad_id))
+        policy.reshard()  # the root keeps its weights gathered after a forward: the optimizer must see the shards
+
+
 @contextmanager
-def unsharded(policy: torch.nn.Module) -> Iterator[None]:
-    """Hold the root unit's parameters gathered, so the LM's own ``forward``/``generate`` (which bypasses the
-    wrapper) can run under ``torch.no_grad``; the layers gather themselves. A no-op for an unsharded module."""
+def whole_weights(policy: torch.nn.Module) -> Iterator[None]:
+    """Hold every FSDP unit's parameters gathered (one all-gather per unit on entry, a collective: every rank enters
+    at the same point of the step) and keep them gathered after each forward, so the LM's own ``forward``/``generate``
+    (which bypasses the root's forward) runs with no collective at all: ranks may then call it a different number of
+    times (their own prompts, multi-turn episodes, refill rounds). Costs one full copy of the weights per rank while
+    held, as a vLLM server would. A no-op for an unsharded module.
+    """
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(policy, FSDPModule):
         yield
         return
-    policy.unshard()
+    units = [m for m in policy.modules() if isinstance(m, FSDPModule)]
+    layers = [m for m in units if m is not policy]
+    for layer in layers:
+        layer.set_reshard_after_forward(False, recurse=False)
+    for unit in units:
+        unit.unshard()
     try:
         yield
     finally:
-        policy.reshard()
+        for unit in units:
+            unit.reshard()
+        for layer in layers:
+            layer.set_reshard_after_forward(True, recurse=False)
 
 
 def full_state_dict(policy: CompletionLogprobs, dist: Dist) -> Optional[Dict[str, torch.Tensor]]:
