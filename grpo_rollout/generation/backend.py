@@ -124,7 +124,7 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
     if v.mode == "off":
         from .transformers_client import TransformersClient
 
-        return TransformersClient(model, tokenizer, max_prompt)
+        return TransformersClient(model, tokenizer, max_prompt, compute_dtype=config.model.dtype)
     vocab = model.get_input_embeddings().num_embeddings
     if v.mode == "attach":
         urls = attach_urls(config)

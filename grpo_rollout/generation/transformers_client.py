@@ -6,6 +6,7 @@ The client samples from the very model object the trainer updates, so no weight 
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from typing import Any, Hashable, List, Optional, Sequence
 
 import torch
@@ -21,6 +22,8 @@ class TransformersClient(GenerationClient):
         model: a ``transformers`` causal LM (shared with the trainer).
         tokenizer: its tokenizer.
         max_prompt_length: prompts are cut from the left to this many tokens (``None``: never).
+        compute_dtype: ``model.dtype``; a float32 model (the trainer's master weights) then samples under
+            ``torch.autocast`` in it, as the trainer computes its log-probs.
         batch_size: at most this many sequences (prompts × n) per ``generate`` call, to bound memory.
 
     With several training processes the trainer holds the sharded model's weights whole around each rollout
@@ -34,8 +37,9 @@ class TransformersClient(GenerationClient):
     shares_weights = True
 
     def __init__(self, model: Any, tokenizer: Any, max_prompt_length: Optional[int] = None, batch_size: int = 256,
-                 ):
+                 compute_dtype: str = "float32"):
         self.model = model
+        self.compute_dtype = getattr(torch, compute_dtype)  # model.dtype: float32 master weights run under autocast
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
         self.batch_size = batch_size
@@ -61,6 +65,15 @@ class TransformersClient(GenerationClient):
                          stop) -> GenerationResult:
         if seed is not None:
             torch.manual_seed(seed)
+        device = next(self.model.parameters()).device
+        autocast = (torch.autocast(device_type=device.type, dtype=self.compute_dtype)
+                    if self.compute_dtype != torch.float32 else nullcontext())
+        with autocast:
+            return self._generate_batches(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
+                                          max_tokens, stop)
+
+    def _generate_batches(self, prompts, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens,
+                          stop) -> GenerationResult:
         per_call = max(1, self.batch_size // n)
         completions: List[List[int]] = []
         logprobs: List[List[float]] = []

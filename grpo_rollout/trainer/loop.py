@@ -50,6 +50,7 @@ from .metrics import MetricsLogger
 from .policy import (decoder_layers, full_state_dict, initialise_sharding, load_optimizer_state, optimizer_state,
                      shard, whole_weights)
 from .progress import RichReporter, pick_samples
+from .precision import MASTER_DTYPE, Precision
 from .prompt_order import PromptSampler
 from .rollout_stats import extras_means, tool_metrics, truncated_flags
 from .rollout_log import save_now, token_record, write_rollouts
@@ -173,12 +174,14 @@ class _Run:
         m, t, dist = self.cfg.model, self.cfg.training, self.dist
         say = self.reporter.message
         say(f"Loading {m.name_or_path}" + (f" on {dist.world_size} processes" if dist.world_size > 1 else ""))
-        lm, self.tokenizer, self.model_path = load_model_and_tokenizer(
-            m.name_or_path, m.dtype, m.revision, m.trust_remote_code, progress=say)
         lora = m.lora.r > 0
+        self.precision = Precision.from_config(m.dtype, dist.device)  # float32 master weights, model.dtype compute
+        lm, self.tokenizer, self.model_path = load_model_and_tokenizer(
+            m.name_or_path, self.precision.load_dtype(lora), m.revision, m.trust_remote_code, progress=say)
+        mp_policy = self.precision.fsdp_policy()
         if t.beta > 0 and not lora:  # the reference is the model before any update, also when resuming
             ref_lm = copy.deepcopy(lm).to(dist.device).eval().requires_grad_(False)
-            self.ref = shard(CompletionLogprobs(ref_lm), dist)
+            self.ref = shard(CompletionLogprobs(ref_lm), dist, mp_policy)
         # LoRA: the reference is the same model with its adapters switched off (reference_logprobs), no copy
         state = None
         if resume:
@@ -192,7 +195,7 @@ class _Run:
             if lora:  # the frozen base from model.name_or_path, the trained adapters from the checkpoint
                 lm = load_adapter(lm, ckpt)
             else:
-                lm, _, _ = load_model_and_tokenizer(str(ckpt), m.dtype, trust_remote_code=m.trust_remote_code)
+                lm, _, _ = load_model_and_tokenizer(str(ckpt), MASTER_DTYPE, trust_remote_code=m.trust_remote_code)
             state = load_trainer_state(ckpt) if dist.is_main else None
         elif lora:
             lm = apply_lora(lm, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.target_modules)
@@ -210,7 +213,7 @@ class _Run:
         if t.padding_free and not self.padding_free:
             self.reporter.message(f"training.padding_free: {m.name_or_path} lets sequences packed into one row see "
                                   "each other (its attention ignores position_ids); padding each sequence instead")
-        self.policy = shard(CompletionLogprobs(lm), dist)
+        self.policy = shard(CompletionLogprobs(lm), dist, mp_policy)
         initialise_sharding(self.policy, self.tokenizer.pad_token_id or 0)
         if t.compile:  # each decoder layer on its own (the pattern FSDP2 expects); state-dict names do not change
             for layer in decoder_layers(lm):
@@ -495,7 +498,8 @@ class _Run:
         """``(B, C)`` log-probs of a micro-batch's completion tokens under ``model`` (sampler's temperature and
         filtering)."""
         s, t = self.cfg.sampling, self.cfg.training
-        return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter)
+        with self.precision.autocast():
+            return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter)
 
     def reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
         """``(B, C)`` log-probs under the reference model (for the KL term): the frozen copy, or, for a LoRA policy,
@@ -628,7 +632,7 @@ class _Run:
             except ServerError as exc:
                 error = exc
         else:
-            weights = full_state_dict(self.policy, self.dist)
+            weights = self.precision.for_server(full_state_dict(self.policy, self.dist))  # in the servers' dtype
             if self.dist.is_main:
                 try:
                     self.client.update_weights(weights)

@@ -37,15 +37,18 @@ def decoder_layers(lm: torch.nn.Module) -> list:
     raise TypeError(f"{type(lm).__name__}: cannot find its decoder layers (layers/h/blocks) to shard")
 
 
-def shard(policy: CompletionLogprobs, dist: Dist) -> CompletionLogprobs:
-    """FSDP2-shard ``policy`` in place over the process group (nothing for one process); returns it."""
+def shard(policy: CompletionLogprobs, dist: Dist, mp_policy: Optional[object] = None) -> CompletionLogprobs:
+    """FSDP2-shard ``policy`` in place over the process group (nothing for one process); returns it.
+
+    ``mp_policy``: FSDP2's ``MixedPrecisionPolicy`` (see :meth:`.precision.Precision.fsdp_policy`), or ``None``."""
     if dist.world_size == 1:
         return policy
     from torch.distributed.fsdp import fully_shard
 
+    kwargs = {"mp_policy": mp_policy} if mp_policy is not None else {}
     for layer in decoder_layers(policy.lm):
-        fully_shard(layer)
-    fully_shard(policy)
+        fully_shard(layer, **kwargs)
+    fully_shard(policy, **kwargs)
     return policy
 
 
