@@ -80,15 +80,54 @@ def test_max_rounds_reached_still_trains_and_says_so(tmp_path, tiny_model):
         assert f"{odd} of 4 groups" in text
 
 
-def test_no_group_with_signal_trains_on_the_first_round(tmp_path, tiny_model):
+def test_a_step_without_signal_makes_no_update(tmp_path, tiny_model):
+    """Issue 18.6b: every group uniform after every round used to still move every weight through AdamW's momentum
+    (grad norm 0.0, weights changed by up to 6.7e-4 at lr 1e-3) and report groups_trained 4. Now the optimizer and
+    the schedule do not step, the counts say nothing was trained, and the console says so."""
+    import torch
+    from safetensors.torch import load_file
+
     console, reporter = _recording()
     cfg = tiny_config(tmp_path, tiny_model, rewards_source=HALF_CONSTANT, reward="constant",
-                      training={"max_steps": 1, "dynamic_sampling": {"enabled": True, "max_rounds": 2}})
+                      training={"max_steps": 2, "learning_rate": 1e-3, "warmup_steps": 0, "lr_scheduler": "linear",
+                                "dynamic_sampling": {"enabled": True, "max_rounds": 2}})
     result = train(cfg, base_dir=tmp_path, reporter=reporter)
-    [metrics] = result.history
-    assert metrics["dynamic_sampling/rounds"] == 2 and metrics["dynamic_sampling/groups_dropped"] == 8
-    assert metrics["dynamic_sampling/groups_trained"] == 4 and metrics["frac_reward_zero_std"] == 1.0
-    assert "no group with reward variance; training on the first round's 4 groups" in console.export_text()
+    first, second = result.history
+    assert first["dynamic_sampling/rounds"] == 2 and first["dynamic_sampling/groups_dropped"] == 8
+    assert first["dynamic_sampling/groups_trained"] == 0 and first["frac_reward_zero_std"] == 1.0
+    assert first["no_signal_skipped"] == 1 and first["grad_norm"] == 0.0
+    assert first["learning_rate"] == second["learning_rate"] == 1e-3  # the schedule did not move either
+    before, after = load_file(tiny_model / "model.safetensors"), load_file(result.checkpoint / "model.safetensors")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    text = console.export_text()
+    assert "no group with reward variance, so no update" in text
+    assert "Step 1: every group's rewards were equal (all advantages 0, beta 0): no update this step" in text
+
+
+def test_refills_never_repeat_a_prompt_of_the_same_step(tmp_path, tiny_model):
+    """Issue 18.6a: with 6 prompts of which 1-2 had reward variance, refills drew prompts already kept (step 1 trained
+    prompts [2, 1, 2, 1]) while reporting filled 1.0. Here 8 prompts (2 steps an epoch, so a step's own draw has no
+    repeat), 4 with variance: each trained prompt is distinct, and filled says whether all 4 were found."""
+    cfg = tiny_config(tmp_path, tiny_model, rewards_source=HALF_CONSTANT, reward="half_constant", rows=8,
+                      training={"max_steps": 3, "save_rollouts": "every",
+                                "dynamic_sampling": {"enabled": True, "max_rounds": 6}})
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    for step, metrics in enumerate(result.history, start=1):
+        prompts = [g[0]["prompt"] for g in _groups(tmp_path / "out", step)]
+        assert len(prompts) == len(set(prompts)) == metrics["dynamic_sampling/groups_trained"], prompts
+        assert {int(p.split()[-1].rstrip(".")) for p in prompts} <= {1, 3, 5, 7}  # only the prompts with signal
+        assert metrics["dynamic_sampling/filled"] == float(len(prompts) == 4)
+
+
+def test_refill_indices_skip_what_the_step_drew():
+    from grpo_rollout.trainer.dynamic_sampling import refill_indices
+
+    first = refill_indices(step=2, round_=1, num_rows=6, prompts_per_step=4, seed=0, drawn=[0, 1, 2, 3])
+    assert sorted(first) == [4, 5]  # only two rows left unused
+    assert refill_indices(2, 2, 6, 4, 0, drawn=[0, 1, 2, 3, 4, 5]) == []
+    many = refill_indices(0, 1, 100, 4, 0, drawn=[])
+    assert len(set(many)) == 4 and many == refill_indices(0, 1, 100, 4, 0, drawn=[])  # deterministic
+    assert refill_indices(0, 2, 100, 4, 0, drawn=[]) != many  # another order per round
 
 
 def test_steps_for_epochs():

@@ -43,6 +43,7 @@ from .advantages import group_advantages, zero_std_fraction
 from .checkpoint import (checkpoint_step, find_checkpoint, load_trainer_state, restore_rng, rng_state,
                          save_checkpoint)
 from .distributed import Dist, RankError
+from .dynamic_sampling import refill_indices
 from .importance import importance_weights
 from .logprobs import CompletionLogprobs, completion_logprobs, packing_isolates
 from .losses import BatchTotals, aggregate, per_token_loss
@@ -363,11 +364,16 @@ class _Run:
         offset = dist.rank * len(out)
         t2 = time.perf_counter()
         keep = save_now(cfg.training.save_rollouts, step + 1, step + 1 == cfg.training.max_steps)
-        train_stats, tokens = self.update(out, advantages[offset:offset + len(out)], mine.truncated, keep)
+        signal = cfg.training.beta > 0 or bool(advantages.abs().max() > 0)  # the same on every rank
+        train_stats, tokens = self.update(out, advantages[offset:offset + len(out)], mine.truncated, keep, signal)
         self.applied = step + 1  # the weights now include this step, whatever happens next
         self.guard_nonfinite(step, train_stats["nonfinite_skipped"])
+        if not signal:
+            self.reporter.message(f"Step {step + 1}: every group's rewards were equal (all advantages 0, beta 0): no "
+                                  "update this step; the weights, AdamW's moments and the learning-rate schedule are "
+                                  "unchanged")
         t3 = time.perf_counter()
-        if not self.client.shares_weights:
+        if not self.client.shares_weights and signal:
             self.sync_weights()
         t4 = time.perf_counter()
         whole = StepShard.merge(dist.gather(mine))
@@ -377,13 +383,13 @@ class _Run:
         return {**metrics, **refill}, samples
 
     # -- dynamic sampling (DAPO) ---------------------------------------------------------------------------------
-    def extra_rows(self, step: int, round_: int) -> List[Dict[str, Any]]:
-        """This rank's share of the prompts for rollout call ``round_`` (1, 2, ...) of step ``step``: the prompts
-        step ``step`` takes in another shuffled order of the dataset (seeded by the round), so a resumed run draws
-        the same ones."""
+    def extra_rows(self, step: int, round_: int, drawn: List[int]) -> List[Dict[str, Any]]:
+        """This rank's share of the prompts for refill round ``round_`` (1, 2, ...) of step ``step``: rows the step
+        has not drawn yet (``drawn``, the whole step's, grows with each round), in an order seeded by the round
+        (:func:`~.dynamic_sampling.refill_indices`), so a resumed run draws the same ones."""
         t, dist = self.cfg.training, self.dist
-        order = PromptSampler(len(self.dataset), t.prompts_per_step, t.seed + 1_000_003 * round_, shuffle=True)
-        indices = order.indices(step)
+        indices = refill_indices(step, round_, len(self.dataset), t.prompts_per_step, t.seed, drawn)
+        drawn += indices
         share = len(indices) // dist.world_size
         return [self.dataset[i] for i in indices[dist.rank * share:(dist.rank + 1) * share]]
 
@@ -400,6 +406,7 @@ class _Run:
         kept_shards: List[StepShard] = []
         have = dropped = 0
         rounds = 1
+        drawn = list(self.prompt_order.indices(step))  # the whole step's rows so far: never drawn twice
         while True:
             rewards = torch.tensor(mine.rewards, dtype=torch.float32).view(-1, g)
             signal = [i for i in range(rewards.shape[0]) if rewards[i].max() > rewards[i].min()]
@@ -410,7 +417,10 @@ class _Run:
             have += len(signal)
             if have >= target or rounds >= max_rounds:
                 break
-            out, mine, _ = self.generate_and_score(step, self.extra_rows(step, rounds))
+            rows = self.extra_rows(step, rounds, drawn)
+            if not rows:  # every row of the dataset was drawn in this step already
+                break
+            out, mine, _ = self.generate_and_score(step, rows)
             rounds += 1
         self._first_round = first  # the fallback when no rank found any group with signal
         return (RolloutOutput.concat(kept_out), StepShard.merge(kept_shards),
@@ -430,16 +440,16 @@ class _Run:
                                                                       "dynamic_sampling/groups_wanted")])
         [max_rounds_used] = dist.max([counts["dynamic_sampling/rounds"]])
         fewest = int(fewest)
-        if fewest == 0:
+        if fewest == 0:  # logged as sampled; the update is skipped (no advantage anywhere)
             out, mine = self._first_round
-            trained = int(wanted)
+            trained = 0
         else:
             out, mine = out.select_groups(range(fewest)), mine.select(range(fewest * g))
             trained = fewest * dist.world_size
         limit = self.cfg.training.dynamic_sampling.max_rounds
         if trained < wanted or fewest == 0:
             what = (f"{trained} of {int(wanted)} groups" if fewest else
-                    f"no group with reward variance; training on the first round's {trained} groups (advantages 0)")
+                    "no group with reward variance, so no update (the first round's groups are logged)")
             self.reporter.message(f"Step {step + 1}: dynamic sampling reached training.dynamic_sampling.max_rounds "
                                   f"= {limit} rollout calls with {int(kept)} group(s) with reward variance: "
                                   f"{what}")
@@ -481,7 +491,6 @@ class _Run:
             "completions/max_length": max(lengths),
             "completions/min_length": min(lengths),
             "completions/truncated_fraction": sum(whole.truncated) / n,
-            "learning_rate": self.scheduler.get_last_lr()[0],
             "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
@@ -510,11 +519,13 @@ class _Run:
             return self.logprobs(self.policy, mb)
 
     def update(self, out: RolloutOutput, advantages: torch.Tensor, truncated: List[bool],
-               keep_tokens: bool = False) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
+               keep_tokens: bool = False, signal: bool = True) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
         """``num_iterations`` optimizer updates on this rank's share of the step; the loss of every ``loss_type`` is
         normalised by the whole step's totals, so N processes make the update one process would make on the same
         batch. Returns loss/KL/clip/importance-weight/grad statistics of the whole step and, with ``keep_tokens``,
-        each of this rank's sequences' token values (:func:`~.rollout_log.token_record`) from the first iteration."""
+        each of this rank's sequences' token values (:func:`~.rollout_log.token_record`) from the first iteration.
+        ``signal`` false (the whole step's advantages are all 0 and there is no KL term): everything is measured,
+        but neither the optimizer nor the learning-rate schedule steps."""
         t, s, dist = self.cfg.training, self.cfg.sampling, self.dist
         masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
                  for m, tr in zip(out.completion_mask, truncated)]
@@ -557,9 +568,15 @@ class _Run:
                 [lp_diff] = dist.sum([stats.lp_diff])
                 if math.isfinite(lp_diff):  # non-finite: the trainer's own log-probs; the update is skipped below
                     self.check_sampler_mismatch(lp_diff / max(totals.num_tokens, 1))
-            [stats.loss] = dist.sum([loss_sum])
-            stats.grad_norm = self.clip_gradients()
-            if math.isfinite(stats.loss) and math.isfinite(stats.grad_norm):
+            [loss_sum] = dist.sum([loss_sum])
+            grad_norm = self.clip_gradients()
+            stats.losses.append(loss_sum)
+            stats.grad_norms.append(grad_norm)
+            if iteration == 0:
+                stats.learning_rate = self.optimizer.param_groups[0]["lr"]  # before the schedule moves on
+            if not signal:  # AdamW would still move every weight through its momentum (and weight decay)
+                stats.no_signal = True
+            elif math.isfinite(loss_sum) and math.isfinite(grad_norm):
                 self.optimizer.step()
                 self.scheduler.step()
             else:  # a NaN/inf loss or gradient would poison the weights and the optimizer's moments: skip

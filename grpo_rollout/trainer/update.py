@@ -8,7 +8,7 @@ the sampler/trainer mismatch over every micro-batch and iteration, reduces them 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -84,9 +84,11 @@ class UpdateStats:
     is_sum: float = 0.0
     is_min: float = math.inf
     is_max: float = -math.inf
-    loss: float = 0.0
-    grad_norm: float = float("nan")
+    losses: List[float] = field(default_factory=list)  # per iteration, over the whole step
+    grad_norms: List[float] = field(default_factory=list)  # per iteration, before clipping
     skipped: int = 0
+    learning_rate: float = float("nan")  # what the step's (first) optimizer update used
+    no_signal: bool = False  # every advantage 0 and no KL term: no optimizer update at all
 
     def add(self, result: Dict[str, torch.Tensor], mb: MicroBatch, old: torch.Tensor, first_iteration: bool) -> None:
         """Add one micro-batch's :func:`~.losses.per_token_loss` result. Indexing by the mask (not multiplying):
@@ -110,20 +112,30 @@ class UpdateStats:
         kl, low, high, lp, is_sum = dist.sum([self.kl, self.clip_low, self.clip_high, self.lp_diff, self.is_sum])
         ratio_max, is_max = dist.max([self.ratio_max, self.is_max])
         [is_min] = dist.min([self.is_min])
-        return UpdateStats(kl, low, high, ratio_max, lp, is_sum, is_min, is_max, self.loss, self.grad_norm,
-                           self.skipped)
+        return UpdateStats(kl, low, high, ratio_max, lp, is_sum, is_min, is_max, self.losses, self.grad_norms,
+                           self.skipped, self.learning_rate, self.no_signal)
 
     def metrics(self, num_tokens: int, num_iterations: int, sampler: bool) -> Dict[str, float]:
-        """Per-token means under the logged names (``kl``, ``clip_ratio/*``, ``ratio/max``, ``sampler/*``, ...)."""
+        """Per-token means under the logged names (``kl``, ``clip_ratio/*``, ``ratio/max``, ``sampler/*``, ...).
+        ``loss`` and ``grad_norm`` are means over the ``num_iterations`` updates, each of which is also logged as
+        ``loss/iteration_<k>`` and ``grad_norm/iteration_<k>`` (k from 1) when there are several."""
         tokens = max(num_tokens, 1)
         measured = tokens * num_iterations
-        out = {"loss": self.loss, "grad_norm": self.grad_norm, "kl": self.kl / measured,
+        out = {"loss": _mean(self.losses), "grad_norm": _mean(self.grad_norms), "kl": self.kl / measured,
                "clip_ratio/low": self.clip_low / measured, "clip_ratio/high": self.clip_high / measured,
                "clip_ratio/region": (self.clip_low + self.clip_high) / measured,
-               "ratio/max": self.ratio_max, "num_tokens": num_tokens, "nonfinite_skipped": self.skipped}
+               "ratio/max": self.ratio_max, "num_tokens": num_tokens, "nonfinite_skipped": self.skipped,
+               "no_signal_skipped": int(self.no_signal), "learning_rate": self.learning_rate}
+        if len(self.losses) > 1:
+            for k, (loss, norm) in enumerate(zip(self.losses, self.grad_norms), start=1):
+                out[f"loss/iteration_{k}"], out[f"grad_norm/iteration_{k}"] = loss, norm
         if sampler:
             out["sampler/logprob_abs_diff"] = self.lp_diff / tokens
             out["sampler/is_weight_mean"] = self.is_sum / tokens
             out["sampler/is_weight_min"] = self.is_min if math.isfinite(self.is_min) else float("nan")
             out["sampler/is_weight_max"] = self.is_max if math.isfinite(self.is_max) else float("nan")
         return out
+
+
+def _mean(values: List[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
