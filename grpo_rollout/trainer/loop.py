@@ -252,6 +252,9 @@ class _Run:
             self.reporter.message("The checkpoint has no optimizer state (training.save_only_model): AdamW's moments "
                                   "restart")
         self.scheduler.load_state_dict(small["scheduler"])
+        self.continue_schedule(int(small["step"]))
+        if small.get("data_position") is not None:  # the next prompt after the saved run's last one
+            self.prompt_order.continue_from(int(small["step"]), small["data_position"])
         rngs = small.get("rng_by_rank") or [small["rng"]]
         if len(rngs) == dist.world_size:
             restore_rng(rngs[dist.rank])
@@ -259,6 +262,21 @@ class _Run:
             self.reporter.message(f"The checkpoint was saved by {len(rngs)} process(es), this run has "
                                   f"{dist.world_size}: random states are re-seeded, the rest carries over")
         return int(small["step"])
+
+    def continue_schedule(self, step: int) -> None:
+        """Set the learning rate of the first resumed update from this run's schedule (``training.learning_rate``,
+        ``max_steps``, warm-up, all possibly changed since the save) at ``step``: the optimizer state restored the
+        saved run's last rate (0.0 at the end of a decaying schedule), which would otherwise train the first resumed
+        step."""
+        saved = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.base_lrs = [self.cfg.training.learning_rate] * len(self.optimizer.param_groups)
+        self.scheduler.last_epoch -= 1
+        self.scheduler.step()  # recomputes every group's rate at the restored position
+        now = self.optimizer.param_groups[0]["lr"]
+        if not math.isclose(now, saved, rel_tol=1e-6, abs_tol=1e-12):
+            self.reporter.message(f"Learning rate at step {step + 1}: {now:.3g} on this run's schedule "
+                                  f"(training.max_steps {self.cfg.training.max_steps}; the checkpoint's had reached "
+                                  f"{saved:.3g})")
 
     def open_client(self) -> None:
         """Rank 0 opens the configured backend (spawning servers); the others connect to the same servers."""

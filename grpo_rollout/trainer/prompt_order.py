@@ -10,7 +10,9 @@ class PromptSampler:
     """Walks the dataset epoch by epoch, ``prompts_per_step`` rows per step.
 
     Each epoch is a permutation of ``range(num_rows)`` seeded with ``seed + epoch`` (or the identity when
-    ``shuffle`` is false); step ``s`` takes positions ``s·P … s·P + P - 1`` of the concatenated epochs.
+    ``shuffle`` is false); step ``s`` takes positions ``s·P … s·P + P - 1`` of the concatenated epochs. After
+    :meth:`continue_from` (a resume), step ``s`` takes the ``P`` positions after the saved one instead, so a run
+    resumed with another ``P`` neither repeats nor skips prompts.
 
     Args:
         num_rows: dataset size (> 0). prompts_per_step: ``P``. seed: base seed. shuffle: permute each epoch.
@@ -21,6 +23,16 @@ class PromptSampler:
             raise ValueError("num_rows and prompts_per_step must be positive")
         self.num_rows, self.per_step, self.seed, self.shuffle = num_rows, prompts_per_step, seed, shuffle
         self._epochs: dict[int, List[int]] = {}
+        self._origin_step, self._origin_position = 0, 0
+
+    def continue_from(self, step: int, position: dict) -> None:
+        """Make step ``step`` start at ``position`` (from :meth:`position` of the run that saved it, under any
+        ``prompts_per_step``)."""
+        self._origin_step = step
+        self._origin_position = int(position["epoch"]) * self.num_rows + int(position["offset"])
+
+    def _start(self, step: int) -> int:
+        return self._origin_position + (step - self._origin_step) * self.per_step
 
     def _epoch(self, epoch: int) -> List[int]:
         if epoch not in self._epochs:
@@ -32,10 +44,10 @@ class PromptSampler:
 
     def indices(self, step: int) -> List[int]:
         """Row indices of step ``step`` (0-based)."""
-        start = step * self.per_step
+        start = self._start(step)
         return [self._epoch(pos // self.num_rows)[pos % self.num_rows] for pos in range(start, start + self.per_step)]
 
     def position(self, step: int) -> dict:
         """Where the data stands before step ``step``: epoch and row offset (stored in checkpoints)."""
-        pos = step * self.per_step
+        pos = self._start(step)
         return {"epoch": pos // self.num_rows, "offset": pos % self.num_rows}
