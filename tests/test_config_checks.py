@@ -56,7 +56,7 @@ RANGE_CASES = {
     "training.dynamic_sampling.max_rounds": ([0, -1], [1, 5]),
     "training.prompts_per_step": ([0], [1]),
     "training.micro_batch_size": ([0], [1]),
-    "training.learning_rate": ([0.0, -1e-6], [1e-6]),
+    "training.learning_rate": ([-1e-6, math.nan], [0.0, 1e-6]),  # 0: a diagnostic run (a warning, see below)
     "training.weight_decay": ([-0.01], [0.0, 0.1]),
     "training.warmup_steps": ([-1], [0, 5]),
     "training.max_grad_norm": ([-1.0], [0.0, 1.0]),
@@ -520,13 +520,14 @@ def test_importance_level_sequence_warnings():
 
     assert run(check_importance_level, Config()) == []  # token level: nothing to say
     # sequence with the defaults: epsilon 0.2 is the token-level range, and num_iterations 1 makes every ratio 1
-    eps, iters = run(check_importance_level, make(training__importance_level="sequence"))
+    eps, iters, _loss_type = run(check_importance_level, make(training__importance_level="sequence"))
     assert (eps.key, eps.value, eps.severity) == ("training.epsilon", 0.2, "warning")
     assert "3.0e-4" in eps.fix and "4.0e-4" in eps.fix and "2507.18071" in eps.fix
     assert (iters.key, iters.severity) == ("training.importance_level", "warning") and "exactly 1" in iters.message
     # the paper's clip range and several updates per batch: no warning
     assert run(check_importance_level, make(training__importance_level="sequence", training__epsilon=3e-4,
-                                            training__epsilon_high=4e-4, training__num_iterations=2)) == []
+                                            training__epsilon_high=4e-4, training__num_iterations=2,
+                                            training__loss_type="grpo")) == []
     # warnings only: a config with them still validates
     assert not any(p.is_error for p in run(check_importance_level, make(training__importance_level="sequence")))
 

@@ -7,7 +7,7 @@ import yaml
 
 from grpo_rollout.config import Config, ConfigError, check_config, config_from_dict, load_config, to_yaml
 from grpo_rollout.config.loading import suggest_key
-from grpo_rollout.config.schema import RewardConfig, SamplingConfig, TrainingConfig
+from grpo_rollout.config.schema import LoraConfig, RewardConfig, SamplingConfig, TrainingConfig
 
 
 def test_baseline_config_is_valid(project):
@@ -72,6 +72,19 @@ def test_unknown_key_without_any_close_match_lists_valid_keys(project, errs, sec
     assert p.key == f"{section}.{bad}"
     assert p.fix.startswith("valid keys here: ")  # not "did you mean `training`?" (its own section)
     assert "max_steps" in p.fix if section == "training" else "max_model_len" in p.fix
+
+
+def test_unknown_nested_key_is_not_matched_through_the_section_it_shares(project, errs):
+    """`model.lora.sync_mode` used to get `did you mean model.trust_remote_code?`: the shared `model.` made the two
+    dotted keys look close. Nothing is close to `sync_mode`, so the fix lists `model.lora`'s own keys."""
+    assert suggest_key("sync_mode", LoraConfig, "model.lora.") is None
+    cfg = project.baseline()
+    cfg["model"]["lora"] = {"sync_mode": "merged"}
+    [p] = errs(project.check(cfg))
+    assert (p.key, p.fix) == ("model.lora.sync_mode", "valid keys here: r, alpha, dropout, target_modules")
+    # a close key in the same section still wins, and an exact name from another section is still found
+    assert suggest_key("dropuot", LoraConfig, "model.lora.") == "model.lora.dropout"
+    assert suggest_key("trust_remote_code", LoraConfig, "model.lora.") == "model.trust_remote_code"
 
 
 def test_suggest_key_never_offers_the_section_itself():

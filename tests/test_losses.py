@@ -453,3 +453,23 @@ def test_sequence_level_errors():
         per_token_loss(logps, old_logps, adv, epsilon=EPS, importance_level="sequence")
     with pytest.raises(ValueError, match="token, sequence"):
         per_token_loss(logps, old_logps, adv, epsilon=EPS, importance_level="geometric", mask=mask)
+
+
+# --- GSPO with a token-summed loss (issue 18, item 7) ---------------------------------------------------------------
+
+def test_gspo_with_a_token_summed_loss_weights_sequences_by_length():
+    """The numbers validate-config's warning on `importance_level: sequence` + `loss_type: dapo` quotes: completions
+    of 2 and 20 tokens, ratio 1, advantages ±0.707. GSPO's objective (per-sequence mean, then the group's) is 0;
+    dapo's token sum gives the long completion ten times the short one's weight."""
+    lengths, adv = [2, 20], torch.tensor([0.707, -0.707], dtype=torch.float64)
+    mask = torch.tensor([[1.0] * n + [0.0] * (20 - n) for n in lengths], dtype=torch.float64)
+    logps = torch.full((2, 20), -1.3, dtype=torch.float64, requires_grad=True)
+    token = per_token_loss(logps, logps.detach().clone(), adv, epsilon=3e-4, epsilon_high=4e-4,
+                           importance_level="sequence", mask=mask)
+    assert torch.allclose(token["ratio"], torch.ones(2, 20, dtype=torch.float64))
+    totals = _totals(mask, max_completion_length=20)
+    losses = {lt: aggregate(token["loss"], mask, lt, totals).item() for lt in LOSS_TYPES}
+    assert losses["grpo"] == pytest.approx(0.0, abs=1e-12)
+    assert losses["dapo"] == pytest.approx(0.707 * 18 / 22) and round(losses["dapo"], 3) == 0.578
+    assert losses["bnpo"] == pytest.approx(losses["dapo"])  # one micro-batch
+    assert losses["dr_grpo"] == pytest.approx(0.707 * 18 / 40)

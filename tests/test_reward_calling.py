@@ -206,3 +206,33 @@ def test_unique_names_suffixes_duplicates():
 def test_reward_result_stats_keys():
     res = RewardResult(total=[1.0, 2.0], per_function={"a": [1.0, 2.0], "b": [float("nan"), 4.0]})
     assert res.stats() == {"rewards/a/mean": 1.5, "rewards/a/std": 0.5, "rewards/b/mean": 4.0, "rewards/b/std": 0.0}
+
+
+def test_rewards_are_computed_from_inside_a_running_event_loop():
+    """`train()` from a notebook calls compute_rewards while an event loop runs in the thread; `asyncio.run` used to
+    refuse there ("cannot be called from a running event loop") at the first reward."""
+    def length(completions, **kwargs):
+        return [float(len(c)) for c in completions]
+
+    async def is_long(completions, **kwargs):
+        await asyncio.sleep(0)
+        return [1.0 if len(c) > 2 else 0.0 for c in completions]
+
+    async def notebook_cell():
+        asyncio.get_running_loop()  # a loop is running here, as in Jupyter
+        return _run([RewardFunction("length", length), RewardFunction("is_long", is_long)])
+
+    res = asyncio.run(notebook_cell())
+    assert res.per_function == {"length": [1.0, 2.0, 3.0, 4.0], "is_long": [0.0, 0.0, 1.0, 1.0]}
+    assert res.total == [1.0, 2.0, 4.0, 5.0]
+
+
+def test_a_reward_error_inside_a_running_event_loop_is_still_a_reward_error():
+    def broken(completions):
+        raise KeyError("answer")
+
+    async def notebook_cell():
+        return _run([RewardFunction("broken", broken)])
+
+    with pytest.raises(RewardError, match="reward function `broken`.*raised KeyError"):
+        asyncio.run(notebook_cell())

@@ -16,43 +16,13 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from ..rewards.calling import STANDARD_REWARD_ARGS
 from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ALIASES, SAMPLING_ARGS
 from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
+from .algorithm_checks import check_algorithm, check_importance_level
 from .imports import ImportSpecError, resolve_callable
-from .problems import Problem
-from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config, TrainingConfig
+from .problems import Problem, add_error as _err, add_warning as _warn, flagged
+from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config
+from .server_checks import check_server_args
 
 Check = Callable[[Config, List[Problem]], None]
-
-
-def flagged(problems: Sequence[Problem], keys: Iterable[str]) -> bool:
-    """Whether ``problems`` already hold an error at one of ``keys`` or inside one (``rewards[0]`` covers
-    ``rewards[0].function``; ``sampling`` covers every ``sampling.*`` key).
-
-    Args:
-        problems: the problems found so far (loading problems included, see :func:`validate`).
-        keys: dotted config keys.
-
-    Returns:
-        ``True`` if any error's key is one of ``keys`` or lies under one.
-    """
-    keys = tuple(keys)
-    return any(p.is_error and (p.key in keys or p.key.startswith(tuple(k + sep for k in keys for sep in ".[")))
-               for p in problems)
-
-
-def _err(problems: List[Problem], key: str, value: Any, message: str, fix: str = "",
-         depends_on: Sequence[str] = ()) -> None:
-    """Record an error at ``key``, unless it is a follow-on: a cross-key rule whose inputs ``depends_on`` include a key
-    that already has an error would point at the wrong cause (``num_generations: 1`` also breaking the micro-batch
-    split), so it is dropped; it is checked again once the first error is fixed."""
-    if not flagged(problems, depends_on):
-        problems.append(Problem(key, value, message, fix))
-
-
-def _warn(problems: List[Problem], key: str, value: Any, message: str, fix: str = "",
-          depends_on: Sequence[str] = ()) -> None:
-    """Record a warning at ``key``, unless a key in ``depends_on`` already has an error (see :func:`_err`)."""
-    if not flagged(problems, depends_on):
-        problems.append(Problem(key, value, message, fix, severity="warning"))
 
 
 # --- values -------------------------------------------------------------------------------------------------------
@@ -120,7 +90,8 @@ _RANGES: List[Tuple[str, Callable[[Any], bool], str, str]] = [
      "must be >= 1 (rollout calls per step, the first included)", "e.g. 3"),
     ("training.prompts_per_step", Bound(minimum=1), "must be >= 1", "e.g. 8"),
     ("training.micro_batch_size", Bound(minimum=1), "must be >= 1", "e.g. 8"),
-    ("training.learning_rate", Bound(exclusive_minimum=0), "must be > 0", "1e-6 to 1e-5 is usual for full fine-tuning"),
+    ("training.learning_rate", Bound(minimum=0), "must be >= 0 (0: a diagnostic run that changes no weight)",
+     "1e-6 to 1e-5 is usual for full fine-tuning"),
     ("training.weight_decay", Bound(minimum=0), "must be >= 0", "e.g. 0.0"),
     ("training.warmup_steps", Bound(minimum=0), "must be >= 0", "e.g. 0"),
     ("training.max_grad_norm", Bound(minimum=0), "must be >= 0 (0 disables clipping)", "e.g. 1.0"),
@@ -189,23 +160,6 @@ def check_values(config: Config, problems: List[Problem]) -> None:
         _warn(problems, "training.warmup_steps", t.warmup_steps, f"covers all {t.max_steps} steps",
               "use fewer warm-up steps than training.max_steps",
               depends_on=("training.max_steps", "training.warmup_steps"))
-
-
-def check_importance_level(config: Config, problems: List[Problem]) -> None:
-    """Warnings for ``training.importance_level: sequence`` (GSPO, arXiv:2507.18071): the token-level default clip
-    range, and ``num_iterations: 1``, under which every ratio is exactly 1 and the level changes nothing."""
-    t = config.training
-    if t.importance_level != "sequence":
-        return
-    if t.epsilon == TrainingConfig.epsilon:
-        _warn(problems, "training.epsilon", t.epsilon,
-              "is the token-level PPO clip range; the sequence ratio (a geometric mean of token ratios) stays far "
-              "closer to 1, so it would almost never be clipped",
-              "GSPO (arXiv:2507.18071 v2, section 5.1) used training.epsilon: 3.0e-4 and training.epsilon_high: 4.0e-4")
-    if t.num_iterations == 1:
-        _warn(problems, "training.importance_level", t.importance_level,
-              "changes nothing with training.num_iterations 1: the batch is scored by the policy being updated, so "
-              "every ratio is exactly 1", "set training.num_iterations to 2 or more, or use importance_level: token")
 
 
 _WINDOW = 10_000  # how far from the configured value check_batch looks for a value that would divide
@@ -543,8 +497,8 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     return columns
 
 
-ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_batch, check_sampling_agreement,
-                                  check_paths]
+ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_algorithm, check_batch,
+                                  check_sampling_agreement, check_server_args, check_paths]
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,

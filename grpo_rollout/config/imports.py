@@ -5,15 +5,24 @@ Accepted forms:
 - ``pkg.module.func``,
 - ``path/to/file.py:func`` — a file path, relative to the current directory or, failing that, to the config file's
   folder.
+
+A file is loaded once per resolved path (cached in ``sys.modules`` under :func:`module_name_for`). While it runs, its
+folder is first on ``sys.path``, so its top-level ``import helper`` finds ``helper.py`` next to it (the sibling stays
+in ``sys.modules`` under that plain name, shared with every file that imports it); afterwards the folder is taken off
+``sys.path`` again, so an import *inside a function*, at call time, does not see the file's folder: import siblings at
+the top of the file. The current folder is on ``sys.path`` likewise only while a ``pkg.module`` name is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 
 class ImportSpecError(ValueError):
@@ -24,6 +33,31 @@ class _ModuleMissing(ImportSpecError):
     """The module itself (not something it imports) does not exist."""
 
 
+@contextlib.contextmanager
+def _on_sys_path(folder: str) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` for the duration of the block (unless it already is on it), then taken off
+    again: importing a user's file must not leave its folder shadowing modules for the rest of the process."""
+    if folder in sys.path:
+        yield
+        return
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:  # the user's code took it off itself
+            pass
+
+
+def module_name_for(path: Path) -> str:
+    """The ``sys.modules`` name a user file is cached under: readable (its stem) and unique per resolved path (a
+    hash of it), so ``a/x/y/r.py`` and ``b/x/y/r.py`` are two modules."""
+    path = path.resolve()
+    stem = re.sub(r"\W", "_", path.stem)
+    return f"grpo_rollout_user_{stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+
+
 def _load_file(file_part: str, base_dir: Optional[Path]) -> Any:
     candidates = [Path(file_part)]
     if base_dir is not None and not Path(file_part).is_absolute():
@@ -31,17 +65,15 @@ def _load_file(file_part: str, base_dir: Optional[Path]) -> Any:
     for path in candidates:
         if path.is_file():
             path = path.resolve()
-            name = "grpo_rollout_user_" + "_".join(path.with_suffix("").parts[-3:]).replace("-", "_").replace(".", "_")
+            name = module_name_for(path)
             if name in sys.modules:
                 return sys.modules[name]
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            # let the file import its neighbours
-            if str(path.parent) not in sys.path:
-                sys.path.insert(0, str(path.parent))
             try:
-                spec.loader.exec_module(module)
+                with _on_sys_path(str(path.parent)):  # its top-level imports of neighbouring files work
+                    spec.loader.exec_module(module)
             except Exception as exc:
                 del sys.modules[name]
                 raise ImportSpecError(f"running {path} failed: {type(exc).__name__}: {exc}") from exc
@@ -51,10 +83,9 @@ def _load_file(file_part: str, base_dir: Optional[Path]) -> Any:
 
 
 def _import_module(module_name: str) -> Any:
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
     try:
-        return importlib.import_module(module_name)
+        with _on_sys_path(str(Path.cwd())):  # `pkg.module` from the current folder, as `python -m` would find it
+            return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise _ModuleMissing(f"no module named `{exc.name}` (is the package installed, or the current directory "

@@ -80,12 +80,23 @@ def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
     close = difflib.get_close_matches(bad_key, list(leaf_names), n=1, cutoff=0.75)
     if close:
         return leaf_names[close[0]]
-    # whole dotted keys of *other* sections: the shared prefix would make any key of this section (or the section
-    # itself) look close
+    # whole dotted keys of *other* sections, compared below the sections they share with the unknown key: a shared
+    # `model.` would make `model.lora.sync_mode` look close to `model.trust_remote_code`
     full = prefix + bad_key
     others = [k for k in everywhere if not full.startswith((k + ".", k + "[")) and not (prefix and k.startswith(prefix))]
-    close = difflib.get_close_matches(full, others, n=1, cutoff=0.6)
-    return close[0] if close else None
+    scored = [(difflib.SequenceMatcher(None, *_below_shared(full, k)).ratio(), k) for k in others]
+    best = max(scored, default=(0.0, None), key=lambda item: item[0])
+    return best[1] if best[0] >= 0.6 else None
+
+
+def _below_shared(a: str, b: str) -> Tuple[str, str]:
+    """Dotted keys ``a`` and ``b`` without the leading sections they share (``model.lora.sync_mode`` and
+    ``model.trust_remote_code`` → ``lora.sync_mode`` and ``trust_remote_code``); the last part always stays."""
+    mine, theirs = a.split("."), b.split(".")
+    shared = 0
+    while shared < min(len(mine), len(theirs)) - 1 and mine[shared] == theirs[shared]:
+        shared += 1
+    return ".".join(mine[shared:]), ".".join(theirs[shared:])
 
 
 def _type_name(tp: Any) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, Iterable, List, Sequence
 
 
 @dataclass
@@ -27,6 +27,39 @@ class Problem:
     @property
     def is_error(self) -> bool:
         return self.severity == "error"
+
+
+def flagged(problems: Sequence[Problem], keys: Iterable[str]) -> bool:
+    """Whether ``problems`` already hold an error at one of ``keys`` or inside one (``rewards[0]`` covers
+    ``rewards[0].function``; ``sampling`` covers every ``sampling.*`` key).
+
+    Args:
+        problems: the problems found so far (loading problems included, see
+            :func:`grpo_rollout.config.checks.validate`).
+        keys: dotted config keys.
+
+    Returns:
+        ``True`` if any error's key is one of ``keys`` or lies under one.
+    """
+    keys = tuple(keys)
+    return any(p.is_error and (p.key in keys or p.key.startswith(tuple(k + sep for k in keys for sep in ".[")))
+               for p in problems)
+
+
+def add_error(problems: List[Problem], key: str, value: Any, message: str, fix: str = "",
+              depends_on: Sequence[str] = ()) -> None:
+    """Record an error at ``key``, unless it is a follow-on: a cross-key rule whose inputs ``depends_on`` include a key
+    that already has an error would point at the wrong cause (``num_generations: 1`` also breaking the micro-batch
+    split), so it is dropped; it is checked again once the first error is fixed."""
+    if not flagged(problems, depends_on):
+        problems.append(Problem(key, value, message, fix))
+
+
+def add_warning(problems: List[Problem], key: str, value: Any, message: str, fix: str = "",
+                depends_on: Sequence[str] = ()) -> None:
+    """Record a warning at ``key``, unless a key in ``depends_on`` already has an error (see :func:`add_error`)."""
+    if not flagged(problems, depends_on):
+        problems.append(Problem(key, value, message, fix, severity="warning"))
 
 
 class ConfigError(Exception):

@@ -17,6 +17,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from ..coroutines import run_coroutine
 from ..signatures import describe, raised_at, required_params, select_kwargs
 
 #: Arguments every reward function can ask for by name.
@@ -128,7 +129,7 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
     n = len(completions)
     args: Dict[str, Any] = {**columns, **extras, "prompts": list(prompts), "completions": list(completions),
                             "completion_ids": [list(c) for c in completion_ids], "step": step}
-    raw = asyncio.run(_call_all(functions, args))
+    raw = run_coroutine(_call_all(functions, args))  # also from inside a running loop (a notebook)
     per_function = {rf.name: _check_scores(rf.name, scores, n) for rf, scores in zip(functions, raw)}
     total = [0.0] * n
     for rf in functions:

@@ -18,11 +18,11 @@ vLLM server batches them) and :func:`contract_dict` turns them into the rollout 
 from __future__ import annotations
 
 import asyncio
-import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
+from ..coroutines import run_coroutine  # noqa: F401 - also imported from here by the rollouts
 from .contract import RolloutError
 
 #: Appended to the last assistant message when rendering, to find where its content ends in the template's output.
@@ -304,29 +304,6 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
                 conv.add_inserted(inserted, new_messages)
                 continue
         return conv
-
-
-def run_coroutine(coro: Awaitable[Any]) -> Any:
-    """Run ``coro`` to completion from synchronous code, also when the caller is inside a running event loop (e.g. a
-    notebook): then it runs on a fresh loop in a helper thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: Dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="grpo-rollout-episodes")
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, max_completion_length: int,

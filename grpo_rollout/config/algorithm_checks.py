@@ -1,0 +1,63 @@
+"""Static checks of the training algorithm's settings: combinations that run, but not as the user likely means.
+
+Every check here appends :class:`~grpo_rollout.config.problems.Problem` objects (warnings: each of these configs is
+legal); :func:`grpo_rollout.config.checks.validate` runs them with the others.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from .problems import Problem, add_warning
+from .schema import Config, TrainingConfig
+
+GSPO_PAPER = "GSPO (Zheng et al. 2025, arXiv:2507.18071)"
+
+
+def check_importance_level(config: Config, problems: List[Problem]) -> None:
+    """Warnings for ``training.importance_level: sequence`` (GSPO, arXiv:2507.18071): the token-level default clip
+    range, ``num_iterations: 1`` (under which every ratio is exactly 1 and the level changes nothing), and a
+    token-summed ``loss_type`` (``dapo``, ``bnpo``, ``dr_grpo``), which weights each sequence by its length where GSPO
+    averages the loss per sequence, then over the group (``loss_type: grpo``)."""
+    t = config.training
+    if t.importance_level != "sequence":
+        return
+    if t.epsilon == TrainingConfig.epsilon:
+        add_warning(problems, "training.epsilon", t.epsilon,
+                    "is the token-level PPO clip range; the sequence ratio (a geometric mean of token ratios) stays far "
+                    "closer to 1, so it would almost never be clipped",
+                    "GSPO (arXiv:2507.18071 v2, section 5.1) used training.epsilon: 3.0e-4 and "
+                    "training.epsilon_high: 4.0e-4")
+    if t.num_iterations == 1:
+        add_warning(problems, "training.importance_level", t.importance_level,
+                    "changes nothing with training.num_iterations 1: the batch is scored by the policy being updated, "
+                    "so every ratio is exactly 1", "set training.num_iterations to 2 or more, or use importance_level: "
+                    "token")
+    if t.loss_type in ("dapo", "bnpo", "dr_grpo"):
+        add_warning(problems, "training.loss_type", t.loss_type,
+                    f"sums the loss over tokens, so with importance_level sequence each sequence counts as many times "
+                    f"as it has trained tokens (a 20-token completion 10 times a 2-token one); {GSPO_PAPER} averages "
+                    "the loss over each sequence's tokens, then over the group",
+                    "set training.loss_type: grpo (GSPO's objective, eq. 5), or importance_level: token",
+                    depends_on=("training.loss_type", "training.importance_level"))
+
+
+def check_algorithm(config: Config, problems: List[Problem]) -> None:
+    """Warnings for settings that quietly turn part of the algorithm off: ``training.learning_rate: 0`` (a
+    diagnostic run: rollouts, rewards, loss and gradients, but no weight changes) and ``sampling.repetition_penalty``
+    other than 1 (the sampler correction and the stale-weights check are then off, see
+    :attr:`grpo_rollout.trainer.loop.Trainer.compare_with_sampler`)."""
+    t, s = config.training, config.sampling
+    if t.learning_rate == 0:
+        add_warning(problems, "training.learning_rate", t.learning_rate,
+                    "is 0: the run generates, scores and computes the loss and gradients, but no weight ever changes "
+                    "(fine as a diagnostic)", "set training.learning_rate to e.g. 1e-6 to train",
+                    depends_on=("training.learning_rate",))
+    if isinstance(s.repetition_penalty, (int, float)) and s.repetition_penalty > 0 and s.repetition_penalty != 1:
+        add_warning(problems, "sampling.repetition_penalty", s.repetition_penalty,
+                    "is not 1, which turns off the sampler correction (training.sampler_correction acts as none) and "
+                    "the stale-weights check (vllm.max_logprob_mismatch): the sampler's log-probs come from the "
+                    "penalised distribution, which the trainer does not reproduce, so they are only logged",
+                    "set sampling.repetition_penalty: 1.0 to keep both (penalise repetition with a reward instead), "
+                    "or accept that a server on stale weights goes unnoticed",
+                    depends_on=("sampling.repetition_penalty",))
