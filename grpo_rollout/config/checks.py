@@ -18,6 +18,7 @@ from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ALIASES, SAMPLING_ARGS
 from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
 from .imports import ImportSpecError, resolve_callable
 from .problems import Problem
+from .server_checks import check_server_exposure
 from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config, TrainingConfig
 
 Check = Callable[[Config, List[Problem]], None]
@@ -142,6 +143,7 @@ _RANGES: List[Tuple[str, Callable[[Any], bool], str, str]] = [
     ("vllm.gpu_memory_utilization", Bound(exclusive_minimum=0, maximum=1), "must be in (0, 1]", "e.g. 0.9"),
     ("vllm.kv_cache_space_gib", Bound(minimum=1), "must be >= 1 (GiB)", "e.g. 2"),
     ("vllm.startup_timeout_s", Bound(exclusive_minimum=0), "must be > 0 (seconds)", "e.g. 600"),
+    ("vllm.sync_timeout_s", Bound(exclusive_minimum=0), "must be > 0 (seconds)", "e.g. 600"),
 ]
 
 
@@ -545,6 +547,7 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
 
 ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_batch, check_sampling_agreement,
                                   check_paths]
+ALL_STATIC_CHECKS.append(check_server_exposure)  # vLLM's dev mode beyond loopback (server_checks.py)
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,
