@@ -312,6 +312,7 @@ def test_async_generation_samples_one_step_behind(server, model_dir, tmp_path, a
     cfg = _attach_config(tmp_path, server, model_dir, VERSION_ROLLOUT, "grpo_rollout.rewards.library:length_penalty",
                          steps=3)
     cfg.training.async_generation = async_generation
+    cfg.training.learning_rate = 3e-2  # issue 18.3: large updates, so one step behind differs a lot from the trainer
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     assert result.steps == 3
     module = next(m for name, m in sys.modules.items() if name.startswith("grpo_rollout_user_") and
@@ -320,5 +321,11 @@ def test_async_generation_samples_one_step_behind(server, model_dir, tmp_path, a
     # the trainer sends its weights once at the start (version 1), then after every step; with async_generation the next
     # step's rollout begins before this step's update reaches the server: every rollout after the first is one behind
     assert versions == ([1, 1, 2] if async_generation else [1, 2, 3])
+    # each batch is stamped with the version that sampled it: the one-behind batches are not compared with the
+    # trainer (no false StaleWeightsError), the current ones are, and agree
+    lags = [m["sampler/weight_version_lag"] for m in result.history]
+    assert lags == ([0, 1, 1] if async_generation else [0, 0, 0])
+    assert all(m["sampler/logprob_abs_diff"] < 1e-3 for m, lag in zip(result.history, lags) if lag == 0)
+    print("logprob_abs_diff", [round(m["sampler/logprob_abs_diff"], 4) for m in result.history])
     # the importance weights and the logged mismatch see the one-step lag, and training goes on
     assert all(math.isfinite(m["loss"]) and m["nonfinite_skipped"] == 0 for m in result.history)
