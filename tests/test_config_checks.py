@@ -75,6 +75,7 @@ RANGE_CASES = {
     "vllm.gpu_memory_utilization": ([0.0, 1.01], [0.1, 1.0]),
     "vllm.kv_cache_space_gib": ([0], [1, 4]),
     "vllm.startup_timeout_s": ([0.0, -1.0], [0.5, 600.0]),
+    "vllm.sync_timeout_s": ([0.0, -5.0], [0.5, 600.0]),
 }
 
 

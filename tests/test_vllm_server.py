@@ -302,6 +302,11 @@ def rollout(prompts, client, step, **sampling):
     """Single-turn sampling that records which weight version the server held when the step's rollout began."""
     SEEN.append((step, client.health()["weight_version"]))
     return single_turn(prompts, client=client, **sampling)
+
+
+def parity(completion_ids, **kwargs):
+    """A reward with variance inside each group, so every update moves the weights."""
+    return [float(sum(ids) % 2) for ids in completion_ids]
 '''
 
 
@@ -309,9 +314,10 @@ def rollout(prompts, client, step, **sampling):
 def test_async_generation_samples_one_step_behind(server, model_dir, tmp_path, async_generation):
     import sys
 
-    cfg = _attach_config(tmp_path, server, model_dir, VERSION_ROLLOUT, "grpo_rollout.rewards.library:length_penalty",
+    cfg = _attach_config(tmp_path, server, model_dir, VERSION_ROLLOUT, f"{tmp_path / 'user_rollout.py'}:parity",
                          steps=3)
     cfg.training.async_generation = async_generation
+    cfg.training.learning_rate = 3e-2  # issue 18.3: large updates, so one step behind differs a lot from the trainer
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     assert result.steps == 3
     module = next(m for name, m in sys.modules.items() if name.startswith("grpo_rollout_user_") and
@@ -320,5 +326,13 @@ def test_async_generation_samples_one_step_behind(server, model_dir, tmp_path, a
     # the trainer sends its weights once at the start (version 1), then after every step; with async_generation the next
     # step's rollout begins before this step's update reaches the server: every rollout after the first is one behind
     assert versions == ([1, 1, 2] if async_generation else [1, 2, 3])
+    # each batch is stamped with the version that sampled it: the one-behind batches are not compared with the
+    # trainer (no false StaleWeightsError), the current ones are, and agree
+    lags = [m["sampler/weight_version_lag"] for m in result.history]
+    assert lags == ([0, 1, 1] if async_generation else [0, 0, 0])
+    assert all(m["sampler/logprob_abs_diff"] < 1e-3 for m, lag in zip(result.history, lags) if lag == 0)
+    if async_generation:  # the fault's input: behind by one step, the sampler is far from the trainer (~1 nat)
+        assert max(m["sampler/logprob_abs_diff"] for m, lag in zip(result.history, lags) if lag) > \
+            cfg.vllm.max_logprob_mismatch
     # the importance weights and the logged mismatch see the one-step lag, and training goes on
     assert all(math.isfinite(m["loss"]) and m["nonfinite_skipped"] == 0 for m in result.history)

@@ -19,6 +19,7 @@ def rollout(prompts, client, n, temperature, top_p, top_k, max_completion_length
     #   result.completion_ids  P × n lists of token ids, grouped by prompt
     #   result.logprobs        P × n lists: the sampler's log-prob of each sampled token, in nats
     #   result.finish_reasons  P × n strings: "stop" (end of sequence) or "length" (hit max_tokens)
+    #   result.weight_version  the server's weight version when it started the request (None: transformers)
     return {"prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids,
             "logprobs": result.logprobs, "finish_reason": result.finish_reasons}
 

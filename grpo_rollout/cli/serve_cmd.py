@@ -35,6 +35,13 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
     needed = needed_model_len(config.sampling) if config_path else None
     settings = settings_from_config(config, path, max_model_len=max_model_len or config.vllm.max_model_len or needed,
                                     host=host, port=port or None, api_key=api_key, extra_args=extra)
+    from ..config.exposure_checks import dev_mode_exposure
+
+    exposed = dev_mode_exposure(settings.weight_transfer, settings.host, settings.api_key)
+    if exposed:
+        console.print(f"[red]Not starting: {escape(exposed)}.[/] Serve on --host 127.0.0.1, or pass --api-key "
+                      "(vllm.api_key) and keep the port on a network only the trainer reaches.")
+        return 1
     argv, env = server_command(settings)
     url = f"http://{settings.host}:{settings.port}"
     console.print(f"Serving [bold]{escape(path)}[/] at [bold]{url}[/]: POST /generate/, POST /update_weights/, "

@@ -19,7 +19,8 @@ from ..signatures import accepts_var_kwargs, named_params, positional_only_requi
 from .algorithm_checks import check_algorithm, check_importance_level
 from .imports import ImportSpecError, resolve_callable
 from .problems import Problem, add_error as _err, add_warning as _warn, flagged
-from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config
+from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config, TrainingConfig
+from .exposure_checks import check_server_exposure
 from .server_checks import check_server_args
 
 Check = Callable[[Config, List[Problem]], None]
@@ -113,6 +114,7 @@ _RANGES: List[Tuple[str, Callable[[Any], bool], str, str]] = [
     ("vllm.gpu_memory_utilization", Bound(exclusive_minimum=0, maximum=1), "must be in (0, 1]", "e.g. 0.9"),
     ("vllm.kv_cache_space_gib", Bound(minimum=1), "must be >= 1 (GiB)", "e.g. 2"),
     ("vllm.startup_timeout_s", Bound(exclusive_minimum=0), "must be > 0 (seconds)", "e.g. 600"),
+    ("vllm.sync_timeout_s", Bound(exclusive_minimum=0), "must be > 0 (seconds)", "e.g. 600"),
 ]
 
 
@@ -498,7 +500,7 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
 
 
 ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_algorithm, check_batch,
-                                  check_sampling_agreement, check_server_args, check_paths]
+                                  check_sampling_agreement, check_server_args, check_server_exposure, check_paths]
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,

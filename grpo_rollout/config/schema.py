@@ -154,7 +154,8 @@ class VllmConfig:
     ``vllm.log``). ``server_devices``: per spawned server, the ``CUDA_VISIBLE_DEVICES`` it gets (e.g. ``["4,5",
     "6,7"]``: two servers with tensor parallelism 2 each; empty: they inherit this process's). ``weight_transfer``:
     ``folder`` (a path on this machine), ``http`` (bytes streamed, works across hosts), ``nccl`` (GPU broadcast), or
-    ``auto`` (``folder`` for servers on this machine, else ``http``)."""
+    ``auto`` (``folder`` for servers on this machine, else ``http``). ``sync_timeout_s``: seconds a weight sync may
+    wait for a server's answer before the run stops naming it (a line says how long it has waited every 30 s)."""
 
     mode: str = "spawn"
     url: Optional[str] = None
@@ -170,6 +171,7 @@ class VllmConfig:
     kv_cache_space_gib: int = 2
     enforce_eager: bool = True
     startup_timeout_s: float = 600.0
+    sync_timeout_s: float = 600.0
     max_logprob_mismatch: Optional[float] = 0.5
     extra_args: List[str] = field(default_factory=list)
 

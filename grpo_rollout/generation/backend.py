@@ -100,8 +100,8 @@ def connect(urls: Sequence[str], config: Any, tokenizer: Any, max_prompt: Option
             first: int = 0) -> GenerationClient:
     """A client for servers that are already running (one :class:`VllmClient`, or a :class:`MultiServerClient`
     over several, whose first share goes to server ``first``)."""
-    clients = [VllmClient(u, tokenizer, max_prompt, api_key=config.vllm.api_key, transfer=_transfer(config))
-               for u in urls]
+    clients = [VllmClient(u, tokenizer, max_prompt, api_key=config.vllm.api_key, transfer=_transfer(config),
+                          sync_timeout=config.vllm.sync_timeout_s) for u in urls]
     return clients[0] if len(clients) == 1 else MultiServerClient(clients, first=first)
 
 
@@ -161,7 +161,8 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         raise
     clients = []
     for server in servers:
-        client = _SpawnedClient(server.url, tokenizer, max_prompt, api_key=v.api_key, transfer=_transfer(config))
+        client = _SpawnedClient(server.url, tokenizer, max_prompt, api_key=v.api_key, transfer=_transfer(config),
+                                sync_timeout=v.sync_timeout_s)
         client.server = server
         clients.append(client)
     say(f"vLLM server{'s' if k > 1 else ''} ready at {', '.join(s.url for s in servers)}")

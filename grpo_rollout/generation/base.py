@@ -26,12 +26,16 @@ class GenerationResult:
         logprobs: ``P × n`` lists, one float per completion token: log-probability of the sampled token under the
             distribution it was sampled from (after temperature/top-k/top-p), in nats.
         finish_reasons: ``P × n`` strings, ``"stop"`` (end-of-sequence token) or ``"length"`` (hit ``max_tokens``).
+        weight_version: the weight version the server held when it started this request (the count of weight syncs
+            it confirmed; with several servers the oldest of them); ``None`` when the backend does not say (the
+            transformers client, which samples from the trainer's own weights).
     """
 
     prompt_ids: List[List[int]]
     completion_ids: List[List[int]]
     logprobs: List[List[float]]
     finish_reasons: List[str]
+    weight_version: Optional[int] = None
 
 
 class GenerationClient(ABC):

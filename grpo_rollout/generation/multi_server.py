@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Hashable, List, Optional, Sequence
 
 from .base import GenerationClient, GenerationResult
+from .versions import note_version
 from .vllm_client import ServerError, VllmClient, staged_weights
 
 
@@ -87,6 +88,8 @@ class MultiServerClient(GenerationClient):
             out.completion_ids += part.completion_ids
             out.logprobs += part.logprobs
             out.finish_reasons += part.finish_reasons
+        versions = [p.weight_version for p in parts if p.weight_version is not None]
+        out.weight_version = min(versions) if versions else None  # the oldest weights any share was sampled with
         return out
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, affinity: Optional[Hashable] = None,
@@ -94,7 +97,7 @@ class MultiServerClient(GenerationClient):
         """See :meth:`GenerationClient.generate`; whole prompts (groups) per server, all servers at once.
 
         Raises:
-            ServerError: a server failed (named by URL).
+            ServerError: a server failed, or answered with weights older than its last sync (named by URL).
         """
         plan = self._split(prompt_ids, affinity)
         for server, _ in plan:
@@ -105,7 +108,10 @@ class MultiServerClient(GenerationClient):
         with ThreadPoolExecutor(max_workers=len(plan)) as pool:
             futures = [pool.submit(self.clients[server].generate, [prompt_ids[i] for i in share], n=n, **kwargs)
                        for server, share in plan]
-            return self._merge([f.result() for f in futures], n)
+            parts = [f.result() for f in futures]
+        for part in parts:  # the worker threads do not record: each share's version is noted here
+            note_version(part)
+        return self._merge(parts, n)
 
     async def agenerate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1,
                         affinity: Optional[Hashable] = None, **kwargs: Any) -> GenerationResult:

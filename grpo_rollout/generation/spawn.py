@@ -1,20 +1,23 @@
 """``vllm.mode: spawn``: run the grpo-rollout vLLM server as a managed child process on a free loopback port.
 
-The child gets its own process group (so stopping it stops vLLM's engine processes too) and, on Linux, is told to
-exit if the trainer dies without cleaning up (``PR_SET_PDEATHSIG``), so no server outlives its run.
+The child gets its own session and process group (``start_new_session``: stopping the group stops vLLM's engine
+processes too) and is started through :mod:`.server.orphan_guard`, which on Linux has it told to exit if the trainer
+dies without cleaning up (``PR_SET_PDEATHSIG``), so no server outlives its run. No Python code runs between ``fork``
+and ``exec`` (no ``preexec_fn``): the trainer has other threads running (the console spinner), and code run there
+could deadlock on a lock one of them held.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import httpx
 
@@ -32,12 +35,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def guarded(argv: List[str]) -> List[str]:
+    """``argv`` run through :mod:`.server.orphan_guard`: the program exits (SIGTERM) when this process dies."""
+    guard = Path(__file__).resolve().parent / "server" / "orphan_guard.py"
+    return [sys.executable, str(guard), str(os.getpid()), *argv]
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -72,12 +73,22 @@ class ManagedServer:
         return self.wait_ready(timeout_s, on_wait)
 
     def launch(self) -> None:
-        """Start the server process (do not wait for it)."""
+        """Start the server process (do not wait for it).
+
+        Raises:
+            ServerStartError: the settings would expose vLLM's dev-mode routes beyond this machine with no API key.
+        """
+        from ..config.exposure_checks import dev_mode_exposure
+
+        s = self.settings
+        exposed = dev_mode_exposure(s.weight_transfer, s.host, s.api_key)
+        if exposed:
+            raise ServerStartError(f"not starting the vLLM server: {exposed}; use host 127.0.0.1 or set vllm.api_key")
         argv, env = server_command(self.settings)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w")
-        self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(guarded(argv), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         atexit.register(self.stop)
 

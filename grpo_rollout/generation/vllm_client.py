@@ -16,7 +16,9 @@ import httpx
 # how weights reach a server: ``folder`` (it reads a folder on this machine), ``http`` (the bytes are streamed to it),
 # ``nccl`` (a GPU broadcast, :mod:`.nccl_sync`); ``auto``: ``folder`` for a server on this machine, else ``http``
 from ..config.schema import WEIGHT_TRANSFERS as TRANSFERS
+from .addresses import is_local_url  # noqa: F401 - re-exported (nccl_sync and older imports use it from here)
 from .base import GenerationClient, GenerationResult
+from .versions import note_version, reverted_problem
 
 
 class ServerError(RuntimeError):
@@ -90,27 +92,6 @@ def staged_weights(weights: Any, version: int) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)  # the servers have read it (or failed); nothing else needs it
 
 
-def is_local_url(url: str) -> bool:
-    """True when ``url``'s host is this machine (loopback, or one of its own names/addresses)."""
-    import ipaddress
-    import socket
-    from urllib.parse import urlsplit
-
-    host = urlsplit(url).hostname or ""
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return True
-    except ValueError:
-        if host == "localhost":
-            return True
-    try:
-        own = {socket.gethostname(), socket.getfqdn()}
-        own |= {info[4][0] for name in list(own) for info in socket.getaddrinfo(name, None)}
-        return host in own or any(info[4][0] in own for info in socket.getaddrinfo(host, None))
-    except OSError:
-        return False
-
-
 def file_sha256(path: Path) -> str:
     """Hex SHA-256 of a file, read in chunks."""
     digest = hashlib.sha256()
@@ -132,11 +113,16 @@ class VllmClient(GenerationClient):
         transfer: how weights reach the server (see :data:`TRANSFERS`): ``folder`` hands it the path of a folder on
             this machine; ``http`` streams the file's bytes with a SHA-256 checksum (works across hosts); ``auto``
             picks ``folder`` for a server on this machine, else ``http``.
+        sync_timeout: seconds a weight sync may go without an answer before it fails (``vllm.sync_timeout_s``).
+
+    Attributes:
+        weight_version: the version the server last confirmed (a sync); an answer sampled with an older one is an
+            error (the server restarted or reverted, :func:`~.versions.reverted_problem`).
     """
 
     def __init__(self, url: str, tokenizer: Any, max_prompt_length: Optional[int] = None,
                  api_key: Optional[str] = None, timeout: float = 3600.0, retries: int = 3,
-                 retry_backoff_s: float = 0.5, transfer: str = "auto"):
+                 retry_backoff_s: float = 0.5, transfer: str = "auto", sync_timeout: float = 600.0):
         if transfer not in TRANSFERS or transfer == "nccl":
             raise ValueError(f"transfer must be auto, folder or http (nccl has its own client), got {transfer!r}")
         self.url = url.rstrip("/")
@@ -146,7 +132,7 @@ class VllmClient(GenerationClient):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self._headers, self._timeout = headers, timeout
-        self.retries, self.retry_backoff_s = retries, retry_backoff_s
+        self.retries, self.retry_backoff_s, self.sync_timeout = retries, retry_backoff_s, sync_timeout
         self.weight_version = 0
         self.last_sync_seconds = 0.0
 
@@ -229,19 +215,25 @@ class VllmClient(GenerationClient):
                 "top_p": top_p, "top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty,
                 "max_tokens": max_tokens, "seed": seed, "stop": list(stop) if stop else None}
 
-    @staticmethod
-    def _result(data: Dict[str, Any]) -> GenerationResult:
-        return GenerationResult(data["prompt_ids"], data["completion_ids"], data["logprobs"], data["finish_reasons"])
+    def _result(self, data: Dict[str, Any], confirmed: int) -> GenerationResult:
+        """The answer as a result, noted for :func:`~.versions.record_versions`; ``confirmed``: the version this
+        client had confirmed when it sent the request. Raises :class:`ServerError` when the answer is older."""
+        problem = reverted_problem(self.url, data.get("weight_version"), confirmed)
+        if problem:
+            raise ServerError(problem)
+        return note_version(GenerationResult(data["prompt_ids"], data["completion_ids"], data["logprobs"],
+                                             data["finish_reasons"], data.get("weight_version")))
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
                  truncate: bool = True, affinity: Optional[Hashable] = None) -> GenerationResult:
         """``POST /generate/`` with all prompts at once (vLLM batches them), retried on transient failures.
-        Raises :class:`ServerError`."""
+        Raises :class:`ServerError` (also when the answer was sampled with weights older than the last sync)."""
         body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
                           truncate)
-        return self._result(self._request("POST", "/generate/", json=body))
+        confirmed = self.weight_version
+        return self._result(self._request("POST", "/generate/", json=body), confirmed)
 
     async def agenerate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                         top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
@@ -251,7 +243,8 @@ class VllmClient(GenerationClient):
         """Async ``POST /generate/``: concurrent calls are batched together by the server."""
         body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
                           truncate)
-        return self._result(await self._arequest("/generate/", body))
+        confirmed = self.weight_version
+        return self._result(await self._arequest("/generate/", body), confirmed)
 
     def update_weights(self, weights: Any) -> None:
         """Stage the weights (a model or ``name → tensor``) in a fresh folder, have the server load them, confirm
@@ -272,8 +265,24 @@ class VllmClient(GenerationClient):
 
         Raises:
             ServerError: the server is unreachable, refuses (e.g. names or shapes that do not fit its model, a
-                checksum that does not match), or answers another version.
+                checksum that does not match), answers another version, or sends nothing for ``sync_timeout``
+                seconds.
         """
+        try:
+            data = self._send_weights(folder, version)
+        except ServerError as exc:
+            if isinstance(exc.__cause__, httpx.TimeoutException):
+                raise ServerError(f"the vLLM server at {self.url} did not answer the weight sync within "
+                                  f"{self.sync_timeout:g} s (vllm.sync_timeout_s): it is stuck or overloaded"
+                                  f"{self.failure_detail()}; raise vllm.sync_timeout_s if the model is large and "
+                                  "the sync only slow") from exc.__cause__
+            raise
+        if data.get("weight_version") != version:
+            raise ServerError(f"the server at {self.url} answered weight_version {data.get('weight_version')}, "
+                              f"expected {version}")
+        self.weight_version = version
+
+    def _send_weights(self, folder: Path, version: int) -> Dict[str, Any]:
         if self.transfer == "http":
             file = folder / WEIGHTS_FILE
             checksum = file_sha256(file)
@@ -282,15 +291,12 @@ class VllmClient(GenerationClient):
                 with open(file, "rb") as f:
                     yield from iter(lambda: f.read(_CHUNK), b"")
 
-            data = self._request("POST", "/upload_weights/", body=chunks, params={"version": version},
+            return self._request("POST", "/upload_weights/", body=chunks, params={"version": version},
+                                 timeout=self.sync_timeout,
                                  headers={"content-type": "application/octet-stream", "x-sha256": checksum,
                                           "content-length": str(file.stat().st_size)})
-        else:
-            data = self._request("POST", "/update_weights/", json={"path": str(folder), "version": version})
-        if data.get("weight_version") != version:
-            raise ServerError(f"the server at {self.url} answered weight_version {data.get('weight_version')}, "
-                              f"expected {version}")
-        self.weight_version = version
+        return self._request("POST", "/update_weights/", json={"path": str(folder), "version": version},
+                             timeout=self.sync_timeout)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

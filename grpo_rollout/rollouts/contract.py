@@ -78,6 +78,8 @@ class RolloutOutput:
         completion_mask: ``N`` lists of 0/1 (same lengths as ``completion_ids``); 1 = trained on.
         extras: name → list of ``N`` values.
         num_prompts: ``P``; num_generations: ``n``.
+        weight_version: the oldest weight version any of its completions was sampled with (``None``: not known,
+            e.g. the transformers client, which samples from the trainer's own weights). Set by the trainer.
     """
 
     prompt_ids: List[List[int]]
@@ -87,6 +89,7 @@ class RolloutOutput:
     extras: Dict[str, List[Any]] = field(default_factory=dict)
     num_prompts: int = 0
     num_generations: int = 0
+    weight_version: Optional[int] = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -98,7 +101,8 @@ class RolloutOutput:
         return RolloutOutput([self.prompt_ids[i] for i in rows], [self.completion_ids[i] for i in rows],
                              None if self.logprobs is None else [self.logprobs[i] for i in rows],
                              [self.completion_mask[i] for i in rows],
-                             {k: [v[i] for i in rows] for k, v in self.extras.items()}, len(groups), n)
+                             {k: [v[i] for i in rows] for k, v in self.extras.items()}, len(groups), n,
+                             self.weight_version)
 
     @staticmethod
     def concat(parts: Sequence["RolloutOutput"]) -> "RolloutOutput":
@@ -110,7 +114,8 @@ class RolloutOutput:
                              [x for p in parts for x in p.logprobs] if with_logprobs else None,
                              [x for p in parts for x in p.completion_mask],
                              {k: [x for p in parts for x in p.extras.get(k, [None] * len(p))] for k in keys},
-                             sum(p.num_prompts for p in parts), parts[0].num_generations if parts else 0)
+                             sum(p.num_prompts for p in parts), parts[0].num_generations if parts else 0,
+                             min((p.weight_version for p in parts if p.weight_version is not None), default=None))
 
 
 def _as_list(value: Any) -> Any:

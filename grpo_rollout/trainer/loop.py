@@ -31,6 +31,7 @@ import torch
 from ..config import Config, ConfigError, config_dict, resolve_callable, to_yaml, validate
 from ..data import load_train_dataset
 from ..generation.backend import attach_urls, connect, open_backend, prompt_limit
+from ..generation.versions import confirm_version, record_versions
 from ..generation.vllm_client import ServerError
 from ..models.loading import eos_token_ids, load_model_and_tokenizer
 from ..models.lora import (MERGED_DIR, apply_lora, is_adapter_checkpoint, is_peft_model, load_adapter,
@@ -56,6 +57,7 @@ from .prompt_order import PromptSampler
 from .rollout_stats import extras_means, tool_metrics, truncated_flags
 from .rollout_log import save_now, token_record, write_rollouts
 from .update import MicroBatch, UpdateStats, build_micro_batches
+from .weight_versions import progress_lines, version_lag_problem
 
 
 class StaleWeightsError(RuntimeError):
@@ -160,6 +162,8 @@ class _Run:
         # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
         # reproduce: its log-probs are then logged but neither corrected for nor checked
         self.compare_with_sampler = s.repetition_penalty == 1.0
+        self.weight_version = 0  # weight syncs the servers confirmed (every rank counts them)
+        self.sampler_lag = 0  # versions the current batch's sampler was behind the trainer (async: 1 by design)
 
     # -- set-up --------------------------------------------------------------------------------------------------
     def load(self, resume: Optional[str]) -> int:
@@ -307,14 +311,18 @@ class _Run:
                 "seed": None if s.seed is None else s.seed + step}
 
     def generate_and_score(self, step: int, rows: List[Dict[str, Any]]) -> Tuple[RolloutOutput, StepShard, float]:
-        """This rank's rollout and rewards for its ``rows``; returns the rollout, its shard, and when generation
-        ended (``time.perf_counter()``)."""
+        """This rank's rollout and rewards for its ``rows``; returns the rollout (its ``weight_version``: the oldest
+        one the servers' answers carried), its shard, and when generation ended (``time.perf_counter()``)."""
         cfg, g = self.cfg, self.num_generations
         prompts = [row[cfg.data.prompt_column] for row in rows]
-        out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
-                           {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
-                            "base_dir": str(self.base_dir)},
-                           self.vocab_size)
+        started = self.weight_version  # what the servers held when it started (if no answer says otherwise)
+        with record_versions() as seen:
+            out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
+                               {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
+                                "base_dir": str(self.base_dir)},
+                               self.vocab_size)
+        if not self.client.shares_weights:  # shared weights are always the trainer's current ones
+            out.weight_version = seen.oldest if seen.oldest is not None else started
         generated = time.perf_counter()
         n = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
@@ -340,10 +348,16 @@ class _Run:
     def rollout(self, step: int) -> Tuple[RolloutOutput, StepShard, float]:
         """Step ``step``'s rollout and rewards. With ``training.async_generation`` the next step's are started in the
         background before this one trains (one step off-policy: sampled from the weights before this step's
-        update; the sampler-correction weights account for it), so generation overlaps training."""
+        update; the sampler-correction weights account for it), so generation overlaps training.
+
+        Sets ``sampler_lag``: how many weight versions the batch's sampler was behind the trainer.
+
+        Raises:
+            StaleWeightsError: the batch was sampled with older weights than that (or newer: another trainer).
+        """
         t = self.cfg.training
         if not t.async_generation:
-            return self.generate_and_score(step, self.my_rows(step))
+            return self.checked_version(step, self.generate_and_score(step, self.my_rows(step)), allowed=0)
         if self.background is None:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -354,6 +368,20 @@ class _Run:
         result = future.result()
         if step + 1 < t.max_steps:  # the servers still hold this step's weights: the next rollout is one step behind
             self.pending[step + 1] = self.background.submit(self.generate_and_score, step + 1, self.my_rows(step + 1))
+        return self.checked_version(step, result, allowed=1)
+
+    def checked_version(self, step: int, result: Tuple[RolloutOutput, StepShard, float],
+                        allowed: int) -> Tuple[RolloutOutput, StepShard, float]:
+        """``result`` unchanged, once its weight version is at most ``allowed`` versions behind the trainer's.
+
+        Raises:
+            StaleWeightsError: it is further behind, or ahead (the message names both versions).
+        """
+        sampled = result[0].weight_version
+        problem = version_lag_problem(step, sampled, self.weight_version, allowed)
+        if problem:
+            raise StaleWeightsError(problem)
+        self.sampler_lag = 0 if sampled is None else self.weight_version - sampled
         return result
 
     def step(self, step: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
@@ -509,6 +537,7 @@ class _Run:
             "completions/max_length": max(lengths),
             "completions/min_length": min(lengths),
             "completions/truncated_fraction": sum(whole.truncated) / n,
+            **({} if self.client.shares_weights else {"sampler/weight_version_lag": self.sampler_lag}),
             "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
@@ -639,12 +668,15 @@ class _Run:
 
     def check_sampler_mismatch(self, mean_abs_diff: float) -> None:
         """Fail fast when the sampler's log-probs are far from the trainer's on the same weights: with vLLM that
-        means the server is not sampling from the weights it was sent (a failed or partial weight sync).
+        means the server is not sampling from the weights it was sent (a failed or partial weight sync). A batch
+        sampled with older weights by design (``sampler_lag`` > 0, async generation) is not compared.
 
         Raises:
             StaleWeightsError: ``mean_abs_diff`` (nats per token) exceeds ``vllm.max_logprob_mismatch``.
         """
         limit = self.cfg.vllm.max_logprob_mismatch
+        if self.sampler_lag:  # sampled one version behind by design (async): the trainer's weights moved since
+            return
         if self.cfg.vllm.mode != "off" and limit is not None and not mean_abs_diff <= limit:  # NaN fails too
             raise StaleWeightsError(
                 f"vLLM's log-probs differ from the trainer's by {mean_abs_diff:.3f} nats per token on average "
@@ -657,23 +689,34 @@ class _Run:
         """Gather the full weights (a collective) and have rank 0 send them to every server (or broadcast them over
         NCCL); every rank learns whether that worked.
 
+        While a server has not answered, a line every 30 s says how long the sync has waited; one that does not
+        answer for ``vllm.sync_timeout_s`` seconds stops it. On success every rank's client records the new version.
+
         Raises:
-            ServerError (one process) / RankError (several): a server failed or answered another version.
+            ServerError (one process) / RankError (several): a server failed, answered another version, or did not
+                answer in time.
         """
         error = None
+        urls = ", ".join(getattr(self.client, "urls", None) or [str(getattr(self.client, "url", "vLLM"))])
+        waiting = progress_lines(lambda: f"Waiting for the weight sync to {urls}", self.reporter.message)
         if self.nccl is not None:  # GPU to GPU; every rank takes part in gathering the shards
             try:
-                self.nccl.send()
+                with waiting:
+                    self.nccl.send()
             except ServerError as exc:
                 error = exc
         else:
             weights = self.precision.for_server(full_state_dict(self.policy, self.dist))  # in the servers' dtype
             if self.dist.is_main:
                 try:
-                    self.client.update_weights(weights)
+                    with waiting:
+                        self.client.update_weights(weights)
                 except ServerError as exc:
                     error = exc
         self.dist.agree(error)
+        sender = self.nccl if self.nccl is not None else self.client
+        self.weight_version = self.dist.broadcast(getattr(sender, "weight_version", self.weight_version + 1))
+        confirm_version(self.client, self.weight_version)  # other ranks' and NCCL's clients did not sync themselves
 
     def save(self, step: int) -> Path:
         """Checkpoint after ``step`` completed steps (a collective: every rank calls it; rank 0 writes)."""

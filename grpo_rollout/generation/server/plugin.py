@@ -7,7 +7,8 @@ spawn mode set it). Every ``/v1/...`` route of vLLM stays; these are added:
   generation prompt — or token-id lists), ``n``, ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``max_tokens``,
   ``repetition_penalty``, optional ``seed`` and ``stop``; answer ``prompt_ids`` (one per prompt), ``completion_ids``
   (``len(prompts) × n``, grouped by prompt), ``logprobs`` (one float per completion token, of the distribution
-  actually sampled when the server runs with ``--logprobs-mode processed_logprobs``), ``finish_reasons``.
+  actually sampled when the server runs with ``--logprobs-mode processed_logprobs``), ``finish_reasons``,
+  ``weight_version`` (the version held when the request started; a weight update waits for running requests).
 - ``POST /update_weights/``: body ``path`` (a folder of ``*.safetensors``) and optional ``version``; checks the files'
   tensor names and shapes against the folder the server loaded (400, weights unchanged, when they do not fit), pauses
   generation, reloads the weights in place (``reload_weights``, the path that is safe on CPU), resets the prefix
@@ -204,6 +205,7 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
     from vllm.sampling_params import RequestOutputKind
 
     state = _state(request)
+    version = state.weight_version  # the weights this request samples from (an update waits for it to finish)
     if len(body.prompts) * body.n > MAX_SEQUENCES:
         raise HTTPException(400, f"{len(body.prompts)} prompts × n={body.n} is more than {MAX_SEQUENCES} sequences in "
                                  "one request; send fewer prompts per request")
@@ -246,7 +248,7 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
             logprobs.append([float(step[t].logprob) for step, t in zip(comp.logprobs or [], ids)])
             reasons.append(comp.finish_reason or "length")
     return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
-            "finish_reasons": reasons}
+            "finish_reasons": reasons, "weight_version": version}
 
 
 async def _load_folder(state: _State, folder: Path, version: Optional[int], label: str) -> Dict[str, Any]:

@@ -1,0 +1,317 @@
+"""Issue 18, items 3-5 and 10: weight versions on every answer (async batches one step behind are not compared, a
+server that reverts is named), a stuck weight sync times out with progress lines, spawn without ``preexec_fn``, and
+vLLM's dev mode refused beyond loopback without a key. Fake servers over real loopback HTTP; no vLLM needed."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from grpo_rollout.config import Config
+from grpo_rollout.generation.multi_server import MultiServerClient
+from grpo_rollout.generation.versions import record_versions
+from grpo_rollout.generation.vllm_client import ServerError, VllmClient
+from grpo_rollout.rollouts.contract import RolloutOutput
+from grpo_rollout.trainer.loop import StaleWeightsError, _Run
+from grpo_rollout.trainer.weight_versions import progress_lines
+
+
+class VersionedServer:
+    """A loopback stand-in for a grpo-rollout server: ``/generate/`` answers carry ``weight_version``,
+    ``/update_weights/`` sets it (or, with ``stuck``, accepts the request and never answers until closed)."""
+
+    def __init__(self):
+        self.version, self.stuck, self.release = 0, False, threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                if self.path.startswith("/update_weights/"):
+                    if outer.stuck:
+                        outer.release.wait(60)  # accepted, never answered (bounded so the thread ends)
+                        return
+                    outer.version = body["version"]
+                    answer = {"weight_version": outer.version}
+                else:
+                    k = len(body["prompts"]) * body.get("n", 1)
+                    answer = {"prompt_ids": body["prompts"], "completion_ids": [[7]] * k, "logprobs": [[-0.1]] * k,
+                              "finish_reasons": ["stop"] * k, "weight_version": outer.version}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def servers():
+    made = []
+
+    def make(k):
+        made.extend(VersionedServer() for _ in range(k))
+        return made[-k:]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def _client(server, **kwargs) -> VllmClient:
+    return VllmClient(server.url, tokenizer=None, retries=0, transfer="folder", **kwargs)
+
+
+# --- item 4: a server that restarts or silently reverts -------------------------------------------------------------
+
+def test_a_server_that_reverts_after_update_2_is_named(servers, tmp_path, monkeypatch):
+    from grpo_rollout.generation import vllm_client
+
+    monkeypatch.setattr(vllm_client, "weights_root", lambda: tmp_path)
+    a, b = servers(2)
+    client = MultiServerClient([_client(a), _client(b)])
+    for _ in range(2):
+        client.update_weights({"w": torch.zeros(2)})
+    assert (a.version, b.version, client.weight_version) == (2, 2, 2)
+    with record_versions() as seen:
+        out = client.generate([[1], [2]], n=2)
+    assert out.weight_version == 2 and (seen.oldest, seen.newest, seen.answers) == (2, 2, 2)
+    b.version = 0  # came back with its initial weights
+    with pytest.raises(ServerError) as info:
+        client.generate([[1], [2]], n=2)
+    message = str(info.value)
+    assert f"the vLLM server at {b.url} sampled with weight version 0" in message
+    assert "confirmed version 2" in message and "--resume latest" in message and a.url not in message
+    with pytest.raises(ServerError, match=re.escape(b.url)):  # the async path checks the same
+        asyncio.run(client.agenerate([[1], [2]], n=2))
+
+
+def test_versions_seen_in_a_rollout_are_recorded_per_context(servers):
+    [server] = servers(1)
+    client = _client(server)
+    server.version = client.weight_version = 3
+    with record_versions() as seen:
+        client.generate([[1]])
+        server.version = 4  # a sync lands mid-rollout (async generation)
+        asyncio.run(client.agenerate([[1]]))
+    assert (seen.oldest, seen.newest, seen.answers) == (3, 4, 2)
+    client.generate([[1]])  # outside the block: nothing more is noted
+    assert seen.answers == 2
+
+
+# --- item 3: async generation is one version behind by design; two behind is not ------------------------------------
+
+def _run(version: int, mode: str = "attach") -> _Run:
+    run = _Run.__new__(_Run)  # only what the version checks read
+    run.cfg = Config()
+    run.cfg.vllm.mode = mode
+    run.weight_version, run.sampler_lag = version, 0
+    return run
+
+
+def _batch(version):
+    return RolloutOutput([[1]], [[2]], [[-0.1]], [[1]], num_prompts=1, num_generations=1, weight_version=version), \
+        None, 0.0
+
+
+def test_async_batch_one_version_behind_is_not_compared():
+    run = _run(version=3)
+    run.checked_version(step=1, result=_batch(2), allowed=1)
+    assert run.sampler_lag == 1
+    run.check_sampler_mismatch(0.965)  # the issue's |Δlogp| at learning rate 3e-2: no StaleWeightsError
+    run.checked_version(step=2, result=_batch(3), allowed=1)  # a batch on the current weights is compared again
+    assert run.sampler_lag == 0
+    with pytest.raises(StaleWeightsError, match="0.965 nats"):
+        run.check_sampler_mismatch(0.965)
+
+
+@pytest.mark.parametrize("sampled, allowed, fragment", [
+    (1, 1, "sampled with weight version 1, but the trainer's weights are version 3 (expected 2 or 3): a server is "
+           "2 weight sync(s) behind"),
+    (2, 0, "sampled with weight version 2, but the trainer's weights are version 3 (expected 3)"),
+    (4, 1, "weight version 4, newer than the trainer's 3"),
+])
+def test_a_batch_further_behind_than_expected_stops(sampled, allowed, fragment):
+    with pytest.raises(StaleWeightsError, match=re.escape(fragment)):
+        _run(version=3).checked_version(step=4, result=_batch(sampled), allowed=allowed)
+
+
+def test_sync_mode_still_compares_and_shared_weights_are_current():
+    run = _run(version=2)
+    run.checked_version(step=0, result=_batch(2), allowed=0)
+    with pytest.raises(StaleWeightsError):
+        run.check_sampler_mismatch(0.965)
+    run.checked_version(step=0, result=_batch(None), allowed=0)  # transformers client: no version, lag 0
+    assert run.sampler_lag == 0
+
+
+# --- item 5: a weight sync that never gets an answer ----------------------------------------------------------------
+
+def test_a_stuck_weight_sync_times_out_naming_the_server(servers, tmp_path, monkeypatch):
+    from grpo_rollout.generation import vllm_client
+
+    monkeypatch.setattr(vllm_client, "weights_root", lambda: tmp_path)
+    a, b = servers(2)
+    b.stuck = True
+    client = MultiServerClient([_client(a, sync_timeout=0.5), _client(b, sync_timeout=0.5)])
+    with pytest.raises(ServerError) as info:
+        client.update_weights({"w": torch.zeros(2)})
+    message = str(info.value)
+    assert f"the vLLM server at {b.url} did not answer the weight sync within 0.5 s (vllm.sync_timeout_s)" in message
+    assert "raise vllm.sync_timeout_s" in message and a.url not in message
+
+
+def test_progress_lines_while_waiting():
+    lines = []
+    with progress_lines(lambda: "Waiting for the weight sync to http://x", lines.append, every_s=0.01):
+        deadline = time.monotonic() + 10
+        while len(lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(lines) >= 2 and all(re.fullmatch(r"Waiting for the weight sync to http://x: \d+ s", s) for s in lines)
+
+
+def test_sync_weights_reports_waiting_and_records_the_version(servers, tmp_path, monkeypatch):
+    from grpo_rollout.generation import vllm_client
+
+    monkeypatch.setattr(vllm_client, "weights_root", lambda: tmp_path)
+    [server] = servers(1)
+    run = _run(version=0)
+    said = []
+    run.reporter = SimpleNamespace(message=said.append)
+    run.dist = SimpleNamespace(world_size=1, is_main=True, broadcast=lambda obj: obj,
+                               agree=lambda error: (_ for _ in ()).throw(error) if error else None)
+    run.policy, run.nccl = SimpleNamespace(lm=torch.nn.Linear(2, 2)), None
+    run.client = _client(server, sync_timeout=30)
+    server.stuck = True
+    monkeypatch.setattr("grpo_rollout.trainer.loop.progress_lines",
+                        lambda what, say: progress_lines(what, say, every_s=0.05))
+
+    def unstick():  # answer once a progress line has been said (polled, bounded)
+        deadline = time.monotonic() + 20
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.02)
+        server.stuck = False
+        server.release.set()
+
+    threading.Thread(target=unstick, daemon=True).start()
+    with pytest.raises(ServerError):  # the stuck request itself is dropped unanswered
+        run.sync_weights()
+    assert said and said[0].startswith(f"Waiting for the weight sync to {server.url}: ")
+    run.sync_weights()  # the server answers now
+    assert run.weight_version == 1 == run.client.weight_version == server.version
+
+
+# --- item 10: spawn without preexec_fn; dev mode beyond loopback ----------------------------------------------------
+
+CHILD = "import time; time.sleep(120)"
+PARENT = f'''
+import subprocess, sys
+from grpo_rollout.generation.spawn import guarded
+child = subprocess.Popen(guarded([sys.executable, "-c", {CHILD!r}]), start_new_session=True)
+print(child.pid, flush=True)
+sys.stdin.readline()  # the test ends the parent by closing stdin; the child must follow
+'''
+
+
+def test_the_guarded_server_dies_with_its_parent():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                              text=True)
+    child = int(parent.stdout.readline())
+    assert os.getpgid(child) == child  # its own session/group, so stopping the group stops vLLM's engine too
+    parent.stdin.close()
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the child outlived its parent")
+
+
+def test_spawn_uses_no_preexec_fn(monkeypatch, tmp_path):
+    from grpo_rollout.generation import spawn
+    from grpo_rollout.generation.server.launch import ServerSettings
+
+    seen = {}
+
+    def fake_popen(argv, **kwargs):
+        seen.update(kwargs, argv=argv)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(spawn.subprocess, "Popen", fake_popen)
+    with pytest.raises(RuntimeError, match="stop here"):
+        spawn.ManagedServer(ServerSettings(model=str(tmp_path), port=1), tmp_path / "log").launch()
+    assert "preexec_fn" not in seen and seen["start_new_session"] is True
+    assert seen["argv"][1].endswith("orphan_guard.py") and seen["argv"][2] == str(os.getpid())
+
+
+@pytest.mark.parametrize("host, api_key, severity", [
+    ("0.0.0.0", None, "error"), ("10.1.2.3", None, "error"), ("0.0.0.0", "k", "warning"),
+    ("127.0.0.1", None, None), ("localhost", None, None),
+])
+def test_nccl_dev_mode_beyond_loopback(host, api_key, severity):
+    from grpo_rollout.config.exposure_checks import check_server_exposure
+
+    cfg = Config()
+    cfg.vllm.weight_transfer, cfg.vllm.host, cfg.vllm.api_key = "nccl", host, api_key
+    problems = []
+    check_server_exposure(cfg, problems)
+    assert [p.severity for p in problems] == ([severity] if severity else [])
+    if severity == "error":
+        assert problems[0].key == "vllm.api_key" and host in problems[0].message
+        assert "vllm.host: 127.0.0.1" in problems[0].fix and "vllm.api_key" in problems[0].fix
+    cfg.vllm.weight_transfer = "auto"  # no dev mode: nothing to say
+    problems = []
+    check_server_exposure(cfg, problems)
+    assert problems == []
+
+
+def test_serve_and_spawn_refuse_dev_mode_beyond_loopback_without_a_key(monkeypatch, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from grpo_rollout.cli.serve_cmd import run_serve
+    from grpo_rollout.generation.server.launch import ServerSettings
+    from grpo_rollout.generation.spawn import ManagedServer, ServerStartError
+
+    (tmp_path / "c.yaml").write_text(f"model: {{name_or_path: {tmp_path}}}\nvllm: {{weight_transfer: nccl}}\n")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # nccl's own CUDA check passes
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("the server was started"))
+    buffer = io.StringIO()
+    code = run_serve(Console(file=buffer, width=300), tmp_path / "c.yaml", model=str(tmp_path), host="0.0.0.0",
+                     port=8011, max_model_len=None, api_key=None, extra=[])
+    text = buffer.getvalue()  # the config's host is loopback; the --host flag is what exposes it
+    assert code == 1 and "Not starting" in text and "host 0.0.0.0" in text and "--api-key" in text, text
+    settings = ServerSettings(model=str(tmp_path), host="0.0.0.0", port=1, weight_transfer="nccl")
+    with pytest.raises(ServerStartError, match="dev mode.*host 0.0.0.0"):
+        ManagedServer(settings, tmp_path / "log").launch()
