@@ -24,6 +24,7 @@ from grpo_rollout.generation.versions import record_versions
 from grpo_rollout.generation.vllm_client import ServerError, VllmClient
 from grpo_rollout.rollouts.contract import RolloutOutput
 from grpo_rollout.trainer.loop import StaleWeightsError, _Run
+from grpo_rollout.trainer.precision import Precision
 from grpo_rollout.trainer.weight_versions import progress_lines
 
 
@@ -130,6 +131,7 @@ def _run(version: int, mode: str = "attach") -> _Run:
     run.cfg = Config()
     run.cfg.vllm.mode = mode
     run.weight_version, run.sampler_lag = version, 0
+    run.precision = Precision(torch.float32, "cpu")
     return run
 
 

@@ -157,6 +157,7 @@ class _Run:
         self.applied = 0  # steps whose optimizer updates are in the weights
         self.nonfinite_streak = 0  # steps in a row whose update was skipped for a NaN/inf loss or gradient
         self.num_generations = s.num_generations
+        self.precision = Precision.from_config(config.model.dtype, dist.device)  # float32 master weights
         # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
         self.sampling_filter = {"top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
         # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
@@ -180,7 +181,6 @@ class _Run:
         say = self.reporter.message
         say(f"Loading {m.name_or_path}" + (f" on {dist.world_size} processes" if dist.world_size > 1 else ""))
         lora = m.lora.r > 0
-        self.precision = Precision.from_config(m.dtype, dist.device)  # float32 master weights, model.dtype compute
         lm, self.tokenizer, self.model_path = load_model_and_tokenizer(
             m.name_or_path, self.precision.load_dtype(lora), m.revision, m.trust_remote_code, progress=say)
         mp_policy = self.precision.fsdp_policy()
