@@ -49,7 +49,7 @@ from .metrics import MetricsLogger
 from .policy import decoder_layers, full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
 from .progress import RichReporter, pick_samples
 from .prompt_order import PromptSampler
-from .rollout_stats import extras_means, tool_metrics, truncated_flags
+from .rollout_stats import episode_metrics, extras_means, shown_prompts, tool_metrics, truncated_flags
 from .rollout_log import save_now, token_record, write_rollouts
 from .update import MicroBatch, UpdateStats, build_micro_batches
 
@@ -286,7 +286,7 @@ class _Run:
         """This rank's rollout and rewards for its ``rows``; returns the rollout, its shard, and when generation
         ended (``time.perf_counter()``)."""
         cfg, g = self.cfg, self.num_generations
-        prompts = [row[cfg.data.prompt_column] for row in rows]
+        prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
         out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
                            {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
                             "base_dir": str(self.base_dir)},
@@ -294,7 +294,7 @@ class _Run:
         generated = time.perf_counter()
         n = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        per_completion_prompts = [prompts[i // g] for i in range(n)]
+        per_completion_prompts = shown_prompts(prompts, out.extras, g, n)  # what the model saw (env: reset's)
         completions = [[{"role": "assistant", "content": text}] if isinstance(p, list) else text
                        for p, text in zip(per_completion_prompts, texts)]
         columns = {c: [rows[i // g][c] for i in range(n)] for c in self.dataset.column_names
@@ -470,6 +470,7 @@ class _Run:
             **train_stats,
             **extras_means(whole.extras),
             **tool_metrics(whole.extras),
+            **episode_metrics(whole.extras),
             "completions/mean_length": sum(lengths) / n,
             "completions/max_length": max(lengths),
             "completions/min_length": min(lengths),
@@ -478,7 +479,8 @@ class _Run:
             "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
-        multi_turn = {k: whole.extras[name] for k, name in (("turns", "num_turns"), ("tool_calls", "num_tool_calls"))
+        multi_turn = {k: whole.extras[name] for k, name in (("turns", "num_turns"), ("tool_calls", "num_tool_calls"),
+                                                            ("ended", "end_reason"), ("end_detail", "end_detail"))
                       if name in whole.extras}
         samples = [{"prompt": whole.prompts[i], "completion": whole.texts[i], "reward": whole.rewards[i],
                     **{f"rewards/{k}": v[i] for k, v in whole.per_function.items()},

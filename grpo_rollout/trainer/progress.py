@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from .rollout_stats import CUT_BY_BUDGET
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 # (metric key, column header, format)
@@ -123,7 +124,7 @@ class RichReporter:
              samples: Optional[List[Dict[str, Any]]] = None) -> None:
         """Advance after step ``step`` (1-based); with ``log`` print a row of ``metrics`` and a table of ``samples``
         (records with ``prompt``, ``completion``, ``reward``, ``rewards/<fn>``, ``advantage``, and ``turns`` /
-        ``tool_calls`` for multi-turn rollouts)."""
+        ``tool_calls`` / ``ended`` (why the episode ended) for multi-turn rollouts)."""
         if self.quiet or (self.progress is None and not self.plain):
             return
         if self.progress is not None:
@@ -143,6 +144,8 @@ class RichReporter:
         extra = []
         if "extras/num_turns" in metrics:
             extra.append(f"turns={_fmt(metrics['extras/num_turns'], '{:.2f}')}")
+        if CUT_BY_BUDGET in metrics:
+            extra.append(f"cut by budget={_fmt(metrics[CUT_BY_BUDGET], '{:.0f}')}")
         if "tools/calls" in metrics:
             extra.append(f"tool calls={_fmt(metrics['tools/calls'], '{:.0f}')} "
                          f"ok={_fmt(metrics.get('tools/success_rate'), '{:.0%}')}")
@@ -156,7 +159,7 @@ class RichReporter:
     def _samples(self, out: Console, samples: List[Dict[str, Any]]) -> None:
         """A table of samples (terminal) or one line per sample (plain)."""
         fns = [k for k in samples[0] if k.startswith("rewards/")]
-        multi_turn = [k for k in ("turns", "tool_calls") if any(s.get(k) is not None for s in samples)]
+        multi_turn = [k for k in ("turns", "tool_calls", "ended") if any(s.get(k) is not None for s in samples)]
         if self.plain:
             for s in samples:
                 values = "  ".join([f"reward={_fmt(s.get('reward'), '{:.3f}')}"]
