@@ -49,6 +49,7 @@ from .metrics import MetricsLogger
 from .policy import decoder_layers, full_state_dict, load_optimizer_state, optimizer_state, shard, unsharded
 from .progress import RichReporter, pick_samples
 from .prompt_order import PromptSampler
+from .resume_hint import resume_hint
 from .rollout_stats import episode_metrics, extras_means, shown_prompts, tool_metrics, truncated_flags
 from .rollout_log import save_now, token_record, write_rollouts
 from .update import MicroBatch, UpdateStats, build_micro_batches
@@ -766,4 +767,6 @@ def _save_on_stop(run: _Run, last_saved: Optional[Path], reporter: RichReporter)
     if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
         reporter.stop()
         saved = run.save(applied)
-        reporter.message(f"Stopped after {applied} step(s); saved {saved} (continue with --resume latest)")
+        reporter.message(f"Stopped after {applied} step(s); saved {saved}")
+    if applied > 0 or last_saved is not None:
+        reporter.message(resume_hint(reporter, run.output_dir))

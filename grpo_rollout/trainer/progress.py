@@ -71,6 +71,8 @@ class RichReporter:
         self._total = self._first = 0
         self._started = 0.0
         self._per_epoch: Optional[float] = None
+        #: the shell command that resumes this run (set by ``grpo-rollout train``; printed when a run stops early)
+        self.resume_command: Optional[str] = None
 
     def message(self, text: str) -> None:
         """A status line (model conversion, loading, saving)."""
