@@ -466,6 +466,7 @@ class _Run:
         metrics: Dict[str, Any] = {
             "reward": rewards.mean().item(),
             "reward_std": rewards.std().item() if n > 1 else 0.0,
+            "reward_min": rewards.min().item(), "reward_max": rewards.max().item(),  # the plot's band stays inside
             **RewardResult(whole.rewards, whole.per_function).stats(),
             "frac_reward_zero_std": zero_std_fraction(rewards, g),
             **train_stats,
