@@ -32,8 +32,9 @@ def setting(config: Optional[Dict[str, Any]], dotted: str) -> Any:
 
 
 def no_step_finished(run_dir: Path, key: str, wanted: Any) -> Optional[str]:
-    """A sentence for a run that was configured to write (``key`` has a value other than ``wanted``'s opposite:
-    ``wanted`` is a callable on the setting) but finished no step; ``None`` when the run's config does not say so."""
+    """A sentence for a run whose ``config.yaml`` shows it was set up to write what is missing (``wanted(value of
+    key)`` is true, e.g. ``training.save_rollouts`` is not ``off``) but that finished no step; ``None`` when there is
+    no such config or the setting was off (then the missing setting is the reason)."""
     config = run_config(run_dir)
     if config is None or not wanted(setting(config, key)):
         return None
