@@ -11,8 +11,9 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from .rollout_stats import CUT_BY_BUDGET
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .rollout_stats import CUT_BY_BUDGET
 
 # (metric key, column header, format)
 COLUMNS = [
