@@ -115,8 +115,11 @@ def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, toke
     if step is None:
         steps = saved_steps(run_dir)
         if not steps:
-            raise FileNotFoundError(f"{run_dir / 'rollouts'} holds no saved step: train with "
-                                    "training.save_rollouts=every (or N: every N-th step) to save them")
+            from .run_folder import no_step_finished
+
+            why = no_step_finished(run_dir, "training.save_rollouts", lambda v: v not in (None, "off", False))
+            raise FileNotFoundError(f"{run_dir / 'rollouts'} holds no saved step: " + (
+                why or "train with training.save_rollouts=every (or N: every N-th step) to save them"))
         step = steps[-1]
     records = read_rollouts(run_dir, step)
     if not 0 <= sample < len(records):
@@ -157,7 +160,8 @@ def summary_line(s: InspectedSample) -> str:
 
 
 def console_renderables(s: InspectedSample) -> List[Any]:
-    """Rich renderables: the summary, the prompt as the model saw it, the coloured completion, a per-token table."""
+    """Rich renderables: the summary, the prompt as the model saw it, the coloured completion, the rollout's extras
+    (as on the HTML page: ``end_reason``, ``env_reward``, ``tool_results``, ...) and a per-token table."""
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -176,8 +180,16 @@ def console_renderables(s: InspectedSample) -> List[Any]:
         table.add_row(str(i), _shown(tok.text), str(tok.id), "yes" if tok.trained else "not trained",
                       _num(tok.sampler_logprob), _num(tok.trainer_logprob), _num(tok.importance_weight),
                       style=styles[tok.kind] if tok.kind != "trained" else None)
-    return [Text(summary_line(s), style="bold"), Panel(Text(s.prompt_text), title="prompt (as the model saw it)"),
-            Panel(completion, title="completion"), legend, table]
+    parts = [Text(summary_line(s), style="bold"), Panel(Text(s.prompt_text), title="prompt (as the model saw it)"),
+             Panel(completion, title="completion"), legend]
+    if s.extras:  # the same as the HTML page's Extras
+        lines = Text()
+        for k, v in s.extras.items():
+            lines.append(f"{k}: ", style="bold")
+            lines.append(str(v)[:300] + "\n")
+        lines.rstrip()
+        parts.append(Panel(lines, title="extras"))
+    return parts + [table]
 
 
 _CSS = """

@@ -11,24 +11,22 @@ import difflib
 import io
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
+
+from .plot_panels import DEFAULT_PANELS, Panel, draw_panel, fixed
+from .run_folder import no_step_finished
 
 __all__ = ["PlotError", "Run", "load_run", "available_metrics", "plot_runs", "default_output_path", "save_figure"]
 
 METRICS_FILE = "metrics.jsonl"
 PathLike = Union[str, Path]
 
-#: Line styles that tell a panel's metrics apart when the colours mean runs.
-_LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
-_REWARD_FN_MEAN = re.compile(r"^rewards/(.+)/mean$")
 
 
 class PlotError(Exception):
@@ -90,6 +88,10 @@ def _metrics_file(run_dir: Path) -> Path:
         raise PlotError(f"{run_dir} is a file, not a run folder. Give the run's training.output_dir (the folder "
                         f"holding {METRICS_FILE}).")
     path = run_dir / METRICS_FILE
+    if not path.is_file() or not path.read_text(errors="replace").strip():
+        why = no_step_finished(run_dir, "logging.report_to", lambda v: isinstance(v, list) and "jsonl" in v)
+        if why:
+            raise PlotError(f"{path} has no step yet: {why}.")
     if not path.is_file():
         raise PlotError(f"{path} not found: this run logged no metrics to a file. Runs write {METRICS_FILE} when "
                         f"logging.report_to includes jsonl (the default); train again with e.g. "
@@ -169,51 +171,10 @@ def _finite_metrics(runs: Sequence[Run]) -> List[str]:
                    if k != "step" and math.isfinite(v)})
 
 
-# -- the default panels ------------------------------------------------------------------------------------------
-
-@dataclass
-class _Panel:
-    """One Axes: a title, a y-label, the metric keys it draws (chosen from the keys any run has), an optional
-    ``(mean, std)`` pair drawn as a band, fixed y-limits, a log scale when every value is positive, and a note shown
-    when every value is exactly 0 (the usual reason why)."""
-
-    title: str
-    ylabel: str
-    choose: Callable[[List[str]], List[str]]
-    band: Optional[Tuple[str, str]] = None
-    ylim: Optional[Tuple[float, float]] = None
-    log_if_positive: bool = False
-    zero_note: Optional[str] = None
+# the default panels live in plot_panels.py
 
 
-def _fixed(*wanted: str) -> Callable[[List[str]], List[str]]:
-    return lambda keys: [k for k in wanted if k in keys]
-
-
-def _reward_keys(keys: List[str]) -> List[str]:
-    return _fixed("reward")(keys) + [k for k in keys if _REWARD_FN_MEAN.match(k)]
-
-
-DEFAULT_PANELS: List[_Panel] = [
-    _Panel("Reward: mean ± std, and each reward function's mean", "reward", _reward_keys,
-           band=("reward", "reward_std")),
-    _Panel("Completion length: mean and max", "completions/*_length (tokens)",
-           _fixed("completions/mean_length", "completions/max_length")),
-    _Panel("Truncated completions (cut at max_completion_length)", "completions/truncated_fraction",
-           _fixed("completions/truncated_fraction"), ylim=(-0.03, 1.03)),
-    _Panel("KL to the reference model", "kl", _fixed("kl"),
-           zero_note="kl is 0 at every step: it is only computed when training.beta > 0"),
-    _Panel("Clipped tokens (importance ratio outside 1 ± epsilon)", "clip_ratio/region", _fixed("clip_ratio/region"),
-           zero_note="no token was clipped (with training.num_iterations = 1 the ratio is always 1)"),
-    _Panel("Sampler vs trainer log-probs: mean |Δlogp| per token", "sampler/logprob_abs_diff (nats)",
-           _fixed("sampler/logprob_abs_diff"), log_if_positive=True),
-    _Panel("Tool calls that succeeded", "tools/success_rate", _fixed("tools/success_rate"), ylim=(-0.03, 1.03)),
-    _Panel("Time per step, by phase", "time/* (seconds)",
-           _fixed("time/generation", "time/rewards", "time/training", "time/sync")),
-]
-
-
-def _metric_panels(metrics: Sequence[str], available: List[str]) -> List[_Panel]:
+def _metric_panels(metrics: Sequence[str], available: List[str]) -> List[Panel]:
     unknown = [m for m in metrics if m not in available]
     if unknown:
         hints = []
@@ -222,7 +183,7 @@ def _metric_panels(metrics: Sequence[str], available: List[str]) -> List[_Panel]
             hints.append(f"'{m}'" + (f" (did you mean {', '.join(close)}?)" if close else ""))
         raise PlotError(f"unknown metric {', '.join(hints)}: no run logged it. Available metrics: "
                         f"{', '.join(available)}.")
-    return [_Panel(m, m, _fixed(m)) for m in metrics]
+    return [Panel(m, m, fixed(m)) for m in metrics]
 
 
 # -- drawing -----------------------------------------------------------------------------------------------------
@@ -237,7 +198,8 @@ def plot_runs(run_dirs: Sequence[PathLike], metrics: Optional[Sequence[str]] = N
 
     Without ``metrics`` the panels are: reward (mean with a ± std band, and each ``rewards/<fn>/mean``), completion
     length (mean, max), truncated fraction, KL, clip ratio (``clip_ratio/region``), sampler/trainer mean |Δlogp| (log
-    scale), tool success rate, and the time of each phase of a step (generation, rewards, training, sync). A panel
+    scale), tool success rate, multi-turn episodes (turns; how they ended: ``episodes/ended/*``; how many the token
+    budget cut), and the time of each phase of a step (generation, rewards, training, sync). A panel
     whose metrics no run logged (or logged only as ``null``) is left out. Every Axes has a title, a y-label naming its metric(s) and the x-label ``step``.
 
     One run: each metric of a panel has its own colour. Several runs: each run has one colour throughout (a legend
@@ -285,67 +247,12 @@ def plot_runs(run_dirs: Sequence[PathLike], metrics: Optional[Sequence[str]] = N
                             else grid[i // cols, :]) for i in range(len(chosen))]
     several = len(runs) > 1
     for ax, (panel, keys) in zip(axes, chosen):
-        _draw_panel(ax, panel, keys, runs, several)
+        draw_panel(ax, panel, keys, runs, several)
     if several:
         handles = [Line2D([], [], color=f"C{i}", lw=2) for i in range(len(runs))]
         fig.legend(handles, [run.name for run in runs], loc="outside upper center", ncols=min(len(runs), 4),
                    frameon=False, title="run")
     return fig
-
-
-def _draw_panel(ax, panel: _Panel, keys: List[str], runs: Sequence[Run], several: bool) -> None:
-    styles: List[Tuple[str, object, str]] = []  # (key, linestyle, colour) for the legend of a several-run panel
-    for r, run in enumerate(runs):
-        for k, key in enumerate(keys):
-            xs, ys = run.series(key)
-            if not xs:
-                continue
-            colour = f"C{r}" if several else f"C{k}"
-            style = _LINESTYLES[k % len(_LINESTYLES)] if several else "-"
-            label = f"{run.name}: {key}" if several else key
-            ax.plot(xs, ys, color=colour, linestyle=style, lw=1.6, marker="." if len(xs) <= 40 else None,
-                    ms=4, label=label)
-            if panel.band is not None and key == panel.band[0]:
-                bx, lo, hi = _band(run, *panel.band)
-                if bx:
-                    ax.fill_between(bx, lo, hi, color=colour, alpha=0.15, lw=0,
-                                    label=f"{run.name}: {key} ± {panel.band[1]}" if several
-                                    else f"{key} ± {panel.band[1]}")
-        if several and r == 0:
-            styles = [(key, _LINESTYLES[k % len(_LINESTYLES)], "0.25") for k, key in enumerate(keys)]
-    ax.set_title(panel.title, fontsize=10)
-    ax.set_ylabel(panel.ylabel, fontsize=9)
-    ax.set_xlabel("step", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    if panel.ylim is not None:
-        ax.set_ylim(*panel.ylim)
-    values = [v for run in runs for key in keys for v in run.series(key)[1] if math.isfinite(v)]
-    if panel.log_if_positive and values and min(values) > 0:
-        ax.set_yscale("log")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.tick_params(which="both", labelsize=8)
-    if panel.zero_note and values and all(v == 0 for v in values):
-        ax.text(0.5, 0.62, panel.zero_note, transform=ax.transAxes, ha="center", va="center", fontsize=8,
-                color="0.35")
-    # legends go under the panel so they never hide a line
-    below = dict(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False, borderaxespad=0)
-    if several:
-        if len(keys) > 1:
-            ax.legend([Line2D([], [], color=c, linestyle=s) for _, s, c in styles], [key for key, _, _ in styles],
-                      ncols=min(len(keys), 4), **below)
-    elif len(keys) > 1 or panel.band is not None:
-        ax.legend(ncols=min(len(ax.get_legend_handles_labels()[0]), 4), **below)
-
-
-def _band(run: Run, mean_key: str, std_key: str) -> Tuple[List[float], List[float], List[float]]:
-    xs, lo, hi = [], [], []
-    for record in run.records:
-        if mean_key in record and std_key in record:
-            m, s = record[mean_key], record[std_key]
-            xs.append(record["step"])
-            lo.append(m - s)
-            hi.append(m + s)
-    return xs, lo, hi
 
 
 def default_output_path(run_dirs: Sequence[PathLike]) -> Path:

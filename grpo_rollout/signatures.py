@@ -52,6 +52,23 @@ def describe(fn: Callable) -> str:
 _OURS = str(Path(__file__).resolve().parent)
 
 
+def defined_at(fn: Callable) -> str:
+    """`` (defined at FILE:LINE)`` of a function's ``def`` (through decorators and ``functools.partial``); ``""``
+    when unknown (a builtin, a C function)."""
+    import functools
+    import inspect
+
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    try:
+        target = inspect.unwrap(fn)
+        file = inspect.getsourcefile(target) or inspect.getfile(target)
+        line = inspect.getsourcelines(target)[1]
+    except (TypeError, OSError):
+        return ""
+    return f" (defined at {file}:{line})"
+
+
 def raised_at(exc: BaseException) -> str:
     """`` (at FILE:LINE)`` of the user code that raised ``exc``: the innermost traceback frame outside grpo_rollout,
     the standard library and installed packages (a user's own helper modules count), else the innermost frame

@@ -115,11 +115,11 @@ def test_plot_of_a_real_run(trained_run):
     for key, line in lines_by_label(reward).items():
         assert list(line.get_xdata()) == steps
         assert same(line.get_ydata(), column(key)), key
-    # the ± std band spans exactly reward - reward_std .. reward + reward_std
+    # the ± std band spans reward - reward_std .. reward + reward_std, clipped to the step's observed rewards
     [band] = reward.collections
     ys = band.get_paths()[0].vertices[:, 1]
-    lows = [r["reward"] - r["reward_std"] for r in records]
-    highs = [r["reward"] + r["reward_std"] for r in records]
+    lows = [max(r["reward"] - r["reward_std"], r["reward_min"]) for r in records]
+    highs = [min(r["reward"] + r["reward_std"], r["reward_max"]) for r in records]
     assert min(ys) == pytest.approx(min(lows)) and max(ys) == pytest.approx(max(highs))
     assert [t.get_text() for t in reward.get_legend().get_texts()] == [
         "reward", "reward ± reward_std", "rewards/even_ids/mean"]

@@ -137,8 +137,13 @@ def test_wrong_length_names_function():
     def short(completions):
         return [1.0] * 3
 
-    with pytest.raises(RewardError, match=r"`short` returned 3 scores for 4 completions"):
+    line = short.__code__.co_firstlineno
+    with pytest.raises(RewardError) as info:
         _run([RewardFunction("ok", lambda completions: [0.0] * 4), RewardFunction("short", short)])
+    message = str(info.value)
+    assert f"`short` (defined at {__file__}:{line}) returned 3 scores for 4 completions" in message
+    assert "one score (a float, or None for no opinion) per completion" in message  # and the fix
+    assert "return [score(c) for c in completions]" in message
 
 
 @pytest.mark.parametrize("scores, pattern", [

@@ -62,7 +62,11 @@ def test_reward_raising_mid_run_keeps_finished_steps(tmp_path, model):
 def test_reward_returning_wrong_count_names_the_function(tmp_path, model):
     proc = _run(tmp_path, model, "wrong_length")
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
-    assert "wrong_length" in proc.stdout and "1 scores for 4 completions" in proc.stdout
+    flat = " ".join(proc.stdout.replace("│", " ").split())  # the message is in a panel: undo its wrapping
+    assert "wrong_length" in flat and "1 scores for 4 completions" in flat
+    line = REWARDS.splitlines().index("def wrong_length(completions, **kwargs):") + 1
+    assert f"rewards.py:{line})returned" in flat.replace(" ", "")  # where the function is (issue 19)
+    assert "one score (a float, or None for no opinion) per completion" in flat
 
 
 def test_rollout_missing_an_extra_a_reward_needs(tmp_path, model):

@@ -31,13 +31,21 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
         return 1
     s, t = result.sample, result.seconds
     rewards = ", ".join(f"{k} = {v:.3f}" for k, v in s["rewards"].items())
-    extras = ", ".join(f"{k} = {escape(str(v))[:80]}" for k, v in s["extras"].items())
+    shown_apart = ("end_detail", "first_prompt")  # printed on their own lines (first_prompt: as the prompt)
+    extras = ", ".join(f"{k} = {escape(str(v))[:80]}" for k, v in s["extras"].items() if k not in shown_apart)
     lines = [f"[bold]prompt (as the model saw it):[/]\n{escape(s['prompt_text'])}",
              f"[bold]completion[/] ({s['completion_tokens']} tokens, {s['trained_tokens']} trained):\n"
              f"{escape(s['completion'])}",
              f"[bold]reward:[/] {s['reward']:.3f}  ({rewards})"]
     if extras:
         lines.append(f"[bold]extras:[/] {extras}")
+    if s["extras"].get("end_reason"):
+        cap = result.max_completion_length
+        note = (f" [dim](the dry run caps max_completion_length at {cap}; training uses "
+                f"{result.configured_max_completion_length})[/]"
+                if cap < result.configured_max_completion_length else "")
+        lines.append(f"[bold]episode ended:[/] {escape(str(s['extras']['end_reason']))}: "
+                     f"{escape(str(s['extras'].get('end_detail', '')))}{note}")
     lines.append(f"[dim]{result.num_prompts} prompts → {result.num_completions} completions via {result.backend}; "
                  f"model load {t['load']:.1f} s, rollout {t['rollout']:.1f} s, rewards {t['rewards']:.2f} s; "
                  f"rewards of all completions: {', '.join(f'{r:.2f}' for r in result.rewards)}[/]")

@@ -12,6 +12,18 @@ from .. import __version__
 from ..config import check_config
 from .render import print_problems, print_summary
 
+def _flag_without_type(original):
+    """Typer 0.29's rich help labels every flag ``<bool>`` (``--version <bool>``, ``--help <bool>``), as if it took a
+    value; flags take none, so they get no type label."""
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) and not getattr(self, "secondary_opts", None) \
+            else original(self, ctx)
+    return display_type_rich
+
+
+if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "display_type_rich"):
+    typer.core.TyperOption.display_type_rich = _flag_without_type(typer.core.TyperOption.display_type_rich)
+
 app = typer.Typer(
     name="grpo-rollout",
     help="GRPO fine-tuning where generation is your own rollout function.",

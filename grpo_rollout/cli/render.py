@@ -20,7 +20,10 @@ def _short(value: object, width: int = 40) -> str:
 def problems_table(problems: List[Problem]) -> Table:
     """A table with one row per problem: severity, key, value, problem, suggested fix."""
     table = Table(title="Config problems", show_lines=True, expand=True)
-    table.add_column("key", style="bold cyan", overflow="fold", ratio=3, min_width=12)
+    # the key column is as wide as the longest key (up to 48): a key like sampling.max_completion_length is never
+    # broken inside a word; the other columns wrap at spaces
+    key_width = min(max([len(p.key or "<config>") for p in problems] + [12]), 48)
+    table.add_column("key", style="bold cyan", overflow="fold", min_width=key_width, max_width=key_width)
     table.add_column("value", overflow="fold", ratio=2, min_width=8)
     table.add_column("problem", overflow="fold", ratio=5, min_width=16)
     table.add_column("fix", style="green", overflow="fold", ratio=4, min_width=14)

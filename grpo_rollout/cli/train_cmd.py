@@ -42,10 +42,13 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     def _terminate(signum, frame):  # `kill` / a job scheduler: stop like Ctrl-C (save finished steps, stop vLLM)
         raise KeyboardInterrupt
 
+    from ..trainer.resume_hint import resume_command
+
     signal.signal(signal.SIGTERM, _terminate)
+    reporter = RichReporter(console)
+    reporter.resume_command = resume_command(config_path, overrides, int(os.environ.get("WORLD_SIZE", "1")))
     try:
-        result = train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=RichReporter(console),
-                       check=False)
+        result = train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=reporter, check=False)
     except KeyboardInterrupt:
         console.print("[yellow]Interrupted.[/]")
         return 130

@@ -489,14 +489,33 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     columns = list(ds.column_names)
     col = config.data.prompt_column
     if col not in columns:
+        if not _rollout_uses_prompts(config, base_dir):
+            return columns  # e.g. an environment: reset(row) makes the first prompt
         _err(problems, "data.prompt_column", col, f"the dataset has no column `{col}` (columns: {', '.join(columns)})",
              "set data.prompt_column to the column holding the prompts")
         return columns
-    for message in prompt_problems(row[col] for row in ds.select_columns([col])):
+    prompts = ds[col]
+    if not _rollout_uses_prompts(config, base_dir) and all(p is None for p in prompts):
+        return columns
+    row_keys = lambda i: [k for k, v in ds[i].items() if v is not None]  # noqa: E731
+    for message in prompt_problems(prompts, column=col, row_keys=row_keys):
         _err(problems, "data.prompt_column", col, message,
              "make every prompt a non-empty string, or every prompt a list of {role, content} messages with roles "
              f"{', '.join(CHAT_ROLES)} (or point data.prompt_column at another column)")
     return columns
+
+
+def _rollout_uses_prompts(config: Config, base_dir: Path) -> bool:
+    """False when the rollout declares ``uses_prompts = False`` (the built-in environment rollout: ``reset(row)``
+    returns the first prompt), so ``data.prompt_column`` is optional. A rollout that does not import counts as
+    using them (its import error is reported by :func:`check_functions`)."""
+    from ..rollouts import builtin_rollout
+
+    try:
+        fn = resolve_callable(config.rollout.function, base_dir) if config.rollout.function else builtin_rollout()
+    except Exception:  # noqa: BLE001 - an import error is reported by check_functions
+        return True
+    return getattr(fn, "uses_prompts", True) is not False
 
 
 ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_algorithm, check_batch,

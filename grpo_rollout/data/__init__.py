@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 from ..config.imports import ImportSpecError, resolve_callable
 
@@ -114,14 +115,27 @@ def prompt_format(prompt: Any) -> Tuple[Optional[str], Optional[str]]:
     return CHAT, None
 
 
-def prompt_problems(prompts: Iterable[Any], limit: int = 3) -> List[str]:
+def prompt_problems(prompts: Iterable[Any], limit: int = 3, column: str = "prompt",
+                    row_keys: Optional[Callable[[int], List[str]]] = None) -> List[str]:
     """Up to ``limit`` sentences, each naming a row, about prompts that are malformed or whose format differs from
     the first row's (a step's prompts are all strings or all message lists: rewards and rollouts receive them as a
-    batch and would break on the mix)."""
+    batch and would break on the mix). A missing prompt (``None``: a JSON line without the ``column`` key) is
+    reported as such, with the keys the row does have (``row_keys(i)``) and the closest one to ``column``."""
     found: List[str] = []
     first: Optional[Tuple[int, str]] = None
     mixed_reported = False
     for i, prompt in enumerate(prompts):
+        if prompt is None:
+            keys = row_keys(i) if row_keys else []
+            close = difflib.get_close_matches(column, keys, n=1, cutoff=0.6)
+            has = ""
+            if keys:
+                typo = f"; `{close[0]}` looks like a misspelling of `{column}`" if close else ""
+                has = f" (it has {', '.join(f'`{k}`' for k in keys)}{typo})"
+            found.append(f"row {i} has no `{column}` key{has}")
+            if len(found) >= limit:
+                break
+            continue
         fmt, problem = prompt_format(prompt)
         if problem:
             found.append(f"row {i}: {problem}")

@@ -22,6 +22,7 @@ from typing import Callable, List, Optional
 import httpx
 
 from .server.launch import ServerSettings, server_command
+from .shm import ShmWatch
 
 
 class ServerStartError(RuntimeError):
@@ -62,6 +63,9 @@ class ManagedServer:
         self.url = f"http://{settings.host}:{settings.port}"
         self.process: Optional[subprocess.Popen] = None
         self._exit_code: Optional[int] = None
+        self._shm: Optional[ShmWatch] = None
+        self.shm_removed: list = []  # /dev/shm entries the server left and stop() removed
+        self.killed = False  # stop() had to SIGKILL it: it did not exit within the grace period
 
     def start(self, timeout_s: float = 600.0, on_wait: Optional[Callable[[float], None]] = None) -> str:
         """Start the server and wait until ``/health/`` answers; return its URL.
@@ -87,6 +91,7 @@ class ManagedServer:
         argv, env = server_command(self.settings)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("w")
+        self._shm = ShmWatch()  # what is in /dev/shm before the server: anything new it leaves is removed by stop()
         self.process = subprocess.Popen(guarded(argv), env=env, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
@@ -134,20 +139,42 @@ class ManagedServer:
         return _tail(self.log_path, lines)
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """Stop the server and every process of its group (SIGTERM, then SIGKILL after ``grace_s``). Idempotent."""
+        """Stop the server and every process of its group (SIGTERM, then SIGKILL after ``grace_s``), then remove the
+        ``/dev/shm`` entries it left that no live process uses (:mod:`.shm`). Idempotent."""
         self.exit_code()
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
+        try:
+            if proc is not None:
+                self.killed = self._stop_group(proc, grace_s) or self.killed
+        finally:
+            if self._shm is not None:
+                self.shm_removed += self._shm.remove_leftovers()
+
+    @staticmethod
+    def _stop_group(proc: subprocess.Popen, grace_s: float) -> bool:
+        """SIGTERM the group, SIGKILL it after ``grace_s``; True when the kill was needed."""
+        killed = False
+        try:  # engine workers may outlive the API process: the group is always cleared
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        if proc.poll() is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return False
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            killed = True
         except ProcessLookupError:
             pass
         try:  # engine workers that outlived the API process
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        return killed

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..coroutines import run_coroutine
-from ..signatures import describe, raised_at, required_params, select_kwargs
+from ..signatures import defined_at, describe, raised_at, required_params, select_kwargs
 
 #: Arguments every reward function can ask for by name.
 STANDARD_REWARD_ARGS = ("prompts", "completions", "completion_ids", "step")
@@ -72,14 +72,18 @@ def unique_names(functions: Sequence[Callable]) -> List[str]:
     return names
 
 
-def _check_scores(name: str, scores: Any, n: int) -> List[float]:
+def _check_scores(name: str, scores: Any, n: int, fn: Optional[Callable] = None) -> List[float]:
+    where = defined_at(fn) if fn is not None else ""
     if hasattr(scores, "tolist"):
         scores = scores.tolist()
     if not isinstance(scores, (list, tuple)):
         raise RewardError(f"reward function `{name}` returned {type(scores).__name__}; it must return a list with one "
                           f"float (or None) per completion ({n})")
     if len(scores) != n:
-        raise RewardError(f"reward function `{name}` returned {len(scores)} scores for {n} completions")
+        raise RewardError(f"reward function `{name}`{where} returned {len(scores)} scores for {n} completions; it "
+                          "must return one score (a float, or None for no opinion) per completion, in the order of "
+                          "`completions`: e.g. `return [score(c) for c in completions]` (a score per prompt must be "
+                          "repeated for each of its num_generations completions)")
     out = []
     for i, s in enumerate(scores):
         if s is None:
@@ -130,7 +134,7 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
     args: Dict[str, Any] = {**columns, **extras, "prompts": list(prompts), "completions": list(completions),
                             "completion_ids": [list(c) for c in completion_ids], "step": step}
     raw = run_coroutine(_call_all(functions, args))  # also from inside a running loop (a notebook)
-    per_function = {rf.name: _check_scores(rf.name, scores, n) for rf, scores in zip(functions, raw)}
+    per_function = {rf.name: _check_scores(rf.name, scores, n, rf.fn) for rf, scores in zip(functions, raw)}
     total = [0.0] * n
     for rf in functions:
         for i, s in enumerate(per_function[rf.name]):

@@ -34,7 +34,8 @@ from .contract import RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
 from .multi_turn import Conversation, as_messages, eos_ids_of, is_message, run_coroutine, run_multi_turn
 
-ENV_EXTRAS = ("env_reward", "env_done", "num_turns", "final_response", "truncated")
+ENV_EXTRAS = ("env_reward", "env_done", "num_turns", "final_response", "truncated", "end_reason", "end_detail",
+              "first_prompt")
 
 
 def _label(env: Any, method: str) -> str:
@@ -164,7 +165,8 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
     """Run ``n`` episodes of the environment per dataset row.
 
     Args:
-        prompts: the ``P`` dataset prompts (unused: the first prompt comes from ``env.reset(row)``).
+        prompts: the ``P`` dataset prompts (unused, ``None`` when the dataset has no ``data.prompt_column``: the
+            first prompt comes from ``env.reset(row)``).
         rows: the ``P`` dataset rows; each of the ``n`` environments of prompt ``i`` is reset with ``rows[i]``.
         env: the environment class or its name; env_kwargs: keyword arguments for its constructor.
         n, temperature, ..., seed: sampling settings; ``max_completion_length`` bounds the whole completion
@@ -174,7 +176,9 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
 
     Returns:
         the contract dict (``prompt_ids`` one per completion) with extras ``env_reward`` (float: sum of the step
-        rewards), ``env_done`` (the environment ended the episode), ``num_turns``, ``final_response``, ``truncated``.
+        rewards), ``env_done`` (the environment ended the episode), ``num_turns``, ``final_response``, ``truncated``,
+        ``end_reason``/``end_detail`` (why the episode ended, see :data:`.episodes.END_REASONS`) and ``first_prompt``
+        (what ``reset`` returned: the prompt the model saw; the trainer logs it as the sample's prompt).
 
     Raises:
         RolloutError: the environment cannot be loaded, or it broke its interface.
@@ -205,10 +209,12 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
                          max_completion_length=max_completion_length, max_turns=max_turns)
     out["env_reward"] = [h.total_reward for h in handlers]
     out["env_done"] = [h.done for h in handlers]
+    out["first_prompt"] = list(first_prompts)  # what the model saw first: logged instead of the dataset's text
     return out
 
 
 environment_rollout.extras = ENV_EXTRAS
+environment_rollout.uses_prompts = False  # reset(row) makes the first prompt: data.prompt_column is optional
 
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:

@@ -11,18 +11,17 @@ sentinel is the text that closes the assistant turn, holds the new messages and 
 sampled turn already ended with the end-of-turn token (``<|im_end|>`` for ChatML), that token's text is dropped from
 the front, so it is not written twice. Only this inserted text is tokenized.
 
-:func:`run_episodes` drives many conversations concurrently (one ``client.agenerate`` request per sample turn, so a
-vLLM server batches them) and :func:`contract_dict` turns them into the rollout contract's dict.
+:func:`run_episodes` (in :mod:`.episodes`, re-exported here) drives many conversations concurrently (one
+``client.agenerate`` request per sample turn, so a vLLM server batches them) and :func:`contract_dict` turns them into
+the rollout contract's dict.
 """
 
 from __future__ import annotations
 
-import asyncio
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
-from ..coroutines import run_coroutine  # noqa: F401 - also imported from here by the rollouts
 from .contract import RolloutError
 
 #: Appended to the last assistant message when rendering, to find where its content ends in the template's output.
@@ -95,6 +94,8 @@ class Conversation:
         completion_ids, logprobs, completion_mask: one entry per completion token (sampled: the sampler's log-prob
             and mask 1; inserted: 0.0 and mask 0).
         turns: sampled turns so far. stop_reason: why the episode ended (``"done"``, ``"max_turns"``, ``"length"``).
+        end_reason, end_detail: the same, finer and in words (:data:`.episodes.END_REASONS`): ``"budget_reply"``
+            when the next inserted text did not fit, ``"budget_turn"`` when a sampled turn used the budget up.
         truncated: the ``max_completion_length`` budget cut the episode: its last sampled turn was cut by it, or the
             next inserted text did not fit (a turn cut by ``max_turn_tokens`` alone does not count).
         last_text: the last sampled turn's text (special tokens skipped). last_finish: its finish reason.
@@ -113,6 +114,8 @@ class Conversation:
     last_text: str = ""
     last_finish: str = ""
     truncated: bool = False
+    end_reason: Optional[str] = None
+    end_detail: str = ""
     _ended_with_eos: bool = False
     _turn_start: int = 0
 
@@ -219,134 +222,6 @@ class Conversation:
         self.messages += [dict(m) for m in new_messages]
 
 
-@dataclass
-class Sampling:
-    """Sampling settings of every turn (``max_tokens`` is set per turn from the remaining budget)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: Optional[int] = None
-    stop: Optional[List[str]] = None
-    max_turn_tokens: Optional[int] = None  # cap per turn (the remaining budget caps it too)
-
-    def request_seed(self, sample: int, turn: int, part: int = 0) -> Optional[int]:
-        """A distinct, reproducible seed per sample, turn and continuation ``part`` (``None`` when unseeded): samples
-        of a group that share a prompt must not share a seed, or they would be identical."""
-        if self.seed is None:
-            return None
-        return (self.seed * 1_000_003 + sample * 7_919 + turn * 104_729 + part * 15_485_863) % (2 ** 31)
-
-
-async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
-    # truncate=False: later turns (prompt + completion so far) are longer than max_prompt_length but within the
-    # length the server was sized for; cutting them would make the sampler see another context than the trainer.
-    # The first prompt was cut by Conversation.start.
-    ids = conv.input_ids
-    result = await client.agenerate([ids], n=1, temperature=sampling.temperature, top_p=sampling.top_p,
-                                    top_k=sampling.top_k, min_p=sampling.min_p,
-                                    repetition_penalty=sampling.repetition_penalty, max_tokens=max_tokens, seed=seed,
-                                    stop=sampling.stop, truncate=False,
-                                    affinity=tuple(conv.prompt_ids))  # with several servers: the episode stays on one
-    if list(result.prompt_ids[0]) != ids:
-        raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
-                           f"{len(result.prompt_ids[0])} used): the sampler would not see what the trainer trains on")
-    return result.completion_ids[0], result.logprobs[0], result.finish_reasons[0]
-
-
-async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, sampling: Sampling,
-                      max_completion_length: int, max_turns: int, sample_index: int) -> Conversation:
-    """Generate → ``on_turn(text)`` → append its messages → generate again, until ``on_turn`` returns ``None``
-    (``stop_reason="done"``), ``max_turns`` sampled turns (``"max_turns"``) or the token budget runs out
-    (``"length"``: the whole completion, inserted tokens included, never exceeds ``max_completion_length``; inserted
-    text that would leave no room for one more sampled token is not added).
-
-    Each turn's ``max_tokens`` is the remaining budget, or ``sampling.max_turn_tokens`` when smaller (a turn cut by
-    that cap does not end the episode). ``on_turn`` is called after every sampled turn, also the last one, so
-    tools/environments see every answer.
-    """
-    continue_turn = getattr(on_turn, "continue_turn", None)
-
-    def max_tokens() -> int:
-        budget = max_completion_length - len(conv.completion_ids)
-        if sampling.max_turn_tokens:
-            return min(budget, sampling.max_turn_tokens - (conv.turn_tokens if part else 0))
-        return budget
-
-    while True:
-        part = 0
-        ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
-                                                   sampling.request_seed(sample_index, conv.turns))
-        text = conv.add_sampled(ids, logprobs, finish)
-        # a stop string that fell where the turn is not over (inside a tool call's JSON string): sample on
-        while (finish == "stop" and continue_turn is not None and part < MAX_CONTINUATIONS and max_tokens() > 0
-               and continue_turn(text)):
-            part += 1
-            ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
-                                                       sampling.request_seed(sample_index, conv.turns, part))
-            text = conv.add_sampled(ids, logprobs, finish, continuation=True)
-        # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished
-        conv.truncated = finish == "length" and len(conv.completion_ids) >= max_completion_length
-        new_messages = await on_turn(text)
-        if new_messages is None:
-            conv.stop_reason = "done"
-        elif conv.turns >= max_turns:
-            conv.stop_reason = "max_turns"
-        elif len(conv.completion_ids) >= max_completion_length:
-            conv.stop_reason, conv.truncated = "length", True
-        else:
-            inserted = conv.insertion_ids(new_messages)
-            if len(conv.completion_ids) + len(inserted) >= max_completion_length:
-                conv.stop_reason, conv.truncated = "length", True
-            else:
-                conv.add_inserted(inserted, new_messages)
-                continue
-        return conv
-
-
-def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, max_completion_length: int,
-                 max_turns: int) -> List[Conversation]:
-    """Run every ``(conversation, on_turn)`` pair concurrently; return the conversations in the same order.
-
-    Every sample turn is its own ``client.agenerate`` request, all in flight at once: a vLLM server batches them; the
-    in-process transformers client runs them one at a time (its ``generate`` holds a lock: the model is shared).
-    """
-    async def main() -> List[Conversation]:
-        tasks = [run_episode(client, conv, on_turn, sampling=sampling, max_completion_length=max_completion_length,
-                             max_turns=max_turns, sample_index=i)
-                 for i, (conv, on_turn) in enumerate(episodes)]
-        return list(await asyncio.gather(*tasks))
-
-    return run_coroutine(main())
-
-
-def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]:
-    """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
-    sample), plus the ``num_turns``, ``final_response`` and ``truncated`` extras.
-
-    ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
-    enough to look for an end-of-turn token in the completion: inserted template text holds such tokens too).
-    """
-    return {
-        "prompt_ids": [c.prompt_ids for c in conversations],
-        "completion_ids": [c.completion_ids for c in conversations],
-        "logprobs": [c.logprobs for c in conversations],
-        "completion_mask": [c.completion_mask for c in conversations],
-        "num_turns": [c.turns for c in conversations],
-        "final_response": [c.last_text for c in conversations],
-        "truncated": [c.truncated for c in conversations],
-    }
-
-
-def run_multi_turn(client: Any, episodes: Sequence[tuple], *, temperature: float, top_p: float, top_k: int,
-                   min_p: float, repetition_penalty: float, seed: Optional[int], stop: Optional[Sequence[str]],
-                   max_turn_tokens: Optional[int], max_completion_length: int,
-                   max_turns: int) -> Dict[str, List[Any]]:
-    """:func:`run_episodes` with the rollout's sampling settings, returned as :func:`contract_dict` (the shared tail
-    of the built-in tool-calling and environment rollouts; their handlers add their own extras)."""
-    sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty, seed, list(stop) if stop else None,
-                        max_turn_tokens)
-    return contract_dict(run_episodes(client, episodes, sampling=sampling,
-                                      max_completion_length=max_completion_length, max_turns=max_turns))
+# the episode drivers live in .episodes (they import Conversation from here); re-exported as the documented API
+from .episodes import (END_REASONS, Sampling, contract_dict, run_coroutine, run_episode, run_episodes,  # noqa: E402
+                       run_multi_turn)

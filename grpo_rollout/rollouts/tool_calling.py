@@ -41,7 +41,8 @@ To call a tool, write its name and arguments as JSON inside <tool_call></tool_ca
 The tool's answer comes back in the next message. When you know the answer, reply without a tool call."""
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
-TOOL_EXTRAS = ("num_turns", "num_tool_calls", "num_tool_errors", "tool_results", "final_response", "truncated")
+TOOL_EXTRAS = ("num_turns", "num_tool_calls", "num_tool_errors", "tool_results", "final_response", "truncated",
+               "end_reason", "end_detail")
 
 
 def template_renders_tools(tokenizer: Any, schemas: Sequence[Dict[str, Any]]) -> bool:

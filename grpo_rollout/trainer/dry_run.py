@@ -30,7 +30,8 @@ class DryRunResult:
         returned. seconds: ``load`` (model and tokenizer), ``rollout``, ``rewards`` (wall-clock seconds).
         sample: the first completion: ``prompt`` (dataset), ``prompt_text`` (what the model saw), ``completion``,
         ``completion_tokens``, ``trained_tokens``, ``reward``, ``rewards`` (per function), ``extras``.
-        rewards: every completion's weighted reward.
+        rewards: every completion's weighted reward. max_completion_length: the budget the dry run used (at most
+        ``configured_max_completion_length``, the config's).
     """
 
     backend: str
@@ -39,6 +40,8 @@ class DryRunResult:
     seconds: Dict[str, float]
     sample: Dict[str, Any]
     rewards: List[float] = field(default_factory=list)
+    max_completion_length: int = 0
+    configured_max_completion_length: int = 0
 
 
 def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion_length: int = 32,
@@ -102,4 +105,5 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
               "trained_tokens": sum(out.completion_mask[0]), "reward": shard.rewards[0],
               "rewards": {k: v[0] for k, v in shard.per_function.items()}, "extras": extras}
     return DryRunResult(backend, len(rows), len(out), {"load": t1 - t0, "rollout": generated - t1,
-                                                        "rewards": t2 - generated}, sample, list(shard.rewards))
+                                                        "rewards": t2 - generated}, sample, list(shard.rewards),
+                        cfg.sampling.max_completion_length, config.sampling.max_completion_length)

@@ -54,7 +54,8 @@ from .policy import (decoder_layers, full_state_dict, initialise_sharding, load_
 from .progress import RichReporter, pick_samples
 from .precision import MASTER_DTYPE, Precision
 from .prompt_order import PromptSampler
-from .rollout_stats import extras_means, tool_metrics, truncated_flags
+from .resume_hint import resume_hint
+from .rollout_stats import episode_metrics, extras_means, shown_prompts, tool_metrics, truncated_flags
 from .rollout_log import save_now, token_record, write_rollouts
 from .update import MicroBatch, UpdateStats, build_micro_batches
 from .weight_versions import progress_lines, version_lag_problem
@@ -314,7 +315,7 @@ class _Run:
         """This rank's rollout and rewards for its ``rows``; returns the rollout (its ``weight_version``: the oldest
         one the servers' answers carried), its shard, and when generation ended (``time.perf_counter()``)."""
         cfg, g = self.cfg, self.num_generations
-        prompts = [row[cfg.data.prompt_column] for row in rows]
+        prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
         started = self.weight_version  # what the servers held when it started (if no answer says otherwise)
         with record_versions() as seen:
             out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
@@ -326,7 +327,7 @@ class _Run:
         generated = time.perf_counter()
         n = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        per_completion_prompts = [prompts[i // g] for i in range(n)]
+        per_completion_prompts = shown_prompts(prompts, out.extras, g, n)  # what the model saw (env: reset's)
         completions = [[{"role": "assistant", "content": text}] if isinstance(p, list) else text
                        for p, text in zip(per_completion_prompts, texts)]
         columns = {c: [rows[i // g][c] for i in range(n)] for c in self.dataset.column_names
@@ -528,11 +529,13 @@ class _Run:
         metrics: Dict[str, Any] = {
             "reward": rewards.mean().item(),
             "reward_std": rewards.std().item() if n > 1 else 0.0,
+            "reward_min": rewards.min().item(), "reward_max": rewards.max().item(),  # the plot's band stays inside
             **RewardResult(whole.rewards, whole.per_function).stats(),
             "frac_reward_zero_std": zero_std_fraction(rewards, g),
             **train_stats,
             **extras_means(whole.extras),
             **tool_metrics(whole.extras),
+            **episode_metrics(whole.extras),
             "completions/mean_length": sum(lengths) / n,
             "completions/max_length": max(lengths),
             "completions/min_length": min(lengths),
@@ -541,7 +544,8 @@ class _Run:
             "time/generation": t1 - t0, "time/rewards": t2 - t1, "time/training": t3 - t2, "time/sync": t4 - t3,
             "time/step": t4 - t0,
         }
-        multi_turn = {k: whole.extras[name] for k, name in (("turns", "num_turns"), ("tool_calls", "num_tool_calls"))
+        multi_turn = {k: whole.extras[name] for k, name in (("turns", "num_turns"), ("tool_calls", "num_tool_calls"),
+                                                            ("ended", "end_reason"), ("end_detail", "end_detail"))
                       if name in whole.extras}
         samples = [{"prompt": whole.prompts[i], "completion": whole.texts[i], "reward": whole.rewards[i],
                     **{f"rewards/{k}": v[i] for k, v in whole.per_function.items()},
@@ -850,4 +854,6 @@ def _save_on_stop(run: _Run, last_saved: Optional[Path], reporter: RichReporter)
     if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
         reporter.stop()
         saved = run.save(applied)
-        reporter.message(f"Stopped after {applied} step(s); saved {saved} (continue with --resume latest)")
+        reporter.message(f"Stopped after {applied} step(s); saved {saved}")
+    if applied > 0 or last_saved is not None:
+        reporter.message(resume_hint(reporter, run.output_dir))

@@ -13,6 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from .rollout_stats import CUT_BY_BUDGET
+
 # (metric key, column header, format)
 COLUMNS = [
     ("reward", "reward", "{:.3f}"),
@@ -70,6 +72,8 @@ class RichReporter:
         self._total = self._first = 0
         self._started = 0.0
         self._per_epoch: Optional[float] = None
+        #: the shell command that resumes this run (set by ``grpo-rollout train``; printed when a run stops early)
+        self.resume_command: Optional[str] = None
 
     def message(self, text: str) -> None:
         """A status line (model conversion, loading, saving)."""
@@ -123,7 +127,7 @@ class RichReporter:
              samples: Optional[List[Dict[str, Any]]] = None) -> None:
         """Advance after step ``step`` (1-based); with ``log`` print a row of ``metrics`` and a table of ``samples``
         (records with ``prompt``, ``completion``, ``reward``, ``rewards/<fn>``, ``advantage``, and ``turns`` /
-        ``tool_calls`` for multi-turn rollouts)."""
+        ``tool_calls`` / ``ended`` (why the episode ended) for multi-turn rollouts)."""
         if self.quiet or (self.progress is None and not self.plain):
             return
         if self.progress is not None:
@@ -143,6 +147,8 @@ class RichReporter:
         extra = []
         if "extras/num_turns" in metrics:
             extra.append(f"turns={_fmt(metrics['extras/num_turns'], '{:.2f}')}")
+        if CUT_BY_BUDGET in metrics:
+            extra.append(f"cut by budget={_fmt(metrics[CUT_BY_BUDGET], '{:.0f}')}")
         if "tools/calls" in metrics:
             extra.append(f"tool calls={_fmt(metrics['tools/calls'], '{:.0f}')} "
                          f"ok={_fmt(metrics.get('tools/success_rate'), '{:.0%}')}")
@@ -156,7 +162,7 @@ class RichReporter:
     def _samples(self, out: Console, samples: List[Dict[str, Any]]) -> None:
         """A table of samples (terminal) or one line per sample (plain)."""
         fns = [k for k in samples[0] if k.startswith("rewards/")]
-        multi_turn = [k for k in ("turns", "tool_calls") if any(s.get(k) is not None for s in samples)]
+        multi_turn = [k for k in ("turns", "tool_calls", "ended") if any(s.get(k) is not None for s in samples)]
         if self.plain:
             for s in samples:
                 values = "  ".join([f"reward={_fmt(s.get('reward'), '{:.3f}')}"]

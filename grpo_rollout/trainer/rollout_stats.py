@@ -58,3 +58,38 @@ def truncated_flags(completion_ids: Sequence[Sequence[int]], extras: Dict[str, L
     if given is not None and len(given) == len(completion_ids) and all(isinstance(v, bool) for v in given):
         return list(given)
     return [not any(tok in eos_ids for tok in ids) for ids in completion_ids]
+
+
+#: Per-step episode metrics of multi-turn rollouts (from the ``end_reason`` extra), one name each.
+CUT_BY_BUDGET = "episodes/cut_by_budget"          # episodes of the step that the token budget ended (count)
+ENDED_PREFIX = "episodes/ended/"                  # + reason: the step's share of episodes that ended so
+
+
+def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
+    """Why the step's episodes ended, from the ``end_reason`` extra of the built-in multi-turn rollouts (a rollout
+    of your own returning the same key gets the same metrics).
+
+    Returns:
+        ``episodes/cut_by_budget`` (how many episodes ``max_completion_length`` ended: a turn that used it up, or a
+        tool/environment reply that did not fit) and ``episodes/ended/<reason>`` (share of the step's episodes, 0-1)
+        for every reason in :data:`grpo_rollout.rollouts.episodes.END_REASONS`. Empty without ``end_reason``.
+    """
+    from ..rollouts.episodes import BUDGET_REASONS, END_REASONS
+
+    reasons = [r for r in extras.get("end_reason", []) if isinstance(r, str)]
+    if not reasons:
+        return {}
+    out = {CUT_BY_BUDGET: float(sum(r in BUDGET_REASONS for r in reasons))}
+    for reason in END_REASONS:
+        out[ENDED_PREFIX + reason] = sum(r == reason for r in reasons) / len(reasons)
+    return out
+
+
+def shown_prompts(dataset_prompts: Sequence[Any], extras: Dict[str, List[Any]], g: int, n: int) -> List[Any]:
+    """The prompt of each of the ``n`` completions as the model saw it: the rollout's ``first_prompt`` extra when it
+    returns one per completion (the environment rollout: what ``reset(row)`` returned), else the dataset prompt of
+    its group (``g`` completions per prompt)."""
+    given = extras.get("first_prompt")
+    if given is not None and len(given) == n and all(p is not None for p in given):
+        return list(given)
+    return [dataset_prompts[i // g] for i in range(n)]

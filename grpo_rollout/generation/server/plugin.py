@@ -32,6 +32,8 @@ from typing import Any, Dict, List, Optional, Union
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from .disconnect import unless_disconnected
+
 Prompt = Union[str, List[StrictInt], List[Dict[str, Any]]]  # StrictInt: `true` is not token id 1
 
 #: Limits of one ``/generate/`` request: samples per prompt, and prompts × samples (what the server would have to
@@ -236,8 +238,8 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
             raise HTTPException(500, f"vLLM returned {len(by_index)} samples for a prompt, expected {body.n}")
         return [by_index[i] for i in sorted(by_index)]
 
-    try:
-        outputs = await asyncio.gather(*(one(ids) for ids in prompt_ids))
+    try:  # a client that disconnects (a failed rollout cancelling its requests) aborts the generation
+        outputs = await unless_disconnected(request, asyncio.gather(*(one(ids) for ids in prompt_ids)))
     except (ValueError, TypeError) as exc:  # the engine refusing the request; it keeps serving others
         raise HTTPException(400, f"vLLM refused the request: {exc}") from exc
     completion_ids, logprobs, reasons = [], [], []

@@ -1,0 +1,149 @@
+"""The panels of ``grpo-rollout plot`` and how one panel is drawn (the figure's layout and the reading of
+``metrics.jsonl`` are in :mod:`grpo_rollout.plotting`).
+
+A :class:`Panel` names the metrics it draws; :data:`DEFAULT_PANELS` is the default figure, top to bottom: reward,
+completion length, truncation, KL, clipping, sampler drift, tool success, multi-turn episodes (turns; how episodes
+ended: done, ``max_turns``, cut by the token budget) and time per step.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+from .trainer.rollout_stats import CUT_BY_BUDGET, ENDED_PREFIX
+
+#: Line styles that tell a panel's metrics apart when the colours mean runs.
+LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
+_REWARD_FN_MEAN = re.compile(r"^rewards/(.+)/mean$")
+#: The observed range of the step's rewards, which the ± std band is clipped to (when the run logged them).
+REWARD_RANGE = ("reward_min", "reward_max")
+
+
+@dataclass
+class Panel:
+    """One Axes: a title, a y-label, the metric keys it draws (chosen from the keys any run has), an optional
+    ``(mean, std)`` pair drawn as a band, fixed y-limits, a log scale when every value is positive, and a note shown
+    when every value is exactly 0 (the usual reason why)."""
+
+    title: str
+    ylabel: str
+    choose: Callable[[List[str]], List[str]]
+    band: Optional[Tuple[str, str]] = None
+    ylim: Optional[Tuple[float, float]] = None
+    log_if_positive: bool = False
+    zero_note: Optional[str] = None
+
+
+def fixed(*wanted: str) -> Callable[[List[str]], List[str]]:
+    """A chooser of exactly ``wanted`` (those logged), in that order."""
+    return lambda keys: [k for k in wanted if k in keys]
+
+
+def _reward_keys(keys: List[str]) -> List[str]:
+    return fixed("reward")(keys) + [k for k in keys if _REWARD_FN_MEAN.match(k)]
+
+
+def _ended_keys(keys: List[str]) -> List[str]:
+    """How episodes ended: the ``episodes/ended/<reason>`` shares, or ``extras/env_done`` for older runs."""
+    ended = [k for k in keys if k.startswith(ENDED_PREFIX)]
+    return ended or fixed("extras/env_done")(keys)
+
+
+DEFAULT_PANELS: List[Panel] = [
+    Panel("Reward: mean ± std, and each reward function's mean", "reward", _reward_keys,
+          band=("reward", "reward_std")),
+    Panel("Completion length: mean and max", "completions/*_length (tokens)",
+          fixed("completions/mean_length", "completions/max_length")),
+    Panel("Truncated completions (cut at max_completion_length)", "completions/truncated_fraction",
+          fixed("completions/truncated_fraction"), ylim=(-0.03, 1.03)),
+    Panel("KL to the reference model", "kl", fixed("kl"),
+          zero_note="kl is 0 at every step: it is only computed when training.beta > 0"),
+    Panel("Clipped tokens (importance ratio outside 1 ± epsilon)", "clip_ratio/region", fixed("clip_ratio/region"),
+          zero_note="no token was clipped (with training.num_iterations = 1 the ratio is always 1)"),
+    Panel("Sampler vs trainer log-probs: mean |Δlogp| per token", "sampler/logprob_abs_diff (nats)",
+          fixed("sampler/logprob_abs_diff"), log_if_positive=True),
+    Panel("Tool calls that succeeded", "tools/success_rate", fixed("tools/success_rate"), ylim=(-0.03, 1.03)),
+    Panel("Multi-turn: sampled turns per episode (mean)", "extras/num_turns", fixed("extras/num_turns")),
+    Panel("Multi-turn: how episodes ended (share of the step's episodes)", "episodes/ended/*", _ended_keys,
+          ylim=(-0.03, 1.03)),
+    Panel("Multi-turn: episodes cut by the token budget", f"{CUT_BY_BUDGET} (episodes)", fixed(CUT_BY_BUDGET),
+          zero_note="no episode was cut by sampling.max_completion_length"),
+    Panel("Time per step, by phase", "time/* (seconds)",
+          fixed("time/generation", "time/rewards", "time/training", "time/sync")),
+]
+
+
+def band(records: Sequence[Dict[str, float]], mean_key: str,
+         std_key: str) -> Tuple[List[float], List[float], List[float]]:
+    """``(steps, low, high)`` of the ``mean ± std`` band, clipped per step to the observed range
+    (:data:`REWARD_RANGE` when the records have it): rewards in [0, 1] never get a band below 0."""
+    xs, lo, hi = [], [], []
+    for record in records:
+        if mean_key in record and std_key in record:
+            m, s = record[mean_key], record[std_key]
+            low, high = m - s, m + s
+            if mean_key == "reward":
+                low_seen, high_seen = (record.get(k, math.nan) for k in REWARD_RANGE)
+                low = max(low, low_seen) if math.isfinite(low_seen) else low
+                high = min(high, high_seen) if math.isfinite(high_seen) else high
+            xs.append(record["step"])
+            lo.append(low)
+            hi.append(high)
+    return xs, lo, hi
+
+
+def draw_panel(ax: Any, panel: Panel, keys: List[str], runs: Sequence[Any], several: bool) -> None:
+    """Draw ``keys`` of every run (objects with ``name``, ``records`` and ``series(key)``, see
+    :class:`grpo_rollout.plotting.Run`) on ``ax``. The band's mean (``reward``) is drawn last and thicker, and the
+    other lines of a band panel dashed, so a reward function whose mean equals it (``env_reward``) does not hide
+    it."""
+    styles: List[Tuple[str, object, str]] = []  # (key, linestyle, colour) for the legend of a several-run panel
+    for r, run in enumerate(runs):
+        for k, key in enumerate(keys):
+            xs, ys = run.series(key)
+            if not xs:
+                continue
+            colour = f"C{r}" if several else f"C{k}"
+            style = LINESTYLES[k % len(LINESTYLES)] if several else "-"
+            main = panel.band is not None and key == panel.band[0]
+            if panel.band is not None and not main and not several:
+                style = "--"
+            label = f"{run.name}: {key}" if several else key
+            ax.plot(xs, ys, color=colour, linestyle=style, lw=2.4 if main else 1.4,
+                    marker="." if len(xs) <= 40 else None, ms=4, label=label, zorder=3 if main else 2)
+            if main:
+                bx, lo, hi = band(run.records, *panel.band)
+                if bx:
+                    ax.fill_between(bx, lo, hi, color=colour, alpha=0.15, lw=0,
+                                    label=f"{run.name}: {key} ± {panel.band[1]}" if several
+                                    else f"{key} ± {panel.band[1]}")
+        if several and r == 0:
+            styles = [(key, LINESTYLES[k % len(LINESTYLES)], "0.25") for k, key in enumerate(keys)]
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_ylabel(panel.ylabel, fontsize=9)
+    ax.set_xlabel("step", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if panel.ylim is not None:
+        ax.set_ylim(*panel.ylim)
+    values = [v for run in runs for key in keys for v in run.series(key)[1] if math.isfinite(v)]
+    if panel.log_if_positive and values and min(values) > 0:
+        ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.tick_params(which="both", labelsize=8)
+    if panel.zero_note and values and all(v == 0 for v in values):
+        ax.text(0.5, 0.62, panel.zero_note, transform=ax.transAxes, ha="center", va="center", fontsize=8,
+                color="0.35")
+    # legends go under the panel so they never hide a line
+    below = dict(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False, borderaxespad=0)
+    if several:
+        if len(keys) > 1:
+            ax.legend([Line2D([], [], color=c, linestyle=s) for _, s, c in styles], [key for key, _, _ in styles],
+                      ncols=min(len(keys), 4), **below)
+    elif len(keys) > 1 or panel.band is not None:
+        ax.legend(ncols=min(len(ax.get_legend_handles_labels()[0]), 4), **below)

@@ -1,0 +1,207 @@
+"""Driving multi-turn episodes: sample a turn → hand it to the tool/environment handler → insert its answer → repeat,
+many samples at once, within the ``max_completion_length`` budget; and why each episode ended.
+
+How the budget is spent (one sample): the completion is every sampled token *and* every inserted token (the
+handler's answer with the chat template's glue around it). Each turn may sample at most what is left of the budget
+(or ``max_turn_tokens`` when smaller). After a turn, the handler's answer is tokenized; it is inserted only if at
+least one token is left after it, else the episode ends with ``end_reason = "budget_reply"`` and its
+``end_detail`` says how many tokens the reply needed, how many were left, and the smallest budget that would have
+let it in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Dict, List, Optional, Sequence
+
+from ..coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
+from .contract import RolloutError
+from .multi_turn import MAX_CONTINUATIONS, Conversation, TurnHandler
+
+#: ``end_reason`` values (the per-completion extra) and what each means.
+END_REASONS = {
+    "done": "the handler ended it (the environment said done / a turn without a tool call)",
+    "max_turns": "max_turns sampled turns",
+    "budget_turn": "a sampled turn used up the rest of max_completion_length",
+    "budget_reply": "the environment's / tool's reply did not fit in what was left of max_completion_length",
+}
+#: The reasons that count as "cut by the budget" (metric ``episodes/cut_by_budget``).
+BUDGET_REASONS = ("budget_turn", "budget_reply")
+
+
+@dataclass
+class Sampling:
+    """Sampling settings of every turn (``max_tokens`` is set per turn from the remaining budget)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: Optional[int] = None
+    stop: Optional[List[str]] = None
+    max_turn_tokens: Optional[int] = None  # cap per turn (the remaining budget caps it too)
+
+    def request_seed(self, sample: int, turn: int, part: int = 0) -> Optional[int]:
+        """A distinct, reproducible seed per sample, turn and continuation ``part`` (``None`` when unseeded): samples
+        of a group that share a prompt must not share a seed, or they would be identical."""
+        if self.seed is None:
+            return None
+        return (self.seed * 1_000_003 + sample * 7_919 + turn * 104_729 + part * 15_485_863) % (2 ** 31)
+
+
+async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
+    # truncate=False: later turns (prompt + completion so far) are longer than max_prompt_length but within the
+    # length the server was sized for; cutting them would make the sampler see another context than the trainer.
+    # The first prompt was cut by Conversation.start.
+    ids = conv.input_ids
+    result = await client.agenerate([ids], n=1, temperature=sampling.temperature, top_p=sampling.top_p,
+                                    top_k=sampling.top_k, min_p=sampling.min_p,
+                                    repetition_penalty=sampling.repetition_penalty, max_tokens=max_tokens, seed=seed,
+                                    stop=sampling.stop, truncate=False,
+                                    affinity=tuple(conv.prompt_ids))  # with several servers: the episode stays on one
+    if list(result.prompt_ids[0]) != ids:
+        raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
+                           f"{len(result.prompt_ids[0])} used): the sampler would not see what the trainer trains on")
+    return result.completion_ids[0], result.logprobs[0], result.finish_reasons[0]
+
+
+def _end(conv: Conversation, reason: str, detail: str) -> None:
+    conv.end_reason, conv.end_detail = reason, detail
+
+
+async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, sampling: Sampling,
+                      max_completion_length: int, max_turns: int, sample_index: int) -> Conversation:
+    """Generate → ``on_turn(text)`` → append its messages → generate again, until ``on_turn`` returns ``None``
+    (``stop_reason="done"``), ``max_turns`` sampled turns (``"max_turns"``) or the token budget runs out
+    (``"length"``: the whole completion, inserted tokens included, never exceeds ``max_completion_length``; inserted
+    text that would leave no room for one more sampled token is not added). ``conv.end_reason``/``end_detail`` say
+    which, in words (:data:`END_REASONS`; the budget cases name the token counts).
+
+    Each turn's ``max_tokens`` is the remaining budget, or ``sampling.max_turn_tokens`` when smaller (a turn cut by
+    that cap does not end the episode). ``on_turn`` is called after every sampled turn, also the last one, so
+    tools/environments see every answer.
+    """
+    continue_turn = getattr(on_turn, "continue_turn", None)
+    budget = max_completion_length
+
+    def max_tokens() -> int:
+        left = budget - len(conv.completion_ids)
+        if sampling.max_turn_tokens:
+            return min(left, sampling.max_turn_tokens - (conv.turn_tokens if part else 0))
+        return left
+
+    while True:
+        part = 0
+        ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
+                                                   sampling.request_seed(sample_index, conv.turns))
+        text = conv.add_sampled(ids, logprobs, finish)
+        # a stop string that fell where the turn is not over (inside a tool call's JSON string): sample on
+        while (finish == "stop" and continue_turn is not None and part < MAX_CONTINUATIONS and max_tokens() > 0
+               and continue_turn(text)):
+            part += 1
+            ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
+                                                       sampling.request_seed(sample_index, conv.turns, part))
+            text = conv.add_sampled(ids, logprobs, finish, continuation=True)
+        # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished
+        used = len(conv.completion_ids)
+        conv.truncated = finish == "length" and used >= budget
+        new_messages = await on_turn(text)
+        turn = conv.turns
+        if new_messages is None:
+            conv.stop_reason = "done"
+            _end(conv, "done", f"done after turn {turn}")
+        elif conv.truncated or used >= budget:
+            conv.stop_reason, conv.truncated = "length", True
+            _end(conv, "budget_turn", f"turn {turn} used the last of max_completion_length={budget} tokens "
+                                      f"({used} used); the reply after it was not inserted")
+        elif conv.turns >= max_turns:
+            conv.stop_reason = "max_turns"
+            _end(conv, "max_turns", f"max_turns={max_turns} turns were sampled")
+        else:
+            inserted = conv.insertion_ids(new_messages)
+            if used + len(inserted) >= budget:
+                conv.stop_reason, conv.truncated = "length", True
+                _end(conv, "budget_reply",
+                     f"the reply after turn {turn} needs {len(inserted)} tokens (template glue included) but only "
+                     f"{budget - used} of max_completion_length={budget} were left ({used} used); raise "
+                     f"sampling.max_completion_length to at least {used + len(inserted) + 1} for one more turn, "
+                     "or shorten the reply")
+            else:
+                conv.add_inserted(inserted, new_messages)
+                continue
+        return conv
+
+
+async def _cancel(tasks: List["asyncio.Future"]) -> None:
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def gather_or_cancel(coros: Sequence[Awaitable[Any]]) -> List[Any]:
+    """Run ``coros`` concurrently; return their results in order. When one raises, every other one still running is
+    cancelled *and awaited* (so its in-flight generation request is closed before the error propagates: a server
+    is never left generating for a rollout that has already failed), then the first error is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:  # cancelled from outside (Ctrl-C): take the tasks down too
+        await _cancel([t for t in tasks if not t.done()])
+        raise
+    await _cancel(list(pending))
+    failed = next((t for t in tasks if t in done and not t.cancelled() and t.exception() is not None), None)
+    if failed is not None:
+        raise failed.exception()
+    return [t.result() for t in tasks]
+
+
+def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, max_completion_length: int,
+                 max_turns: int) -> List[Conversation]:
+    """Run every ``(conversation, on_turn)`` pair concurrently; return the conversations in the same order.
+
+    Every sample turn is its own ``client.agenerate`` request, all in flight at once: a vLLM server batches them; the
+    in-process transformers client runs them one at a time (its ``generate`` holds a lock: the model is shared).
+    When one episode raises (an environment error), the others' requests are cancelled before the error is raised.
+    """
+    async def main() -> List[Conversation]:
+        return await gather_or_cancel([
+            run_episode(client, conv, on_turn, sampling=sampling, max_completion_length=max_completion_length,
+                        max_turns=max_turns, sample_index=i)
+            for i, (conv, on_turn) in enumerate(episodes)])
+
+    return run_coroutine(main())
+
+
+def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]:
+    """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
+    sample), plus the ``num_turns``, ``final_response``, ``truncated``, ``end_reason`` and ``end_detail`` extras.
+
+    ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
+    enough to look for an end-of-turn token in the completion: inserted template text holds such tokens too).
+    """
+    return {
+        "prompt_ids": [c.prompt_ids for c in conversations],
+        "completion_ids": [c.completion_ids for c in conversations],
+        "logprobs": [c.logprobs for c in conversations],
+        "completion_mask": [c.completion_mask for c in conversations],
+        "num_turns": [c.turns for c in conversations],
+        "final_response": [c.last_text for c in conversations],
+        "truncated": [c.truncated for c in conversations],
+        "end_reason": [c.end_reason for c in conversations],
+        "end_detail": [c.end_detail for c in conversations],
+    }
+
+
+def run_multi_turn(client: Any, episodes: Sequence[tuple], *, temperature: float, top_p: float, top_k: int,
+                   min_p: float, repetition_penalty: float, seed: Optional[int], stop: Optional[Sequence[str]],
+                   max_turn_tokens: Optional[int], max_completion_length: int,
+                   max_turns: int) -> Dict[str, List[Any]]:
+    """:func:`run_episodes` with the rollout's sampling settings, returned as :func:`contract_dict` (the shared tail
+    of the built-in tool-calling and environment rollouts; their handlers add their own extras)."""
+    sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty, seed, list(stop) if stop else None,
+                        max_turn_tokens)
+    return contract_dict(run_episodes(client, episodes, sampling=sampling,
+                                      max_completion_length=max_completion_length, max_turns=max_turns))
