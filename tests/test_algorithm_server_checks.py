@@ -70,9 +70,9 @@ def test_the_warning_matches_what_the_trainer_does():
     """The warning's claim, pinned to the trainer: with a penalty, compare_with_sampler is off."""
     import inspect
 
-    from grpo_rollout.trainer import loop
+    from grpo_rollout.trainer import recipe
 
-    assert "self.compare_with_sampler = s.repetition_penalty == 1.0" in inspect.getsource(loop)
+    assert "self.compare_with_sampler = s.repetition_penalty == 1.0" in inspect.getsource(recipe)
 
 
 # --- vllm.extra_args against the launcher's own flags ---------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.loop import steps_for_epochs
+from grpo_rollout.trainer.run import steps_for_epochs
 from grpo_rollout.trainer.progress import RichReporter
 from tiny_model import make_tiny_model, tiny_config
 

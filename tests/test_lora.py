@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 from grpo_rollout.config import config_from_dict, validate
 from grpo_rollout.config.schema import LoraConfig
 from grpo_rollout.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MERGED_DIR, apply_lora, merged_state_dict
-from grpo_rollout.trainer import loop, train
+from grpo_rollout.trainer import recipe, train
 from grpo_rollout.trainer.distributed import Dist
 from grpo_rollout.trainer.logprobs import CompletionLogprobs, completion_logprobs, pack
 from grpo_rollout.trainer.policy import full_state_dict
@@ -175,17 +175,17 @@ def test_lora_settings_that_do_not_fit_are_reported():
 
 @pytest.fixture(scope="module")
 def lora_run(tiny_model, tmp_path_factory):
-    """Two LoRA steps with a KL term and ``save_merged``; returns (result, the finished _Run, the run folder)."""
+    """Two LoRA steps with a KL term and ``save_merged``; returns (result, the finished GRPORecipe, the run folder)."""
     root = tmp_path_factory.mktemp("lora_run")
     runs = []
-    real_close = loop._Run.close
+    real_close = recipe.GRPORecipe.cleanup
 
     def close(self):
         runs.append(self)
         real_close(self)
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(loop._Run, "close", close)
+    mp.setattr(recipe.GRPORecipe, "cleanup", close)
     try:
         result = train(_lora_config(root, tiny_model, max_steps=2, beta=0.1, save_merged=True), base_dir=root,
                        reporter=_quiet())

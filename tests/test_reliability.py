@@ -19,9 +19,9 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from grpo_rollout.models.loading import disable_dropout
-from grpo_rollout.trainer import loop, train
+from grpo_rollout.trainer import recipe, train, update
 from grpo_rollout.trainer.checkpoint import STATE_FILE, load_trainer_state
-from grpo_rollout.trainer.loop import NonFiniteError
+from grpo_rollout.trainer.guards import NonFiniteError
 from grpo_rollout.trainer.progress import RichReporter
 from tiny_model import make_tiny_gpt2, make_tiny_model, tiny_config
 
@@ -93,7 +93,7 @@ def test_minus_inf_placeholders_never_reach_the_arithmetic(tmp_path, tiny_model)
 def _poison_policy_logprobs(monkeypatch, steps) -> None:
     """Make the policy's log-probs NaN (what a diverged model gives) during the updates of ``steps`` (0-based)."""
     current = {}
-    real_step, real_logprobs = loop._Run.step, loop.completion_logprobs
+    real_step, real_logprobs = recipe.GRPORecipe.train_step, update.completion_logprobs
 
     def step(self, n):
         current["step"] = n
@@ -103,8 +103,8 @@ def _poison_policy_logprobs(monkeypatch, steps) -> None:
         out = real_logprobs(model, batch, *args, **kwargs)
         return out * float("nan") if out.requires_grad and current.get("step") in steps else out
 
-    monkeypatch.setattr(loop._Run, "step", step)
-    monkeypatch.setattr(loop, "completion_logprobs", poisoned)
+    monkeypatch.setattr(recipe.GRPORecipe, "train_step", step)
+    monkeypatch.setattr(update, "completion_logprobs", poisoned)
 
 
 # 9.6: a NaN/inf loss or gradient must be caught: skip the step with a warning, stop after K in a row.

@@ -18,7 +18,7 @@ from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.loop import StaleWeightsError
+from grpo_rollout.trainer.guards import StaleWeightsError
 from grpo_rollout.trainer.progress import RichReporter
 from fuzz_strategies import GENERATE_BODY, JUNK
 from tiny_model import make_tiny_model

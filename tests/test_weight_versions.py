@@ -23,8 +23,11 @@ from grpo_rollout.generation.multi_server import MultiServerClient
 from grpo_rollout.generation.versions import record_versions
 from grpo_rollout.generation.vllm_client import ServerError, VllmClient
 from grpo_rollout.rollouts.contract import RolloutOutput
-from grpo_rollout.trainer.loop import StaleWeightsError, _Run
+from grpo_rollout.trainer.batch import ScoredBatch
+from grpo_rollout.trainer.guards import StaleWeightsError, check_sampler_mismatch
 from grpo_rollout.trainer.precision import Precision
+from grpo_rollout.trainer.rollout_stage import RolloutStage
+from grpo_rollout.trainer.weight_sync import WeightSync
 from grpo_rollout.trainer.weight_versions import progress_lines
 
 
@@ -126,13 +129,32 @@ def test_versions_seen_in_a_rollout_are_recorded_per_context(servers):
 
 # --- item 3: async generation is one version behind by design; two behind is not ------------------------------------
 
+class _Run:
+    """The version checks of a run, as the recipe wires them: the rollout stage's batch check against the servers'
+    confirmed version, and the stale-weights guard reading the stage's lag."""
+
+    def __init__(self, version: int, mode: str = "attach"):
+        self.cfg = Config()
+        self.cfg.vllm.mode = mode
+        self.weight_version = version
+        self.stage = RolloutStage.__new__(RolloutStage)  # only what the version checks read
+        self.stage.sampler_lag = 0
+        self.stage.current_version = lambda: self.weight_version
+
+    @property
+    def sampler_lag(self) -> int:
+        return self.stage.sampler_lag
+
+    def checked_version(self, step, result, allowed):
+        return self.stage.checked_version(step, ScoredBatch(result[0], None, 0.0), allowed)
+
+    def check_sampler_mismatch(self, mean_abs_diff):
+        check_sampler_mismatch(mean_abs_diff, self.cfg.vllm.max_logprob_mismatch, self.cfg.vllm.mode,
+                               self.stage.sampler_lag)
+
+
 def _run(version: int, mode: str = "attach") -> _Run:
-    run = _Run.__new__(_Run)  # only what the version checks read
-    run.cfg = Config()
-    run.cfg.vllm.mode = mode
-    run.weight_version, run.sampler_lag = version, 0
-    run.precision = Precision(torch.float32, "cpu")
-    return run
+    return _Run(version, mode)
 
 
 def _batch(version):
@@ -201,15 +223,14 @@ def test_sync_weights_reports_waiting_and_records_the_version(servers, tmp_path,
 
     monkeypatch.setattr(vllm_client, "weights_root", lambda: tmp_path)
     [server] = servers(1)
-    run = _run(version=0)
     said = []
-    run.reporter = SimpleNamespace(message=said.append)
-    run.dist = SimpleNamespace(world_size=1, is_main=True, broadcast=lambda obj: obj,
-                               agree=lambda error: (_ for _ in ()).throw(error) if error else None)
-    run.policy, run.nccl = SimpleNamespace(lm=torch.nn.Linear(2, 2)), None
-    run.client = _client(server, sync_timeout=30)
+    dist = SimpleNamespace(world_size=1, is_main=True, broadcast=lambda obj: obj,
+                           agree=lambda error: (_ for _ in ()).throw(error) if error else None)
+    sync = WeightSync(SimpleNamespace(lm=torch.nn.Linear(2, 2)), _client(server, sync_timeout=30), None, dist,
+                      Precision(torch.float32, "cpu"), said.append)
+    run = SimpleNamespace(sync_weights=sync.send, client=sync.client)
     server.stuck = True
-    monkeypatch.setattr("grpo_rollout.trainer.loop.progress_lines",
+    monkeypatch.setattr("grpo_rollout.trainer.weight_sync.progress_lines",
                         lambda what, say: progress_lines(what, say, every_s=0.05))
 
     def unstick():  # answer once a progress line has been said (polled, bounded)
@@ -224,6 +245,7 @@ def test_sync_weights_reports_waiting_and_records_the_version(servers, tmp_path,
         run.sync_weights()
     assert said and said[0].startswith(f"Waiting for the weight sync to {server.url}: ")
     run.sync_weights()  # the server answers now
+    run.weight_version = sync.version
     assert run.weight_version == 1 == run.client.weight_version == server.version
 
 

@@ -36,7 +36,7 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     from ..rollouts.contract import RolloutError
     from ..trainer import train
     from ..trainer.distributed import RankError
-    from ..trainer.loop import NonFiniteError, StaleWeightsError
+    from ..trainer.guards import NonFiniteError, StaleWeightsError
     from ..trainer.progress import RichReporter
 
     def _terminate(signum, frame):  # `kill` / a job scheduler: stop like Ctrl-C (save finished steps, stop vLLM)

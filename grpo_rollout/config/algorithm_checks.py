@@ -46,7 +46,7 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
     """Warnings for settings that quietly turn part of the algorithm off: ``training.learning_rate: 0`` (a
     diagnostic run: rollouts, rewards, loss and gradients, but no weight changes) and ``sampling.repetition_penalty``
     other than 1 (the sampler correction and the stale-weights check are then off, see
-    :attr:`grpo_rollout.trainer.loop.Trainer.compare_with_sampler`)."""
+    :attr:`grpo_rollout.trainer.recipe.GRPORecipe.compare_with_sampler`)."""
     t, s = config.training, config.sampling
     if t.learning_rate == 0:
         add_warning(problems, "training.learning_rate", t.learning_rate,

@@ -1,5 +1,6 @@
-"""Training: advantages, log-probs, losses, the step loop, checkpoints, metrics."""
+"""Training: the GRPO recipe and its stages (rollout, update, weight sync), advantages, log-probs, losses, checkpoints,
+metrics."""
 
-from .loop import TrainResult, train
+from .run import TrainResult, train
 
 __all__ = ["TrainResult", "train"]

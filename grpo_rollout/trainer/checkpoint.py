@@ -8,8 +8,9 @@ import os
 import random
 import re
 import shutil
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 
@@ -17,12 +18,50 @@ STATE_FILE = "trainer_state.pt"
 _NAME = re.compile(r"checkpoint-(\d+)")
 
 
+@dataclass
+class TrainerState:
+    """What a checkpoint holds besides the weights (``trainer_state.pt``): enough to continue exactly.
+
+    Attributes:
+        step: completed steps (the checkpoint's ``N``). optimizer: AdamW's state keyed by parameter name
+        (``None`` with ``training.save_only_model``). optimizer_saved: whether it was. scheduler: the LR schedule's
+        ``state_dict``. rng_by_rank: every process's RNG states (:func:`rng_state`). data_position: where the prompt
+        order stood (``{"epoch", "offset"}``, :meth:`~.prompt_order.PromptSampler.position`). config: the run's
+        resolved YAML. world_size: processes that saved it.
+    """
+
+    step: int
+    optimizer: Optional[Dict[str, Any]]
+    optimizer_saved: bool
+    scheduler: Dict[str, Any]
+    rng_by_rank: List[Dict[str, Any]]
+    data_position: Optional[Dict[str, int]] = None
+    config: str = ""
+    world_size: int = 1
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The dict written to :data:`STATE_FILE` (shallow: tensors are not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def from_dict(state: Dict[str, Any]) -> "TrainerState":
+        """From :data:`STATE_FILE`, also as earlier versions wrote it (one ``rng``; no ``optimizer_saved``)."""
+        return TrainerState(int(state["step"]), state.get("optimizer"),
+                            state.get("optimizer_saved", state.get("optimizer") is not None), state["scheduler"],
+                            state.get("rng_by_rank") or [state["rng"]], state.get("data_position"),
+                            state.get("config", ""), int(state.get("world_size", 1)))
+
+    def without_optimizer(self) -> "TrainerState":
+        """The same, less the (large) optimizer state: what every process needs."""
+        return replace(self, optimizer=None)
+
+
 def checkpoint_dir(output_dir: Path, step: int) -> Path:
     """``output_dir/checkpoint-<step>``."""
     return Path(output_dir) / f"checkpoint-{step}"
 
 
-def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, state: Dict[str, Any],
+def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, state: Union[TrainerState, Dict[str, Any]],
                     weights: Optional[Dict[str, torch.Tensor]] = None, keep: Optional[int] = None,
                     extra: Optional[Callable[[Path], Any]] = None) -> Path:
     """Write ``checkpoint-<step>`` atomically and return its path.
@@ -47,7 +86,7 @@ def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, sta
     tokenizer.save_pretrained(tmp)
     if extra is not None:
         extra(tmp)
-    torch.save({"step": step, **state}, tmp / STATE_FILE)
+    torch.save({"step": step, **(state.to_dict() if isinstance(state, TrainerState) else state)}, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     if keep is not None:

@@ -5,7 +5,7 @@ start. A dry run loads the model and tokenizer, calls the rollout on the first `
 short ``max_completion_length`` through the configured backend (an attached vLLM server when it answers; otherwise
 transformers in this process: no server is spawned for a dry run), checks the output contract, calls every reward
 function, and reports one sample with its rewards and how long each part took. It runs exactly the code a training
-step runs (:meth:`_Run.generate_and_score`), so a contract or reward error reads the same as in training.
+step runs (:meth:`.rollout_stage.RolloutStage.generate_and_score`), so a contract or reward error reads the same as in training.
 """
 
 from __future__ import annotations
@@ -61,49 +61,48 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
     from ..generation.backend import attach_urls, check_server, connect, open_backend, prompt_limit
     from ..generation.backend import BackendError
     from ..models.loading import eos_token_ids, load_model_and_tokenizer
-    from .loop import _Run
-    from .progress import RichReporter
+    from .rollout_stage import RolloutStage
 
     cfg = copy.deepcopy(config)
     cfg.sampling.max_completion_length = min(max_completion_length, cfg.sampling.max_completion_length)
     with tempfile.TemporaryDirectory(prefix="grpo-rollout-dry-run-") as tmp:
         cfg.training.output_dir = tmp  # the run folder stays untouched
-        run = _Run(cfg, base_dir, RichReporter(quiet=True), Dist())
-        rows = [run.dataset[i] for i in range(min(num_prompts, len(run.dataset)))]
+        stage = RolloutStage(cfg, base_dir, Dist())
+        rows = [stage.dataset[i] for i in range(min(num_prompts, len(stage.dataset)))]
         t0 = time.perf_counter()
         m = cfg.model
-        lm, run.tokenizer, model_path = load_model_and_tokenizer(m.name_or_path, m.dtype, m.revision,
-                                                                 m.trust_remote_code, progress=say)
+        lm, tokenizer, model_path = load_model_and_tokenizer(m.name_or_path, m.dtype, m.revision,
+                                                             m.trust_remote_code, progress=say)
         lm.eval()
-        run.eos_ids = eos_token_ids(lm, run.tokenizer)
-        run.vocab_size = lm.get_input_embeddings().num_embeddings
-        backend = "transformers"
+        vocab_size = lm.get_input_embeddings().num_embeddings
+        client, backend = None, "transformers"
         if cfg.vllm.mode == "attach":
             max_prompt, needed = prompt_limit(cfg, lm)
-            client = connect(attach_urls(cfg), cfg, run.tokenizer, max_prompt)
+            attached = connect(attach_urls(cfg), cfg, tokenizer, max_prompt)
             try:
-                for one in getattr(client, "clients", [client]):
-                    check_server(one, run.vocab_size, needed)
-                run.client, backend = client, ", ".join(attach_urls(cfg))
+                for one in getattr(attached, "clients", [attached]):
+                    check_server(one, vocab_size, needed)
+                client, backend = attached, ", ".join(attach_urls(cfg))
             except BackendError as exc:
-                client.close()
+                attached.close()
                 say(f"vLLM at {', '.join(attach_urls(cfg))} is not usable ({exc}); generating with transformers")
         elif cfg.vllm.mode == "spawn":
             say("vllm.mode is spawn: the dry run generates with transformers here instead of starting a server")
-        if run.client is None:
+        if client is None:
             cfg.vllm.mode = "off"
-            run.client = open_backend(cfg, lm, run.tokenizer, model_path, Path(tmp), say=say)
+            client = open_backend(cfg, lm, tokenizer, model_path, Path(tmp), say=say)
+        stage.connect(client, tokenizer, eos_token_ids(lm, tokenizer), vocab_size)
         t1 = time.perf_counter()
         try:
-            out, shard, generated = run.generate_and_score(0, rows)
+            batch = stage.generate_and_score(0, rows)
         finally:
-            run.client.close()
+            client.close()
         t2 = time.perf_counter()
-    extras = {k: v[0] for k, v in shard.extras.items()}
-    sample = {"prompt": shard.prompts[0], "prompt_text": run.tokenizer.decode(out.prompt_ids[0]),
-              "completion": shard.texts[0], "completion_tokens": len(out.completion_ids[0]),
-              "trained_tokens": sum(out.completion_mask[0]), "reward": shard.rewards[0],
-              "rewards": {k: v[0] for k, v in shard.per_function.items()}, "extras": extras}
-    return DryRunResult(backend, len(rows), len(out), {"load": t1 - t0, "rollout": generated - t1,
-                                                        "rewards": t2 - generated}, sample, list(shard.rewards),
+    extras = {k: v[0] for k, v in batch.scores.extras.items()}
+    sample = {"prompt": batch.scores.prompts[0], "prompt_text": tokenizer.decode(batch.rollout.prompt_ids[0]),
+              "completion": batch.scores.texts[0], "completion_tokens": len(batch.rollout.completion_ids[0]),
+              "trained_tokens": sum(batch.rollout.completion_mask[0]), "reward": batch.scores.rewards[0],
+              "rewards": {k: v[0] for k, v in batch.scores.per_function.items()}, "extras": extras}
+    seconds = {"load": t1 - t0, "rollout": batch.generated_at - t1, "rewards": t2 - batch.generated_at}
+    return DryRunResult(backend, len(rows), len(batch), seconds, sample, list(batch.scores.rewards),
                         cfg.sampling.max_completion_length, config.sampling.max_completion_length)

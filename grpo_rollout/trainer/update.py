@@ -1,69 +1,28 @@
-"""The pieces of one GRPO update: micro-batches laid out for the forward pass, and the statistics gathered on the way.
+"""The update stage: ``num_iterations`` policy updates on one rank's share of a step, and what they measured.
 
-:func:`build_micro_batches` turns a checked rollout (its sequences, masks, sampler log-probs) and the advantages into
-:class:`MicroBatch` objects on the training device; :class:`UpdateStats` adds up KL, clipping, importance weights and
-the sampler/trainer mismatch over every micro-batch and iteration, reduces them over ranks, and names them as metrics.
+For each iteration, each micro-batch (:mod:`.micro_batch`): policy log-probs at the completion tokens
+(:mod:`.logprobs`) → sampler-correction weights (:mod:`.importance`, first iteration) → the clipped surrogate (+ KL)
+per token (:func:`~.losses.per_token_loss`) → the ``loss_type`` aggregation normalised by the whole step's totals
+(:func:`~.losses.aggregate`), so N processes make the update one process would make → backward. Then clip the
+gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, importance weights and the
+sampler/trainer mismatch over every micro-batch and iteration, reduces them over ranks, and names them as metrics.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from .distributed import Dist
-from .logprobs import PackedBatch, pack
-
-
-@dataclass
-class MicroBatch:
-    """One forward/backward pass worth of sequences (``B`` rows, ``C`` = longest completion).
-
-    Attributes:
-        packed: token layout (:class:`~.logprobs.PackedBatch`).
-        mask: ``(B, C)`` float, 1 on trained tokens.
-        advantages: ``(B,)``.
-        sampler_logprobs: ``(B, C)`` the sampler's log-probs (nats; placeholders where ``mask`` is 0), or ``None``.
-        old_logprobs: ``(B, C)`` the policy's before the first update (only with ``num_iterations > 1``).
-        ref_logprobs: ``(B, C)`` the reference model's (only with ``beta > 0``).
-        is_weights: ``(B, C)`` sampler-correction weights, set on the first iteration.
-    """
-
-    packed: PackedBatch
-    mask: torch.Tensor
-    advantages: torch.Tensor
-    sampler_logprobs: Optional[torch.Tensor] = None
-    old_logprobs: Optional[torch.Tensor] = None
-    ref_logprobs: Optional[torch.Tensor] = None
-    is_weights: Optional[torch.Tensor] = None
-
-
-def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                        masks: Sequence[Sequence[int]], logprobs: Optional[Sequence[Sequence[float]]],
-                        advantages: torch.Tensor, size: int, pad_id: int, device: torch.device,
-                        padding_free: bool = False) -> List[MicroBatch]:
-    """Split ``N`` sequences into micro-batches of ``size`` (in order) on ``device``, right-padded or padding-free
-    (see :func:`~.logprobs.pack`).
-
-    Args:
-        prompt_ids, completion_ids, masks: ``N`` lists each (masks: 0/1 per completion token).
-        logprobs: ``N`` lists of sampler log-probs, or ``None``. advantages: ``(N,)``.
-    """
-    batches = []
-    for start in range(0, len(completion_ids), size):
-        idx = range(start, min(start + size, len(completion_ids)))
-        packed = pack([prompt_ids[i] for i in idx], [completion_ids[i] for i in idx], pad_id, padding_free)
-        mask = torch.zeros_like(packed.completion_valid, dtype=torch.float32)
-        sampler = torch.zeros_like(mask) if logprobs is not None else None
-        for row, i in enumerate(idx):
-            mask[row, : len(masks[i])] = torch.tensor(masks[i], dtype=torch.float32)
-            if sampler is not None:
-                sampler[row, : len(logprobs[i])] = torch.tensor(logprobs[i], dtype=torch.float32)
-        batches.append(MicroBatch(packed, mask.to(device), advantages[list(idx)].to(device),
-                                  None if sampler is None else sampler.to(device)))
-    return batches
+from .importance import importance_weights
+from .logprobs import CompletionLogprobs, completion_logprobs
+from .losses import BatchTotals, aggregate, per_token_loss
+from .micro_batch import MicroBatch, build_micro_batches
+from .precision import Precision
+from .rollout_log import token_record
 
 
 @dataclass
@@ -139,3 +98,165 @@ class UpdateStats:
 
 def _mean(values: List[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
+
+
+@dataclass
+class UpdateResult:
+    """What one step's update did, over every rank.
+
+    Attributes:
+        stats: the reduced :class:`UpdateStats`. num_tokens: trained tokens of the step. sampler: whether the
+        rollout gave sampler log-probs. tokens_forward / tokens_padded: tokens the forward passes processed, real
+        and with padding. token_records: with ``keep_tokens``, this rank's per-completion token values
+        (:func:`~.rollout_log.token_record`) from the first iteration.
+    """
+
+    stats: UpdateStats
+    num_tokens: int
+    num_iterations: int
+    sampler: bool
+    tokens_forward: int
+    tokens_padded: int
+    token_records: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        """Updates skipped for a NaN/inf loss or gradient."""
+        return self.stats.skipped
+
+    def metrics(self) -> Dict[str, float]:
+        """The update's logged numbers (:meth:`UpdateStats.metrics` plus ``tokens/forward``, ``tokens/padded``)."""
+        return {**self.stats.metrics(self.num_tokens, self.num_iterations, self.sampler),
+                # what each forward/backward pass processed: real tokens (prompt + completion) and with padding
+                "tokens/forward": self.tokens_forward, "tokens/padded": self.tokens_padded}
+
+
+class PolicyUpdate:
+    """The policy (and reference), its optimizer and schedule, and how one step's batch updates them.
+
+    Args:
+        config: the run's config. policy: the (sharded) policy. ref: the frozen reference (``None``: no KL term, or
+        a LoRA policy whose reference is itself with adapters off). optimizer, scheduler: AdamW and its LR schedule.
+        precision: compute dtype (:mod:`.precision`). dist: the process group. pad_id: the tokenizer's padding id.
+        padding_free: pack micro-batches without padding. compare_with_sampler: false with a repetition penalty
+        (the trainer cannot reproduce the sampler's distribution: no correction, no check). check_sampler: called
+        with the step's mean |sampler - trainer| log-prob (nats per token) after the first iteration's backward
+        passes (the stale-weights guard).
+    """
+
+    def __init__(self, config: Any, policy: CompletionLogprobs, ref: Optional[CompletionLogprobs],
+                 optimizer: torch.optim.Optimizer, scheduler: Any, precision: Precision, dist: Dist, pad_id: int,
+                 padding_free: bool, compare_with_sampler: bool, check_sampler: Callable[[float], None]):
+        self.cfg, self.policy, self.ref, self.optimizer, self.scheduler = config, policy, ref, optimizer, scheduler
+        self.precision, self.dist, self.pad_id, self.padding_free = precision, dist, pad_id, padding_free
+        self.compare_with_sampler, self.check_sampler = compare_with_sampler, check_sampler
+        s = config.sampling
+        # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
+        self.sampling_filter = {"top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
+
+    def logprobs(self, model: CompletionLogprobs, mb: MicroBatch) -> torch.Tensor:
+        """``(B, C)`` log-probs of a micro-batch's completion tokens under ``model`` (sampler's temperature and
+        filtering), in the compute dtype."""
+        s, t = self.cfg.sampling, self.cfg.training
+        with self.precision.autocast():
+            return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter)
+
+    def reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
+        """``(B, C)`` log-probs under the reference model (for the KL term): the frozen copy, or, for a LoRA policy,
+        the policy itself with its adapters switched off (the base model; ``PeftModel.disable_adapter``)."""
+        if self.ref is not None:
+            return self.logprobs(self.ref, mb)
+        with self.policy.lm.disable_adapter():
+            return self.logprobs(self.policy, mb)
+
+    def micro_batches(self, out: Any, advantages: torch.Tensor,
+                      masks: List[List[int]]) -> Tuple[List[MicroBatch], BatchTotals, int, int]:
+        """This rank's micro-batches, with the whole step's totals (a collective) and the step's real and padded
+        token counts."""
+        t, s, dist = self.cfg.training, self.cfg.sampling, self.dist
+        batches = build_micro_batches(out.prompt_ids, out.completion_ids, masks, out.logprobs, advantages,
+                                      t.micro_batch_size, self.pad_id, dist.device, self.padding_free)
+        sequences, tokens, micro, real, padded = dist.sum([
+            len(out), sum(mb.mask.sum().item() for mb in batches), len(batches),
+            sum(mb.packed.num_tokens for mb in batches), sum(mb.packed.input_ids.numel() for mb in batches)])
+        with torch.no_grad():
+            for mb in batches:
+                if t.num_iterations > 1:
+                    mb.old_logprobs = self.logprobs(self.policy, mb)
+                if t.beta > 0:
+                    mb.ref_logprobs = self.reference_logprobs(mb)
+        return batches, BatchTotals(int(sequences), int(tokens), int(micro), s.max_completion_length), \
+            int(real), int(padded)
+
+    def backward(self, mb: MicroBatch, totals: BatchTotals, stats: UpdateStats, first: bool) -> Tuple[float, Any]:
+        """One micro-batch's loss and backward pass; returns the loss and the log-probs the update started from."""
+        t, dist = self.cfg.training, self.dist
+        logps = self.logprobs(self.policy, mb)
+        old = mb.old_logprobs if mb.old_logprobs is not None else logps.detach()
+        if mb.sampler_logprobs is not None and mb.is_weights is None:
+            mode = t.sampler_correction if self.compare_with_sampler else "none"
+            mb.is_weights = importance_weights(old, mb.sampler_logprobs, mb.mask, mode, t.sampler_correction_cap)
+        result = per_token_loss(logps, old, mb.advantages, epsilon=t.epsilon, epsilon_high=t.epsilon_high,
+                                beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.is_weights,
+                                importance_level=t.importance_level, mask=mb.mask)
+        loss = aggregate(result["loss"], mb.mask, t.loss_type, totals)
+        (loss * dist.world_size).backward()  # FSDP averages gradients over ranks: undo it, sums are wanted
+        stats.add(result, mb, old, first_iteration=first)
+        return loss.item(), old
+
+    def update(self, out: Any, advantages: torch.Tensor, truncated: List[bool], keep_tokens: bool = False,
+               signal: bool = True) -> UpdateResult:
+        """``num_iterations`` optimizer updates on this rank's share of the step (``out``: its checked rollout;
+        ``advantages``: ``(len(out),)``); the loss of every ``loss_type`` is normalised by the whole step's totals, so
+        N processes make the update one process would make on the same batch. ``signal`` false (the whole step's
+        advantages are all 0 and there is no KL term): everything is measured, but neither the optimizer nor the
+        learning-rate schedule steps."""
+        t, dist = self.cfg.training, self.dist
+        masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
+                 for m, tr in zip(out.completion_mask, truncated)]
+        batches, totals, real, padded = self.micro_batches(out, advantages, masks)
+        stats = UpdateStats()
+        kept: List[Tuple[List[float], Optional[List[float]]]] = []  # per sequence: trainer log-probs, IS weights
+        for iteration in range(t.num_iterations):
+            loss_sum = 0.0
+            for mb in batches:
+                loss, old = self.backward(mb, totals, stats, first=iteration == 0)
+                loss_sum += loss
+                if keep_tokens and iteration == 0:
+                    kept += [(old[row, :n].tolist(), None if mb.is_weights is None else mb.is_weights[row, :n].tolist())
+                             for row, n in enumerate(mb.packed.completion_valid.sum(dim=1).tolist())]
+            if iteration == 0 and out.logprobs is not None and self.compare_with_sampler:
+                [lp_diff] = dist.sum([stats.lp_diff])
+                if math.isfinite(lp_diff):  # non-finite: the trainer's own log-probs; the update is skipped below
+                    self.check_sampler(lp_diff / max(totals.num_tokens, 1))
+            self.step_optimizer(stats, dist.sum([loss_sum])[0], iteration, signal)
+        records = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
+                                None if out.logprobs is None else out.logprobs[i], lp, w)
+                   for i, (lp, w) in enumerate(kept)]
+        return UpdateResult(stats.reduce(dist), totals.num_tokens, t.num_iterations, out.logprobs is not None,
+                            real, padded, records)
+
+    def step_optimizer(self, stats: UpdateStats, loss_sum: float, iteration: int, signal: bool) -> None:
+        """Clip the gradients, then step AdamW and the schedule, unless the step has no signal or the loss or gradient
+        is NaN/inf (that would poison the weights and AdamW's moments); record what happened in ``stats``."""
+        grad_norm = self.clip_gradients()
+        stats.losses.append(loss_sum)
+        stats.grad_norms.append(grad_norm)
+        if iteration == 0:
+            stats.learning_rate = self.optimizer.param_groups[0]["lr"]  # before the schedule moves on
+        if not signal:  # AdamW would still move every weight through its momentum (and weight decay)
+            stats.no_signal = True
+        elif math.isfinite(loss_sum) and math.isfinite(grad_norm):
+            self.optimizer.step()
+            self.scheduler.step()
+        else:
+            stats.skipped += 1
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def clip_gradients(self) -> float:
+        """Clip the gradient norm to ``training.max_grad_norm`` (0: no clipping); return the norm before clipping
+        (over the whole model, also when it is sharded)."""
+        t = self.cfg.training
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm if t.max_grad_norm > 0 else math.inf)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

@@ -1,0 +1,128 @@
+"""The typed batch that travels from the rollout to the loss, and the step's timings.
+
+One step of one rank, as data (:mod:`.recipe` passes these between its stages)::
+
+    rollout stage ─▶ ScoredBatch(rollout, scores, generated_at)      groups of completions, rewards per function
+    recipe        ─▶ ScoredBatch.advantages                          group-relative, over the whole step
+    update stage  ─▶ UpdateResult (:mod:`.update`)                   loss parts, grad norm, clip/KL/IS statistics
+
+A :class:`ScoredBatch` keeps the checked rollout (token ids, masks, sampler log-probs, extras, the weight version
+that sampled it: :class:`~grpo_rollout.rollouts.contract.RolloutOutput`) and, aligned with it completion by
+completion, what scoring added (:class:`CompletionScores`); selecting groups selects both at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from ..rollouts.contract import RolloutOutput
+
+
+@dataclass
+class CompletionScores:
+    """What scoring knows of each completion of a batch, in rollout order (gathered on every rank for metrics and
+    logs).
+
+    Attributes:
+        prompts: the prompt each completion answered, as the model saw it (an environment's: what ``reset`` gave).
+        texts: the decoded completions. rewards: weighted sums. per_function: reward name → scores (``nan`` for
+        ``None``). lengths: completion tokens. truncated: cut by the budget. extras: the rollout's extras (name → one
+        value per completion).
+    """
+
+    prompts: List[Any]
+    texts: List[str]
+    rewards: List[float]
+    per_function: Dict[str, List[float]]
+    lengths: List[int]
+    truncated: List[bool]
+    extras: Dict[str, List[Any]]
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def select(self, rows: Sequence[int]) -> "CompletionScores":
+        """The given completions, in that order."""
+        rows = list(rows)
+        return CompletionScores([self.prompts[i] for i in rows], [self.texts[i] for i in rows],
+                                [self.rewards[i] for i in rows],
+                                {k: [v[i] for i in rows] for k, v in self.per_function.items()},
+                                [self.lengths[i] for i in rows], [self.truncated[i] for i in rows],
+                                {k: [v[i] for i in rows] for k, v in self.extras.items()})
+
+    @staticmethod
+    def merge(parts: List["CompletionScores"]) -> "CompletionScores":
+        """One after another (rank order, refill rounds); an extra missing in a part is ``None`` for its
+        completions."""
+        def cat(name: str) -> List[Any]:
+            return [x for part in parts for x in getattr(part, name)]
+
+        def by_key(name: str) -> Dict[str, List[Any]]:
+            keys = list(dict.fromkeys(k for part in parts for k in getattr(part, name)))
+            return {k: [x for part in parts for x in getattr(part, name).get(k, [None] * len(part))] for k in keys}
+
+        return CompletionScores(cat("prompts"), cat("texts"), cat("rewards"), by_key("per_function"), cat("lengths"),
+                                cat("truncated"), by_key("extras"))
+
+
+@dataclass
+class ScoredBatch:
+    """One rank's completions of a step, grouped by prompt (``num_generations`` in a row), scored.
+
+    Attributes:
+        rollout: the checked rollout (ids, masks, sampler log-probs, extras, ``weight_version``).
+        scores: what scoring added, aligned with ``rollout``.
+        generated_at: when generation ended (``time.perf_counter()``, seconds).
+        advantages: ``(len,)`` float32, this batch's, set once the whole step's rewards are known
+            (:meth:`.recipe.GRPORecipe.collect`). step_advantages: ``(every rank's len,)`` the whole step's, in rank
+            order (what metrics and records report).
+    """
+
+    rollout: RolloutOutput
+    scores: CompletionScores
+    generated_at: float
+    advantages: Optional[torch.Tensor] = None
+    step_advantages: Optional[torch.Tensor] = None
+
+    def __len__(self) -> int:
+        return len(self.rollout)
+
+    @property
+    def num_groups(self) -> int:
+        return self.rollout.num_prompts
+
+    def select_groups(self, groups: Sequence[int]) -> "ScoredBatch":
+        """The given groups (prompt indices), rollout and scores together."""
+        g = self.rollout.num_generations
+        groups = list(groups)
+        return ScoredBatch(self.rollout.select_groups(groups), self.scores.select([i * g + j for i in groups
+                                                                                  for j in range(g)]),
+                           self.generated_at)
+
+    @staticmethod
+    def concat(batches: List["ScoredBatch"]) -> "ScoredBatch":
+        """The groups of several batches, in order (generation time: the last one's)."""
+        return ScoredBatch(RolloutOutput.concat([b.rollout for b in batches]),
+                           CompletionScores.merge([b.scores for b in batches]),
+                           max(b.generated_at for b in batches))
+
+
+@dataclass
+class StepTimes:
+    """``time.perf_counter()`` marks of one step (seconds): start, generation done, rewards and advantages done,
+    update done, weight sync done."""
+
+    start: float
+    generated: float = 0.0
+    scored: float = 0.0
+    trained: float = 0.0
+    synced: float = 0.0
+
+    def metrics(self) -> Dict[str, float]:
+        """The ``time/*`` metrics (seconds)."""
+        return {"time/generation": self.generated - self.start, "time/rewards": self.scored - self.generated,
+                "time/training": self.trained - self.scored, "time/sync": self.synced - self.trained,
+                "time/step": self.synced - self.start}

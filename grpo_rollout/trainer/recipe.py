@@ -1,0 +1,218 @@
+"""The GRPO recipe: one class that sets a run up, runs its steps, saves and cleans up (torchtune's recipe shape).
+
+One step (Shao et al. 2024, DeepSeekMath, Algorithm 1, one policy update per batch by default) is five stages,
+each a method a reader can jump to, passing typed data (:mod:`.batch`)::
+
+    batch  = collect(step)         # ScoredBatch: this rank's groups, ids, masks, sampler log-probs, rewards, advantages
+    result = update(step, batch)   # UpdateResult: loss parts, grad norm, clip/KL/IS statistics
+    sync(result)                   # the new weights to every server, which confirms the version
+    log(step, batch, result)       # metrics, sample records, token-level records
+
+With ``N`` training processes each takes its own whole groups of the step's prompts; N processes train exactly as
+one would on the same batch (:mod:`.distributed`, :mod:`.policy`); rank 0 alone writes and prints.
+
+One sample, prompt → loss, in 7 hops through 4 files:
+
+1. :meth:`GRPORecipe.collect` → :meth:`.rollout_stage.RolloutStage.collect` (this rank's rows of the step)
+2. :meth:`.rollout_stage.RolloutStage.generate_and_score`: the rollout (``call_rollout``) and its rewards
+   (``compute_rewards``) → a :class:`.batch.ScoredBatch`
+3. back in :meth:`GRPORecipe.collect`: group-relative advantages over the whole step (``group_advantages``)
+4. :meth:`GRPORecipe.update` → :meth:`.update.PolicyUpdate.update`: micro-batches, ``num_iterations`` passes
+5. :meth:`.update.PolicyUpdate.backward`: the policy's log-probs of the sample's completion tokens
+6. ``per_token_loss`` (:mod:`.losses`): ratio, clip, KL per token
+7. ``aggregate`` (:mod:`.losses`): the ``loss_type``'s normalisation → ``backward()``
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from ..config import Config, to_yaml
+from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
+from .advantages import group_advantages
+from .batch import CompletionScores, ScoredBatch, StepTimes
+from .checkpoint import TrainerState, rng_state, save_checkpoint
+from .distributed import Dist
+from .dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
+from .guards import NonFiniteGuard, check_sampler_mismatch
+from .policy import full_state_dict, optimizer_state, whole_weights
+from .precision import Precision
+from .progress import RichReporter
+from .rollout_log import save_now
+from .rollout_stage import RolloutStage
+from .setup import build_optimizer, load_policy, open_clients, restore
+from .step_metrics import save_rollouts, step_metrics
+from .update import PolicyUpdate, UpdateResult
+from .weight_sync import WeightSync
+
+
+class GRPORecipe:
+    """One training run: :meth:`setup`, then :meth:`train_step` per step (:func:`~.run.train` loops), then
+    :meth:`cleanup`; :meth:`save_checkpoint` between them.
+
+    Attributes:
+        rollouts: the rollout stage (dataset, functions, client). policy, ref, optimizer, scheduler: set by
+        :meth:`setup`. applied: steps whose optimizer updates are in the weights.
+    """
+
+    def __init__(self, config: Config, base_dir: Path, reporter: RichReporter, dist: Dist):
+        self.cfg, self.base_dir, self.reporter, self.dist = config, base_dir, reporter, dist
+        t, s = config.training, config.sampling
+        random.seed(t.seed)
+        torch.manual_seed(t.seed)
+        self.rollouts = RolloutStage(config, base_dir, dist)  # data and functions first: no model for a bad config
+        self.output_dir = Path(t.output_dir).expanduser()
+        if dist.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / "config.yaml").write_text(to_yaml(config))
+        self.precision = Precision.from_config(config.model.dtype, dist.device)  # float32 master weights
+        # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
+        # reproduce: its log-probs are then logged but neither corrected for nor checked
+        self.compare_with_sampler = s.repetition_penalty == 1.0
+        self.nonfinite = NonFiniteGuard(t.max_nonfinite_steps, reporter.message)
+        self.policy = self.ref = self.optimizer = self.scheduler = self.tokenizer = None
+        self.updater: Optional[PolicyUpdate] = None
+        self.weights: Optional[WeightSync] = None
+        self.applied = 0
+
+    @property
+    def dataset(self) -> Any:
+        return self.rollouts.dataset
+
+    # -- set-up ----------------------------------------------------------------------------------------------------
+    def setup(self, resume: Optional[str]) -> int:
+        """Load the models, optimizer and schedule, put back ``resume``'s checkpoint, open the generation client
+        and send the weights to the servers; return the step to start from (:mod:`.setup`)."""
+        cfg, dist, say = self.cfg, self.dist, self.reporter.message
+        loaded = load_policy(cfg, dist, self.precision, self.output_dir, resume, say)
+        self.policy, self.ref, self.tokenizer = loaded.policy, loaded.ref, loaded.tokenizer
+        self.optimizer, self.scheduler = build_optimizer(cfg, self.policy, dist)
+        self.updater = PolicyUpdate(cfg, self.policy, self.ref, self.optimizer, self.scheduler, self.precision, dist,
+                                    self.tokenizer.pad_token_id, loaded.padding_free, self.compare_with_sampler,
+                                    self.check_sampler)
+        start = restore(loaded.state, self.policy, self.optimizer, self.scheduler, self.rollouts.prompt_order, cfg,
+                        dist, say) if resume else 0
+        client, nccl = open_clients(cfg, loaded, self.output_dir, dist, say, self.reporter.status)
+        self.weights = WeightSync(self.policy, client, nccl, dist, self.precision, say)
+        self.rollouts.connect(client, self.tokenizer, loaded.eos_ids, loaded.vocab_size, lambda: self.weights.version)
+        if not client.shares_weights:
+            with self.reporter.status("Sending the current weights to vLLM"):
+                self.weights.send()  # a resumed or non-base model must be what the servers sample from
+        self.applied = start
+        return start
+
+    # -- one step --------------------------------------------------------------------------------------------------
+    def train_step(self, step: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+        """Run step ``step`` (0-based; logs and checkpoints count from 1) on every rank; return the whole step's
+        metrics and one sample record per completion."""
+        times = StepTimes(time.perf_counter())
+        batch, refill = self.collect(step, times)
+        result = self.update(step, batch, times)
+        self.sync(result, times)
+        return self.log(step, batch, result, refill, times)
+
+    def collect(self, step: int, times: StepTimes) -> Tuple[ScoredBatch, Optional[RefillCounts]]:
+        """This rank's scored groups of the step (with dynamic sampling: those with reward variance, the same number
+        on every rank) and their group-relative advantages, computed over the whole step (``scale_rewards: batch``
+        needs every rank's rewards)."""
+        cfg, dist, stage = self.cfg, self.dist, self.rollouts
+        batch = first = counts = error = None
+        try:
+            # in-process generation from a sharded policy: weights held whole, so no rank waits on another's rollout
+            with whole_weights(self.policy) if stage.client.shares_weights else nullcontext():
+                batch = first = stage.collect(step)
+                times.generated = max(batch.generated_at, times.start)  # made in the background: no wait
+                if cfg.training.dynamic_sampling.enabled:
+                    batch, counts = keep_groups_with_signal(stage, step, batch)
+                    times.generated = time.perf_counter()
+        except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
+            error = exc
+        dist.agree(error)
+        if counts is not None:
+            batch, counts = even_out_groups(dist, step, batch, first, counts,
+                                            cfg.training.dynamic_sampling.max_rounds, self.reporter.message)
+        everyone = [r for rewards in dist.gather(batch.scores.rewards) for r in rewards]
+        advantages = group_advantages(torch.tensor(everyone, dtype=torch.float32), cfg.sampling.num_generations,
+                                      cfg.training.scale_rewards)
+        batch.advantages = advantages[dist.rank * len(batch):(dist.rank + 1) * len(batch)]
+        batch.step_advantages = advantages
+        times.scored = time.perf_counter()
+        return batch, counts
+
+    def update(self, step: int, batch: ScoredBatch, times: StepTimes) -> UpdateResult:
+        """The policy update on this rank's groups (:class:`~.update.PolicyUpdate`); none when the whole step has no
+        signal (every advantage 0 and ``beta`` 0). Stops the run after ``training.max_nonfinite_steps`` skipped
+        updates in a row."""
+        t = self.cfg.training
+        signal = t.beta > 0 or bool(batch.step_advantages.abs().max() > 0)  # the same on every rank
+        result = self.updater.update(batch.rollout, batch.advantages, batch.scores.truncated,
+                                     keep_tokens=self.keeps_rollouts(step), signal=signal)
+        self.applied = step + 1  # the weights now include this step, whatever happens next
+        self.nonfinite.after_step(step, result.skipped)
+        if not signal:
+            self.reporter.message(f"Step {step + 1}: every group's rewards were equal (all advantages 0, beta 0): no "
+                                  "update this step; the weights, AdamW's moments and the learning-rate schedule are "
+                                  "unchanged")
+        times.trained = time.perf_counter()
+        return result
+
+    def sync(self, result: UpdateResult, times: StepTimes) -> None:
+        """Send the updated weights to the servers (none to send with shared weights or after no update)."""
+        if not self.rollouts.client.shares_weights and not result.stats.no_signal:
+            self.weights.send()
+        times.synced = time.perf_counter()
+
+    def log(self, step: int, batch: ScoredBatch, result: UpdateResult, refill: Optional[RefillCounts],
+            times: StepTimes) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+        """The whole step's metrics and sample records (a collective); rank 0 writes ``rollouts/step_<k>.jsonl``."""
+        dist, g = self.dist, self.cfg.sampling.num_generations
+        whole = CompletionScores.merge(dist.gather(batch.scores))
+        if self.keeps_rollouts(step):
+            tokens = [r for part in dist.gather(result.token_records) for r in part]
+            if dist.is_main:
+                save_rollouts(self.output_dir, step + 1, whole, batch.step_advantages, tokens, self.tokenizer, g)
+        lag = None if self.rollouts.client.shares_weights else self.rollouts.sampler_lag
+        metrics, samples = step_metrics(whole, batch.step_advantages, result, times, g, lag)
+        return {**metrics, **(refill.metrics() if refill is not None else {})}, samples
+
+    def keeps_rollouts(self, step: int) -> bool:
+        """Whether step ``step`` (0-based) writes its token-level records (``training.save_rollouts``)."""
+        t = self.cfg.training
+        return save_now(t.save_rollouts, step + 1, step + 1 == t.max_steps)
+
+    def check_sampler(self, mean_abs_diff: float) -> None:
+        """The stale-weights guard on the step's sampler/trainer log-prob gap (nats per token; :mod:`.guards`)."""
+        check_sampler_mismatch(mean_abs_diff, self.cfg.vllm.max_logprob_mismatch, self.cfg.vllm.mode,
+                               self.rollouts.sampler_lag)
+
+    # -- saving and cleaning up --------------------------------------------------------------------------------------
+    def save_checkpoint(self, step: int) -> Path:
+        """Checkpoint after ``step`` completed steps (a collective: every rank calls it; rank 0 writes)."""
+        t, dist = self.cfg.training, self.dist
+        lora = is_peft_model(self.policy.lm)  # a LoRA checkpoint holds the adapters (PeftModel.save_pretrained)
+        weights = None if lora else full_state_dict(self.policy, dist)
+        extra = None
+        if lora and t.save_merged:
+            def extra(folder: Path) -> None:
+                save_merged_model(self.policy.lm, folder / MERGED_DIR, self.tokenizer)
+        optimizer = None if t.save_only_model else optimizer_state(self.policy, self.optimizer, dist)
+        rngs = dist.gather(rng_state())
+        path = None
+        if dist.is_main:
+            state = TrainerState(step, optimizer, not t.save_only_model, self.scheduler.state_dict(), rngs,
+                                 self.rollouts.prompt_order.position(step), to_yaml(self.cfg), dist.world_size)
+            path = save_checkpoint(self.output_dir, step, self.policy.lm, self.tokenizer, state, weights=weights,
+                                   keep=t.save_total_limit, extra=extra)
+        return dist.broadcast(path)
+
+    def cleanup(self) -> None:
+        """Stop the background rollout, the NCCL channel, the generation client (and any server it spawned)."""
+        if self.weights is not None:
+            self.weights.close()
+        self.rollouts.close()

@@ -1,0 +1,162 @@
+"""The rollout stage: a step's prompts → the user's rollout → rewards, as a :class:`~.batch.ScoredBatch`.
+
+Each training process takes its own whole groups of the step's prompts (:meth:`RolloutStage.my_rows`), calls the
+rollout once with them (``n = num_generations`` completions each, :func:`~grpo_rollout.rollouts.calling.call_rollout`
+checks the result against the contract) and scores every completion
+(:func:`~grpo_rollout.rewards.calling.compute_rewards`). The dry run calls the same
+:meth:`RolloutStage.generate_and_score` on its two prompts.
+
+With ``training.async_generation`` the next step's rollout starts in the background before this step trains (one
+step off-policy), and each batch carries the weight version that sampled it: a batch further behind than expected
+stops the run (:func:`~.weight_versions.version_lag_problem`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Sequence
+
+from ..config import Config, resolve_callable
+from ..data import load_train_dataset
+from ..generation.versions import record_versions
+from ..rewards.calling import RewardFunction, compute_rewards, unique_names
+from ..rollouts import builtin_rollout
+from ..rollouts.calling import call_rollout
+from .batch import CompletionScores, ScoredBatch
+from .distributed import Dist
+from .guards import StaleWeightsError
+from .prompt_order import PromptSampler
+from .rollout_stats import shown_prompts, truncated_flags
+from .weight_versions import version_lag_problem
+
+
+class RolloutStage:
+    """The dataset, the rollout and reward functions, and the generation client, turned into scored batches.
+
+    Built in two parts: the constructor loads what needs no model (dataset, functions, prompt order), so a broken
+    config fails before minutes of model loading; :meth:`connect` adds the tokenizer and the client.
+
+    Attributes:
+        dataset, rollout_fn, rewards, prompt_order: from the config. sampler_lag: weight versions the last collected
+        batch's sampler was behind the trainer (async: 1 by design).
+    """
+
+    def __init__(self, config: Config, base_dir: Path, dist: Dist):
+        self.cfg, self.base_dir, self.dist = config, base_dir, dist
+        t = config.training
+        self.dataset = load_train_dataset(config.data.train, config.data.split, base_dir)
+        self.rollout_fn = resolve_callable(config.rollout.function, base_dir) if config.rollout.function \
+            else builtin_rollout()
+        fns = [resolve_callable(r.function, base_dir) for r in config.rewards]
+        self.rewards = [RewardFunction(name, fn, r.weight, dict(r.kwargs))
+                        for name, fn, r in zip(unique_names(fns), fns, config.rewards)]
+        self.prompt_order = PromptSampler(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
+        self.client = self.tokenizer = None
+        self.eos_ids: set = set()
+        self.vocab_size = 0
+        self.current_version: Callable[[], int] = lambda: 0
+        self.sampler_lag = 0
+        self.background = None
+        self.pending: Dict[int, Any] = {}  # async_generation: the next step's batch, being made in the background
+
+    def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int,
+                current_version: Callable[[], int] = lambda: 0) -> None:
+        """Add what needs the model: the generation client, the tokenizer, its end-of-sequence ids and vocabulary
+        size, and where to read the weight version the servers confirmed last."""
+        self.client, self.tokenizer, self.eos_ids, self.vocab_size = client, tokenizer, eos_ids, vocab_size
+        self.current_version = current_version
+
+    def sampling_kwargs(self, step: int) -> Dict[str, Any]:
+        """The sampling settings handed to the rollout (``seed`` advances with the step when set)."""
+        s = self.cfg.sampling
+        return {"n": s.num_generations, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k,
+                "min_p": s.min_p, "repetition_penalty": s.repetition_penalty,
+                "max_completion_length": s.max_completion_length,
+                "seed": None if s.seed is None else s.seed + step}
+
+    def generate_and_score(self, step: int, rows: List[Dict[str, Any]]) -> ScoredBatch:
+        """This rank's rollout and rewards for its ``rows`` (its ``rollout.weight_version``: the oldest one the
+        servers' answers carried).
+
+        Raises:
+            RolloutError / RewardError: a user function broke its contract or raised.
+        """
+        cfg, g = self.cfg, self.cfg.sampling.num_generations
+        prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
+        started = self.current_version()  # what the servers held when it started (if no answer says otherwise)
+        with record_versions() as seen:
+            out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
+                               {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
+                                "base_dir": str(self.base_dir)},
+                               self.vocab_size)
+        if not self.client.shares_weights:  # shared weights are always the trainer's current ones
+            out.weight_version = seen.oldest if seen.oldest is not None else started
+        generated = time.perf_counter()
+        n = len(out)
+        texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+        per_completion_prompts = shown_prompts(prompts, out.extras, g, n)  # what the model saw (env: reset's)
+        completions = [[{"role": "assistant", "content": text}] if isinstance(p, list) else text
+                       for p, text in zip(per_completion_prompts, texts)]
+        columns = {c: [rows[i // g][c] for i in range(n)] for c in self.dataset.column_names
+                   if c != cfg.data.prompt_column}
+        scored = compute_rewards(self.rewards, prompts=per_completion_prompts, completions=completions,
+                                 completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)
+        scores = CompletionScores(per_completion_prompts, texts, list(scored.total), scored.per_function,
+                                  [len(c) for c in out.completion_ids],
+                                  truncated_flags(out.completion_ids, out.extras, self.eos_ids), out.extras)
+        return ScoredBatch(out, scores, generated)
+
+    def rows(self, indices: Sequence[int]) -> List[Dict[str, Any]]:
+        """This rank's share (whole groups) of the dataset rows ``indices`` (the whole step's)."""
+        share = len(indices) // self.dist.world_size  # validate() checked that the step's prompts divide
+        return [self.dataset[i] for i in indices[self.dist.rank * share:(self.dist.rank + 1) * share]]
+
+    def my_rows(self, step: int) -> List[Dict[str, Any]]:
+        """This rank's share of step ``step``'s prompts."""
+        return self.rows(self.prompt_order.indices(step))
+
+    def collect(self, step: int) -> ScoredBatch:
+        """Step ``step``'s rollout and rewards. With ``training.async_generation`` the next step's are started in the
+        background before this one trains (one step off-policy: sampled from the weights before this step's
+        update; the sampler-correction weights account for it), so generation overlaps training.
+
+        Sets ``sampler_lag``.
+
+        Raises:
+            StaleWeightsError: the batch was sampled with older weights than expected (or newer: another trainer).
+        """
+        t = self.cfg.training
+        if not t.async_generation:
+            return self.checked_version(step, self.generate_and_score(step, self.my_rows(step)), allowed=0)
+        if self.background is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-rollout-next-step")
+        future = self.pending.pop(step, None)
+        if future is None:
+            future = self.background.submit(self.generate_and_score, step, self.my_rows(step))
+        batch = future.result()
+        if step + 1 < t.max_steps:  # the servers still hold this step's weights: the next rollout is one step behind
+            self.pending[step + 1] = self.background.submit(self.generate_and_score, step + 1, self.my_rows(step + 1))
+        return self.checked_version(step, batch, allowed=1)
+
+    def checked_version(self, step: int, batch: ScoredBatch, allowed: int) -> ScoredBatch:
+        """``batch`` unchanged, once its weight version is at most ``allowed`` versions behind the trainer's.
+
+        Raises:
+            StaleWeightsError: it is further behind, or ahead (the message names both versions).
+        """
+        sampled, current = batch.rollout.weight_version, self.current_version()
+        problem = version_lag_problem(step, sampled, current, allowed)
+        if problem:
+            raise StaleWeightsError(problem)
+        self.sampler_lag = 0 if sampled is None else current - sampled
+        return batch
+
+    def close(self) -> None:
+        """Stop the background rollout, then the generation client (and any server it spawned)."""
+        if self.background is not None:
+            self.background.shutdown(wait=False, cancel_futures=True)
+        if self.client is not None:
+            self.client.close()

@@ -1,0 +1,152 @@
+"""Running GRPO from a config: :func:`train` checks it, sets the run's length, then drives a
+:class:`~.recipe.GRPORecipe` step by step with metrics, progress, checkpoints, and a save when it stops early."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from ..config import Config, ConfigError, config_dict, validate
+from ..data import load_train_dataset
+from ..generation.vllm_client import ServerError
+from ..rewards.calling import RewardError
+from ..rollouts.contract import RolloutError
+from .checkpoint import checkpoint_step, find_checkpoint
+from .distributed import Dist, RankError
+from .guards import NonFiniteError, StaleWeightsError
+from .metrics import MetricsLogger
+from .progress import RichReporter, pick_samples
+from .recipe import GRPORecipe
+from .resume_hint import resume_hint
+
+
+@dataclass
+class TrainResult:
+    """What a finished run leaves behind.
+
+    Attributes:
+        output_dir: the run folder. checkpoint: the final checkpoint folder (model + tokenizer + trainer state).
+        history: one metrics dict per step run in this process (resumed runs: only the new steps).
+        steps: the step counter at the end.
+    """
+
+    output_dir: Path
+    checkpoint: Optional[Path]
+    steps: int
+    history: List[Dict[str, Any]] = field(default_factory=list)
+
+    def mean_reward(self, first: bool, k: int = 5) -> float:
+        """Mean of ``reward`` over the first (or last) ``k`` steps of ``history``."""
+        rows = self.history[:k] if first else self.history[-k:]
+        vals = [r["reward"] for r in rows if r.get("reward") is not None]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+
+
+def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str] = None,
+          reporter: Optional[RichReporter] = None, check: bool = True) -> TrainResult:
+    """Run GRPO as ``config`` says.
+
+    Args:
+        config: a loaded config (:func:`grpo_rollout.load_config`).
+        base_dir: folder that relative paths in the config are also resolved against (the config file's folder).
+        resume: ``None``, ``"latest"`` or a checkpoint folder: continue from its step, optimizer, scheduler and RNG.
+        reporter: console output (default: a :class:`RichReporter` on stdout).
+        check: run :func:`grpo_rollout.config.validate` first (callers that just did may skip it).
+
+    Returns:
+        a :class:`TrainResult`.
+
+    Raises:
+        ConfigError: the config has errors (all of them are listed). RolloutError / RewardError: a user function
+        broke its contract; completed steps are checkpointed first (also for StaleWeightsError, NonFiniteError,
+        ServerError — the vLLM server died or refused — and Ctrl-C). FileNotFoundError: ``resume`` names no checkpoint.
+        ValueError: ``resume`` names a checkpoint of the other kind (LoRA adapter vs full model, see ``model.lora``).
+    """
+    base_dir = Path(base_dir or Path.cwd())
+    t = config.training
+    dist = Dist.from_env(t.device)
+    try:
+        # rank 0 alone prints and writes; the others keep quiet
+        reporter = (reporter or RichReporter()) if dist.is_main else RichReporter(quiet=True)
+        return _train(config, base_dir, resume, reporter, check, dist)
+    finally:
+        dist.close()
+
+
+def steps_for_epochs(num_epochs: float, num_rows: int, prompts_per_step: int) -> int:
+    """Steps that ``num_epochs`` passes over ``num_rows`` prompts take at ``prompts_per_step`` prompts a step
+    (``ceil``: a last partial step is taken; the prompt order runs on into the next epoch's permutation)."""
+    return max(1, math.ceil(num_epochs * num_rows / prompts_per_step - 1e-9))
+
+
+def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: RichReporter, check: bool,
+           dist: Dist) -> TrainResult:
+    if check:
+        problems = validate(config, base_dir)
+        if any(p.is_error for p in problems):
+            raise ConfigError(problems)
+    if config.training.num_epochs is not None:  # the run's length in steps, from the dataset's size
+        config = copy.deepcopy(config)
+        rows = len(load_train_dataset(config.data.train, config.data.split, base_dir))
+        config.training.max_steps = steps_for_epochs(config.training.num_epochs, rows,
+                                                     config.training.prompts_per_step)
+    t = config.training
+    if resume:
+        ckpt = find_checkpoint(Path(t.output_dir).expanduser(), resume)
+        reached = checkpoint_step(ckpt)
+        if reached >= t.max_steps:  # nothing to do: load nothing, save nothing
+            reporter.message(f"{ckpt} is already at step {reached} and training.max_steps is {t.max_steps}: nothing "
+                             f"to train. To continue, raise it (e.g. training.max_steps={reached + t.max_steps})")
+            return TrainResult(Path(t.output_dir).expanduser(), ckpt, reached)
+    run = GRPORecipe(config, base_dir, reporter, dist)
+    logger = MetricsLogger(run.output_dir, config.logging.report_to if dist.is_main else [],
+                           config.logging.project, config.logging.run_name, config=config_dict(config),
+                           write=dist.is_main)
+    history: List[Dict[str, Any]] = []
+    done = 0
+    last_saved: Optional[Path] = None
+    try:
+        done = run.setup(resume)
+        logger.truncate_after(done)
+        reporter.start(t.max_steps, done, steps_per_epoch=len(run.dataset) / t.prompts_per_step)
+        for step in range(done, t.max_steps):
+            metrics, samples = run.train_step(step)
+            done = step + 1
+            history.append(metrics)
+            logger.log(done, metrics)
+            logger.log_completions(done, samples)
+            log_now = done % t.logging_steps == 0 or done == t.max_steps
+            reporter.step(done, metrics, log_now, pick_samples(samples, config.sampling.num_generations,
+                                                               t.log_completions))
+            if t.save_steps and done % t.save_steps == 0 and done < t.max_steps:
+                last_saved = run.save_checkpoint(done)
+                reporter.message(f"Saved {last_saved}")
+        if done > 0:
+            last_saved = run.save_checkpoint(done)
+    except KeyboardInterrupt:
+        if dist.world_size == 1:  # several processes are all interrupted at different points: no collective save
+            _save_on_stop(run, last_saved, reporter)
+        raise
+    except (RolloutError, RewardError, StaleWeightsError, NonFiniteError, ServerError, RankError):
+        _save_on_stop(run, last_saved, reporter)
+        raise
+    finally:
+        reporter.stop()
+        run.cleanup()
+        logger.close()
+    return TrainResult(run.output_dir, last_saved, done, history)
+
+
+def _save_on_stop(run: GRPORecipe, last_saved: Optional[Path], reporter: RichReporter) -> None:
+    """Keep the steps whose update is in the weights (may be one more than were logged) when a run stops early."""
+    applied = run.applied
+    if applied > 0 and (last_saved is None or not last_saved.name.endswith(f"-{applied}")):
+        reporter.stop()
+        saved = run.save_checkpoint(applied)
+        reporter.message(f"Stopped after {applied} step(s); saved {saved}")
+    if applied > 0 or last_saved is not None:
+        reporter.message(resume_hint(reporter, run.output_dir))

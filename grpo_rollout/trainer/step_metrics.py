@@ -1,0 +1,71 @@
+"""What a step logs: its metrics (rewards, lengths, extras, the update's statistics, times), one sample record per
+completion for the console and ``completions.jsonl``, and the token-level records of ``rollouts/step_<k>.jsonl``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from ..rewards.calling import RewardResult
+from .advantages import zero_std_fraction
+from .batch import CompletionScores, StepTimes
+from .rollout_log import write_rollouts
+from .rollout_stats import episode_metrics, extras_means, tool_metrics
+from .update import UpdateResult
+
+#: extras shown as columns of a sample record (name in the record → name of the rollout's extra)
+SAMPLE_EXTRAS = (("turns", "num_turns"), ("tool_calls", "num_tool_calls"), ("ended", "end_reason"),
+                 ("end_detail", "end_detail"))
+
+
+def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: UpdateResult, times: StepTimes,
+                 num_generations: int, sampler_lag: Optional[int]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """The logged numbers of a step and its sample records.
+
+    Args:
+        whole: every rank's completions of the step. advantages: ``(len(whole),)``. update: the update's result.
+        times: the step's time marks. num_generations: the group size. sampler_lag: weight versions the batch's
+            sampler was behind the trainer (``None``: shared weights, not logged).
+    """
+    n, g = len(whole.rewards), num_generations
+    rewards = torch.tensor(whole.rewards, dtype=torch.float32)
+    lengths = whole.lengths
+    metrics: Dict[str, Any] = {
+        "reward": rewards.mean().item(),
+        "reward_std": rewards.std().item() if n > 1 else 0.0,
+        "reward_min": rewards.min().item(), "reward_max": rewards.max().item(),  # the plot's band stays inside
+        **RewardResult(whole.rewards, whole.per_function).stats(),
+        "frac_reward_zero_std": zero_std_fraction(rewards, g),
+        **update.metrics(),
+        **extras_means(whole.extras),
+        **tool_metrics(whole.extras),
+        **episode_metrics(whole.extras),
+        "completions/mean_length": sum(lengths) / n,
+        "completions/max_length": max(lengths),
+        "completions/min_length": min(lengths),
+        "completions/truncated_fraction": sum(whole.truncated) / n,
+        **({} if sampler_lag is None else {"sampler/weight_version_lag": sampler_lag}),
+        **times.metrics(),
+    }
+    shown = {k: whole.extras[name] for k, name in SAMPLE_EXTRAS if name in whole.extras}
+    samples = [{"prompt": whole.prompts[i], "completion": whole.texts[i], "reward": whole.rewards[i],
+                **{f"rewards/{k}": v[i] for k, v in whole.per_function.items()},
+                "advantage": advantages[i].item(), "truncated": whole.truncated[i],
+                **{k: v[i] for k, v in shown.items()}} for i in range(n)]
+    return metrics, samples
+
+
+def save_rollouts(output_dir: Path, step: int, whole: CompletionScores, advantages: torch.Tensor,
+                  tokens: List[Dict[str, Any]], tokenizer: Any, num_generations: int) -> None:
+    """Write ``rollouts/step_<step>.jsonl``: every completion's tokens, mask, sampler and trainer log-probs,
+    importance weights, advantage, rewards and extras (:mod:`.rollout_log`; ``tokens``: every rank's
+    :func:`~.rollout_log.token_record` in rank order)."""
+    g = num_generations
+    records = [{"index": i, "group": i // g, "prompt": whole.prompts[i],
+                "prompt_text": tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False),
+                **tok, "advantage": round(advantages[i].item(), 4), "reward": whole.rewards[i],
+                "rewards": {k: v[i] for k, v in whole.per_function.items()},
+                "extras": {k: v[i] for k, v in whole.extras.items()}} for i, tok in enumerate(tokens)]
+    write_rollouts(output_dir, step, records)
