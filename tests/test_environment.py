@@ -14,7 +14,6 @@ from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.environment import environment_rollout, load_env
 from grpo_rollout.rollouts.multi_turn import render
 from test_tool_calling import RecordingClient, check_sample, first_wait, spans
-from tiny_model import make_tiny_model
 
 END = "<|im_end|>"
 
@@ -68,9 +67,8 @@ class BrokenEnv(CountingEnv):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+def tiny(tiny_model):
+    return AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
 
 
 def _run(tiny, env, rows, **kwargs):
@@ -82,7 +80,7 @@ def _run(tiny, env, rows, **kwargs):
     return out, client
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_observations_masked_and_sampled_tokens_exact(tiny):
     _, tokenizer = tiny
     CountingEnv.instances = []
@@ -110,7 +108,7 @@ def test_observations_masked_and_sampled_tokens_exact(tiny):
     assert any(r["finish"] == "length" for r in client.records) and out["truncated"] == [False] * 4
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_async_env_chat_messages_and_done(tiny):
     out, client = _run(tiny, ChatEnv, [{"word": "hi"}])
     for i in range(2):
@@ -121,7 +119,7 @@ def test_async_env_chat_messages_and_done(tiny):
         assert out["env_reward"][i] == 1.0 and out["num_turns"][i] == 2
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_budget_and_max_turns(tiny):
     out, _ = _run(tiny, CountingEnv, [{"word": "x"}], max_completion_length=20, max_turn_tokens=None)
     assert all(len(ids) <= 20 for ids in out["completion_ids"])
@@ -130,7 +128,7 @@ def test_budget_and_max_turns(tiny):
     assert out["num_turns"] == [2, 2] and out["env_done"] == [False, False] and out["env_reward"] == [0.5, 0.5]
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_slow_env_does_not_stall_others(tiny):
     out, client = _run(tiny, SlowEnv, [{"word": "slow"}, {"word": "fast"}], n=1)
     start, end = first_wait(client.records, tiny[1], "slow")
@@ -139,7 +137,7 @@ def test_slow_env_does_not_stall_others(tiny):
     assert any(start <= r["start"] <= end for r in fast), "generation paused while an environment stepped"
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_through_call_rollout_with_rows(tiny):
     model, tokenizer = tiny
     client = RecordingClient(model, tokenizer)
@@ -153,7 +151,7 @@ def test_through_call_rollout_with_rows(tiny):
     assert out.completion_mask[0].count(0) > 0
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_environment_errors(tiny):
     with pytest.raises(RolloutError, match=r"must return \(observation, reward or None, done\)"):
         _run(tiny, BrokenEnv, [{"word": "x"}])
@@ -230,7 +228,7 @@ def make_env(**kwargs):
     (HugeRewardEnv, r"HugeRewardEnv.step: the episode's rewards add up to inf; scale them down"),
     (make_env, r"env make_env is a function, not a class"),
 ])
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_broken_environments_are_named_in_the_error(tiny, env, message):
     with pytest.raises(RolloutError, match=message):
         _run(tiny, env, [{"word": "x"}])

@@ -14,7 +14,7 @@ import psutil
 import pytest
 from transformers import AutoModelForCausalLM
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.vllm, pytest.mark.model]
 REPO = Path(__file__).resolve().parents[1]
 
 
