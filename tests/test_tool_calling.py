@@ -9,7 +9,9 @@ answer. Generation is real (``TransformersClient``, sampling at temperature 1); 
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
 import time
 from typing import Dict, List
 
@@ -40,13 +42,22 @@ def explode() -> str:
     raise RuntimeError("kaboom")
 
 
+#: one number per event (a generation request starting or ending, a tool call starting or ending), in the order
+#: they happened: tests compare the order of events, not clock times
+ORDER = itertools.count()
+#: ``(order, "starts" | "ends", seconds, thread id)`` for every call of ``sleepy``
+SLEEPY_EVENTS: List[tuple] = []
+
+
 def sleepy(seconds: float) -> str:
     """A tool that hangs.
 
     Args:
         seconds: how long to sleep
     """
+    SLEEPY_EVENTS.append((next(ORDER), "starts", seconds, threading.get_ident()))
     time.sleep(seconds)
+    SLEEPY_EVENTS.append((next(ORDER), "ends", seconds, threading.get_ident()))
     return "awake"
 
 
@@ -179,11 +190,12 @@ class RecordingClient(TransformersClient):
         self.records: List[Dict] = []
 
     def generate(self, prompt_ids, **kwargs):
-        start = time.monotonic()
+        start = next(ORDER)
         result = super().generate(prompt_ids, **kwargs)
+        end = next(ORDER)
         for p, c, lp, f in zip(result.prompt_ids, result.completion_ids, result.logprobs, result.finish_reasons):
             self.records.append({"prompt": tuple(p), "ids": list(c), "logprobs": list(lp), "finish": f,
-                                 "start": start, "end": time.monotonic(), "max_tokens": kwargs.get("max_tokens")})
+                                 "start": start, "end": end, "max_tokens": kwargs.get("max_tokens")})
         return result
 
 
@@ -233,10 +245,11 @@ def test_tool_tokens_masked_sampled_tokens_kept_exactly(tool_model):
     model, tokenizer = tool_model
     client = RecordingClient(model, tokenizer)
     prompts = FIRST_SIX
-    start = time.monotonic()
+    first = next(ORDER)
     out = _rollout(client, tokenizer, prompts)
-    elapsed = time.monotonic() - start
-    assert elapsed < 300, f"the hanging tool (600 s) stalled the rollout ({elapsed:.0f} s)"
+    hung = {t for o, what, s, t in SLEEPY_EVENTS if o > first and what == "starts" and s == 600}
+    assert hung and not [e for e in SLEEPY_EVENTS if e[1] == "ends" and e[3] in hung], \
+        "the hanging tool (600 s) stalled the rollout"
     expected_error = {"Multiply 3 and 4.": None, "Break it.": "exception", "Call a ghost.": "unknown_tool",
                       "Be sloppy.": "malformed", "Wait forever.": "timeout", "Two at once.": None}
     for i in range(len(prompts) * 2):
@@ -357,7 +370,7 @@ def test_slow_tool_does_not_stall_other_samples(tool_model):
     client = RecordingClient(model, tokenizer)
     _rollout(client, tokenizer, ["Wait forever.", "Multiply 3 and 4."], n=2, tool_timeout_s=4.0)
     start, end = first_wait(client.records, tokenizer, "Wait forever.")
-    assert end - start >= 4.0
+    assert any(start <= o <= end for o, what, s, _ in SLEEPY_EVENTS if what == "starts" and s == 600)  # the hang
     others = [r for r in client.records if "Multiply 3" in tokenizer.decode(list(r["prompt"]))]
     assert any(start <= r["start"] <= end for r in others), "generation paused while a tool hung"
 
