@@ -24,9 +24,9 @@ $(STAMP): pyproject.toml
 test: install
 	$(BIN)/python -m pytest -q -ra
 
-# unit tests only: no vLLM server, no real model
+# unit tests only: no vLLM server, no model, no torchrun, no GPU (markers: pyproject.toml, README "Tests")
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not vllm and not model and not multiproc and not gpu"
 
 demo: install
 	$(BIN)/grpo-rollout train configs/quickstart.yaml

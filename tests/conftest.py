@@ -1,4 +1,11 @@
-"""Shared fixtures: a throw-away project folder holding a minimal VALID config that each test changes in one place."""
+"""Shared fixtures: a throw-away project folder holding a minimal VALID config that each test changes in one place,
+and the tiny models (built once per session). Also the markers' rules:
+
+* ``vllm`` (starts or needs a vLLM server), ``model`` (loads or converts the embedded SmolLM2 GGUF model, or builds a
+  tiny model from its tokenizer) and ``multiproc`` (torchrun or several training processes) each imply ``slow``;
+* a test using the ``tiny_model`` or ``tiny_gpt2`` fixture is marked ``model`` even if its file forgot to;
+* ``gpu`` tests are skipped where CUDA is not available.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 import yaml
+from tiny_model import make_tiny_gpt2, make_tiny_model
 
 from grpo_rollout.config import check_config
 from grpo_rollout.config.problems import Problem
@@ -92,3 +100,40 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
 def errs():
     """``errs(problems, key=None)``: the error problems (at ``key``)."""
     return errors
+
+
+# --- the tiny models: one build per session, shared READ-ONLY (a test that writes into one copies it first) ---------
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a tiny random Llama with the embedded model's tokenizer (``tiny_model.make_tiny_model``)."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a tiny GPT-2 whose config has dropout 0.1 everywhere (Conv1D layers; same tokenizer)."""
+    return make_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "model", dropout=0.1)
+
+
+# --- markers ----------------------------------------------------------------------------------------------------
+
+_IMPLY_SLOW = ("vllm", "model", "multiproc")
+_MODEL_FIXTURES = {"tiny_model", "tiny_gpt2"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    cuda = None
+    for item in items:
+        if _MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("model") is None:
+            item.add_marker(pytest.mark.model)
+        if item.get_closest_marker("slow") is None and any(item.get_closest_marker(m) for m in _IMPLY_SLOW):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("gpu") is not None:
+            if cuda is None:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs CUDA (marked gpu)"))

@@ -13,17 +13,12 @@ from grpo_rollout.models.loading import load_model_and_tokenizer
 from grpo_rollout.rollouts.calling import call_rollout
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "client_rollout" / "rollout.py"
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def _example():

@@ -21,7 +21,6 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from tiny_model import make_tiny_model
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,22 +93,19 @@ def _torchrun(args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProces
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("dist") / "model")
-
-
 def _metrics(config: Path):
     return [json.loads(line) for line in (config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_processes_update_like_one(tmp_path, model):
+@pytest.mark.multiproc
+@pytest.mark.model
+def test_two_processes_update_like_one(tmp_path, tiny_model):
     from grpo_rollout.config import load_config
     from grpo_rollout.trainer import train
     from grpo_rollout.trainer.progress import RichReporter
 
-    two = [_project(tmp_path / "two", model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
-    one = [_project(tmp_path / "one", model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
+    two = [_project(tmp_path / "two", tiny_model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
+    one = [_project(tmp_path / "one", tiny_model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
     (tmp_path / "driver.py").write_text(DRIVER)
     proc = _torchrun([str(tmp_path / "driver.py"), *map(str, two)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -142,8 +138,10 @@ def test_two_processes_update_like_one(tmp_path, model):
     assert any(m["kl"] > 0 for m in _metrics(two[list(VARIANTS).index("kl_iterations_batch")]))  # the variant with a reference model really used it
 
 
-def test_cli_resume_under_another_world_size_and_a_failing_rank(tmp_path, model):
-    config = _project(tmp_path, model, "run", save_steps=1)
+@pytest.mark.multiproc
+@pytest.mark.model
+def test_cli_resume_under_another_world_size_and_a_failing_rank(tmp_path, tiny_model):
+    config = _project(tmp_path, tiny_model, "run", save_steps=1)
     proc = _torchrun(["-m", "grpo_rollout", "train", str(config)], cwd=config.parent)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.count("Training finished") == 1  # only rank 0 prints
@@ -164,7 +162,7 @@ def test_cli_resume_under_another_world_size_and_a_failing_rank(tmp_path, model)
     assert [m["step"] for m in _metrics(config)] == [1, 2, 3, 4]
 
     # a rollout that raises on rank 1 only (its second step's prompts) stops both, naming rank 1
-    failing = _project(tmp_path, model, "fail", prompts=("Count to {i}.",) * 12 + ("FAIL {i}",) * 4)
+    failing = _project(tmp_path, tiny_model, "fail", prompts=("Count to {i}.",) * 12 + ("FAIL {i}",) * 4)
     proc = _torchrun(["-m", "grpo_rollout", "train", str(failing)], cwd=failing.parent)
     assert proc.returncode != 0
     assert "rank 1: RolloutError: the rollout function" in proc.stdout and "FAIL" in proc.stdout
@@ -225,14 +223,16 @@ def uneven_rollout(prompts, n, client, tokenizer, temperature, top_k, max_comple
 '''
 
 
+@pytest.mark.multiproc
+@pytest.mark.model
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_in_process_generation_under_two_processes(tmp_path, model, dtype):
+def test_in_process_generation_under_two_processes(tmp_path, tiny_model, dtype):
     """Issue 18.1: ``torchrun --nproc-per-node 2 -m grpo_rollout train`` with ``vllm.mode: off`` crashed at the first
     log-prob pass ("FSDP requires running forward through the root module first"). Now both ranks generate from the
     whole current weights (sampler and trainer log-probs agree), even when one rank calls generate() more often.
     In bfloat16 (issue 18.2) FSDP2 gathers bfloat16 weights over float32 shards: the checkpoint stays float32 and
     every non-embedding weight moves."""
-    config = _project(tmp_path, model, "inproc", prompts=("Name a colour {i}.", "Name a colour {i} extra extra."),
+    config = _project(tmp_path, tiny_model, "inproc", prompts=("Name a colour {i}.", "Name a colour {i} extra extra."),
                       max_steps=2, prompts_per_step=4, save_rollouts="every")
     cfg = yaml.safe_load(config.read_text())
     (config.parent / "task.py").write_text(TASK + UNEVEN)
@@ -251,6 +251,6 @@ def test_in_process_generation_under_two_processes(tmp_path, model, dtype):
                (config.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]
     assert len(records) == 16  # both ranks' 2 prompts × 4 completions
     after = load_file(config.parent / "out" / "checkpoint-2" / "model.safetensors")
-    before = load_file(model / "model.safetensors")
+    before = load_file(tiny_model / "model.safetensors")
     assert {t.dtype for t in after.values()} == {torch.float32}
     assert all(not torch.equal(after[k], before[k]) for k in before if "embed_tokens" not in k)

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from grpo_rollout.cli.main import app
 from grpo_rollout.config import to_yaml
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.model
 
 ROLLOUTS = '''
 from grpo_rollout.rollouts.single_turn import single_turn
@@ -36,11 +36,6 @@ def even_ids(completion_ids, **kwargs):
 def broken(completions, **kwargs):
     return [len(c) / 0 for c in completions]
 '''
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def _invoke(root: Path, model: Path, rollout: str = "", reward: str = "even_ids"):

@@ -11,9 +11,9 @@ from rich.console import Console
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.run import steps_for_epochs
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)
 
 # "Count to i.": even i → the same reward for every completion (no signal); odd i → the share of even token ids.
 HALF_CONSTANT = '''
@@ -27,11 +27,6 @@ def half_constant(prompts, completion_ids, **kwargs):
 def constant(completion_ids, **kwargs):
     return [1.0 for _ in completion_ids]
 '''
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def _recording() -> tuple:

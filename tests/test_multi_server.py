@@ -86,15 +86,15 @@ def test_sync_reaches_every_server_or_names_the_one_that_failed(tmp_path, monkey
     assert list(tmp_path.iterdir()) == []  # the staged folder is gone either way
 
 
-@pytest.mark.slow
-def test_two_spawned_servers_both_serve_and_follow_every_sync(tmp_path):
-    from tiny_model import make_tiny_model, tiny_config
+@pytest.mark.vllm
+@pytest.mark.model
+def test_two_spawned_servers_both_serve_and_follow_every_sync(tmp_path, tiny_model):
+    from tiny_model import tiny_config
 
     from grpo_rollout.trainer import train
     from grpo_rollout.trainer.progress import RichReporter
 
-    model = make_tiny_model(tmp_path / "model")
-    cfg = tiny_config(tmp_path, model, sampling={"num_generations": 4, "max_completion_length": 8,
+    cfg = tiny_config(tmp_path, tiny_model, sampling={"num_generations": 4, "max_completion_length": 8,
                                                  "max_prompt_length": 24, "top_k": -1},
                       training={"max_steps": 2, "prompts_per_step": 4, "micro_batch_size": 16,
                                 "learning_rate": 1e-3},

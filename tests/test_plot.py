@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from grpo_rollout.cli.main import app
 from grpo_rollout.plotting import PlotError, default_output_path, load_run, plot_runs, save_figure
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -72,19 +72,18 @@ def synthetic(offset: float = 0.0, steps: int = 4, **extra) -> List[Dict]:
 # -- a real run ---------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory) -> Path:
+def trained_run(tmp_path_factory, tiny_model) -> Path:
     """A 3-step run of the tiny random model (transformers generation), logging metrics.jsonl."""
     from grpo_rollout.trainer import train
     from grpo_rollout.trainer.progress import RichReporter
 
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
     root = tmp_path_factory.mktemp("run")
-    cfg = tiny_config(root, model, training={"max_steps": 3, "save_steps": 100})
+    cfg = tiny_config(root, tiny_model, training={"max_steps": 3, "save_steps": 100})
     train(cfg, base_dir=root, reporter=RichReporter(quiet=True))
     return root / "out"
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_plot_of_a_real_run(trained_run):
     import matplotlib.image
 
@@ -151,7 +150,7 @@ def test_plot_of_a_real_run(trained_run):
     assert all(v > 0 for v in column("time/training"))
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_metrics_option_plots_exactly_those_keys(trained_run, tmp_path):
     records = read_metrics(trained_run)
     fig = plot_runs([trained_run], metrics=["grad_norm", "loss"])

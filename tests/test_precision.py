@@ -16,12 +16,7 @@ from safetensors.torch import load_file
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.precision import Precision
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("precision") / "model")
+from tiny_model import tiny_config
 
 
 def _changed_fraction(before: dict, after: dict) -> float:
@@ -31,7 +26,7 @@ def _changed_fraction(before: dict, after: dict) -> float:
     return changed / sum(before[k].numel() for k in names)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_small_updates_land_in_bfloat16(tmp_path, tiny_model, dtype):
     """One step at the default learning rate 1e-6: about half the weights move in both dtypes, and the checkpoint
@@ -47,7 +42,7 @@ def test_small_updates_land_in_bfloat16(tmp_path, tiny_model, dtype):
     assert result.history[0]["sampler/logprob_abs_diff"] < (1e-4 if dtype == "float32" else 0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_bfloat16_resume_matches_an_uninterrupted_run(tmp_path, tiny_model):
     """Float32 master weights and AdamW state in the checkpoint: 2 + resume + 2 steps equal 4 steps."""
     def config(root: Path, steps: int):
@@ -86,6 +81,7 @@ def test_load_dtype_is_float32_except_for_a_lora_base():
     assert Precision.from_config("float32", torch.device("cpu")).fsdp_policy() is None
 
 
+@pytest.mark.model
 def test_lora_adapters_stay_float32_over_a_bfloat16_base(tiny_model):
     """A LoRA policy loads its frozen base in ``model.dtype``; the trained adapters are float32 (PEFT's default)."""
     from transformers import AutoModelForCausalLM

@@ -14,7 +14,9 @@ import psutil
 import pytest
 from transformers import AutoModelForCausalLM
 
-pytestmark = pytest.mark.slow
+from helpers import wait_until
+
+pytestmark = [pytest.mark.vllm, pytest.mark.model]
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -47,7 +49,7 @@ def test_quickstart_two_steps_in_spawn_mode(tmp_path):
     assert (tmp_path / "run" / "vllm.log").stat().st_size > 0
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint-2")
     assert model.num_parameters() > 100_000_000
-    time.sleep(1)
+    wait_until(lambda: _server_processes() - before == set(), timeout_s=30)  # the engine may take a moment to exit
     assert _server_processes() - before == set()
 
 
@@ -68,5 +70,5 @@ def test_ctrl_c_saves_finished_steps_and_stops_the_server(tmp_path):
     # the last checkpoint holds every step whose update reached the weights (one more than logged if the
     # interrupt came between a step's update and its log line)
     assert saved and max(saved) in (logged, logged + 1), (saved, logged)
-    time.sleep(1)
+    wait_until(lambda: _server_processes() - before == set(), timeout_s=30)  # the engine may take a moment to exit
     assert _server_processes() - before == set()

@@ -23,19 +23,9 @@ from grpo_rollout.trainer import recipe, train, update
 from grpo_rollout.trainer.checkpoint import STATE_FILE, load_trainer_state
 from grpo_rollout.trainer.guards import NonFiniteError
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_gpt2, make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="module")
-def dropout_model(tmp_path_factory) -> Path:
-    """The issue's fixture: a tiny GPT-2 whose config has dropout 0.1 everywhere."""
-    return make_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "model", dropout=0.1)
+pytestmark = pytest.mark.model
 
 
 def _config(root: Path, model: Path, rollout: str = "", **training):
@@ -53,9 +43,9 @@ def _state(folder: Path) -> dict:
 
 
 # 9.5: dropout stayed on while the trainer computed log-probs (KL 0.0014 at step 1, |Δlogp| 0.04, weights 0.88-1.13).
-def test_dropout_is_off_in_every_logprob_computation(tmp_path, dropout_model):
-    assert disable_dropout(GPT2LMHeadModel.from_pretrained(dropout_model)) > 0  # the fixture really has dropout
-    result = train(_config(tmp_path, dropout_model, max_steps=1, beta=0.1), base_dir=tmp_path, reporter=_quiet())
+def test_dropout_is_off_in_every_logprob_computation(tmp_path, tiny_gpt2):
+    assert disable_dropout(GPT2LMHeadModel.from_pretrained(tiny_gpt2)) > 0  # the fixture really has dropout
+    result = train(_config(tmp_path, tiny_gpt2, max_steps=1, beta=0.1), base_dir=tmp_path, reporter=_quiet())
     first = result.history[0]
     assert first["kl"] == 0.0
     assert first["ratio/max"] == 1.0

@@ -12,14 +12,9 @@ from safetensors.torch import load_file
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.prompt_order import PromptSampler
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("resume") / "model")
+pytestmark = pytest.mark.model
 
 
 def _prompts_by_step(out: Path) -> dict:

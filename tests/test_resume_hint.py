@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from grpo_rollout.trainer.resume_hint import resume_command
-from tiny_model import make_tiny_model
 
 REWARDS = '''
 import os
@@ -33,9 +32,9 @@ def test_resume_command_quotes_and_keeps_every_override():
     assert resume_command(Path("c.yaml"), [], processes=2).startswith("torchrun --nproc-per-node 2 -m grpo_rollout ")
 
 
-@pytest.mark.slow
-def test_ctrl_c_prints_a_command_that_resumes_the_same_run(tmp_path):
-    model = make_tiny_model(tmp_path / "model")
+@pytest.mark.model
+def test_ctrl_c_prints_a_command_that_resumes_the_same_run(tmp_path, tiny_model):
+    model = tiny_model
     (tmp_path / "rewards.py").write_text(REWARDS)
     (tmp_path / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Say {i}."}) + "\n" for i in range(4)))
     cfg = {"model": {"name_or_path": str(model)}, "data": {"train": "data.jsonl"},

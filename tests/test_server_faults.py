@@ -152,20 +152,14 @@ def _config(root: Path, model: Path, **vllm):
     return cfg
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    from tiny_model import make_tiny_model
-
-    return make_tiny_model(tmp_path_factory.mktemp("faults") / "model")
-
-
-@pytest.mark.slow
-def test_spawned_server_killed_during_generation(tmp_path, model_dir):
+@pytest.mark.vllm
+@pytest.mark.model
+def test_spawned_server_killed_during_generation(tmp_path, tiny_model):
     from grpo_rollout.trainer import train
     from grpo_rollout.trainer.progress import RichReporter
 
     (tmp_path / "killing_rollout.py").write_text(KILLING_ROLLOUT)
-    cfg = _config(tmp_path, model_dir, mode="spawn")
+    cfg = _config(tmp_path, tiny_model, mode="spawn")
     cfg.rollout.function = f"{tmp_path / 'killing_rollout.py'}:rollout"
     buffer = io.StringIO()
     with pytest.raises(ServerError) as info:
@@ -178,19 +172,20 @@ def test_spawned_server_killed_during_generation(tmp_path, model_dir):
     assert "Stopped after 1 step(s); saved" in buffer.getvalue() and "--resume latest" in buffer.getvalue()
 
 
-@pytest.mark.slow
-def test_attached_server_killed_before_the_weight_sync(tmp_path, model_dir):
+@pytest.mark.vllm
+@pytest.mark.model
+def test_attached_server_killed_before_the_weight_sync(tmp_path, tiny_model):
     from grpo_rollout.generation.server.launch import ServerSettings
     from grpo_rollout.generation.spawn import ManagedServer
     from grpo_rollout.trainer import train
     from grpo_rollout.trainer.progress import RichReporter
 
-    server = ManagedServer(ServerSettings(model=str(model_dir), port=0, max_model_len=152, kv_cache_space_gib=1),
+    server = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=152, kv_cache_space_gib=1),
                            tmp_path / "server.log")
     server.start(timeout_s=600)
     try:
         (tmp_path / "killing_reward.py").write_text(KILLING_REWARD.replace("PID", str(server.process.pid)))
-        cfg = _config(tmp_path, model_dir, mode="attach", url=server.url)
+        cfg = _config(tmp_path, tiny_model, mode="attach", url=server.url)
         cfg.rewards[0].function = f"{tmp_path / 'killing_reward.py'}:kill_before_sync"
         with pytest.raises(ServerError, match=r"the vLLM server at http://127\.0\.0\.1:\d+ failed POST "
                                               r"/update_weights/ after 4 attempts: ConnectError"):

@@ -59,16 +59,16 @@ def test_leftover_shared_memory_files_are_removed_unless_in_use(tmp_path):
     assert watch.remove_leftovers() == [root / "psm_open"]  # closed now
 
 
-@pytest.mark.slow
-def test_rollout_raising_with_requests_in_flight_leaves_no_shm_and_no_busy_server(tmp_path, monkeypatch):
+@pytest.mark.vllm
+@pytest.mark.model
+def test_rollout_raising_with_requests_in_flight_leaves_no_shm_and_no_busy_server(tmp_path, monkeypatch, tiny_model):
     from grpo_rollout.config import config_from_dict
     from grpo_rollout.generation.spawn import ManagedServer
     from grpo_rollout.rollouts.contract import RolloutError
     from grpo_rollout.trainer import train
     from grpo_rollout.trainer.progress import RichReporter
-    from tiny_model import make_tiny_model
 
-    model = make_tiny_model(tmp_path / "model")
+    model = tiny_model
     (tmp_path / "raising_rollout.py").write_text(RAISING_ROLLOUT)
     (tmp_path / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Say {i}"}) + "\n" for i in range(4)))
     cfg, problems = config_from_dict({

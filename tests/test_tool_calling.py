@@ -9,7 +9,9 @@ answer. Generation is real (``TransformersClient``, sampling at temperature 1); 
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
 import time
 from typing import Dict, List
 
@@ -23,7 +25,6 @@ from grpo_rollout.rollouts.multi_turn import Conversation, render
 from grpo_rollout.rollouts.tool_calling import choose_tool_prompt, tool_calling_rollout, with_system_prompt
 from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
 from grpo_rollout.rollouts.tools import load_tools, run_tool_calls_sync, tool_schema
-from tiny_model import make_tiny_model
 
 
 def multiply(a: int, b: int) -> int:
@@ -41,13 +42,22 @@ def explode() -> str:
     raise RuntimeError("kaboom")
 
 
+#: one number per event (a generation request starting or ending, a tool call starting or ending), in the order
+#: they happened: tests compare the order of events, not clock times
+ORDER = itertools.count()
+#: ``(order, "starts" | "ends", seconds, thread id)`` for every call of ``sleepy``
+SLEEPY_EVENTS: List[tuple] = []
+
+
 def sleepy(seconds: float) -> str:
     """A tool that hangs.
 
     Args:
         seconds: how long to sleep
     """
+    SLEEPY_EVENTS.append((next(ORDER), "starts", seconds, threading.get_ident()))
     time.sleep(seconds)
+    SLEEPY_EVENTS.append((next(ORDER), "ends", seconds, threading.get_ident()))
     return "awake"
 
 
@@ -159,10 +169,9 @@ def _teach_tool_calls(model, tokenizer, steps: int = 600) -> None:
 
 
 @pytest.fixture(scope="module")
-def tool_model(tmp_path_factory):
-    folder = make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+def tool_model(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: threads only add contention on a busy 2-core box
     try:
@@ -181,11 +190,12 @@ class RecordingClient(TransformersClient):
         self.records: List[Dict] = []
 
     def generate(self, prompt_ids, **kwargs):
-        start = time.monotonic()
+        start = next(ORDER)
         result = super().generate(prompt_ids, **kwargs)
+        end = next(ORDER)
         for p, c, lp, f in zip(result.prompt_ids, result.completion_ids, result.logprobs, result.finish_reasons):
             self.records.append({"prompt": tuple(p), "ids": list(c), "logprobs": list(lp), "finish": f,
-                                 "start": start, "end": time.monotonic(), "max_tokens": kwargs.get("max_tokens")})
+                                 "start": start, "end": end, "max_tokens": kwargs.get("max_tokens")})
         return result
 
 
@@ -230,15 +240,16 @@ def _tool_text(content: str) -> str:
     return f"<|im_start|>tool\n{content}{END}\n<|im_start|>assistant\n"
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_tool_tokens_masked_sampled_tokens_kept_exactly(tool_model):
     model, tokenizer = tool_model
     client = RecordingClient(model, tokenizer)
     prompts = FIRST_SIX
-    start = time.monotonic()
+    first = next(ORDER)
     out = _rollout(client, tokenizer, prompts)
-    elapsed = time.monotonic() - start
-    assert elapsed < 300, f"the hanging tool (600 s) stalled the rollout ({elapsed:.0f} s)"
+    hung = {t for o, what, s, t in SLEEPY_EVENTS if o > first and what == "starts" and s == 600}
+    assert hung and not [e for e in SLEEPY_EVENTS if e[1] == "ends" and e[3] in hung], \
+        "the hanging tool (600 s) stalled the rollout"
     expected_error = {"Multiply 3 and 4.": None, "Break it.": "exception", "Call a ghost.": "unknown_tool",
                       "Be sloppy.": "malformed", "Wait forever.": "timeout", "Two at once.": None}
     for i in range(len(prompts) * 2):
@@ -268,7 +279,7 @@ def test_tool_tokens_masked_sampled_tokens_kept_exactly(tool_model):
     assert by_prompt["Wait forever."]["content"] == "Error: sleepy timed out after 1 s"
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_turn_ended_by_end_of_turn_token_and_two_calls(tool_model):
     model, tokenizer = tool_model
     client = RecordingClient(model, tokenizer)
@@ -286,7 +297,7 @@ def test_turn_ended_by_end_of_turn_token_and_two_calls(tool_model):
 
 
 # Issue 9.3: several calls in one turn ran concurrently, so read(path) finished before write(path).
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_calls_of_one_turn_run_in_the_order_written(tool_model):
     model, tokenizer = tool_model
     NOTES.clear()
@@ -302,7 +313,7 @@ def test_calls_of_one_turn_run_in_the_order_written(tool_model):
 
 
 # Issue 9.4: a literal </tool_call> inside a JSON string argument was cut by the stop string and read as invalid JSON.
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_stop_string_inside_a_json_string_does_not_cut_the_call(tool_model):
     model, tokenizer = tool_model
     NOTES.clear()
@@ -326,7 +337,7 @@ def test_stop_string_inside_a_json_string_does_not_cut_the_call(tool_model):
     assert NOTES == {"b.md": "close with </tool_call> here"}
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_token_budget_covers_tool_tokens(tool_model):
     model, tokenizer = tool_model
     full = _rollout(RecordingClient(model, tokenizer), tokenizer, ["Multiply 3 and 4."], n=1)
@@ -353,18 +364,18 @@ def first_wait(records: List[Dict], tokenizer, text: str) -> tuple:
     return min(r["end"] for r in firsts), min(r["start"] for r in seconds)
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_slow_tool_does_not_stall_other_samples(tool_model):
     model, tokenizer = tool_model
     client = RecordingClient(model, tokenizer)
     _rollout(client, tokenizer, ["Wait forever.", "Multiply 3 and 4."], n=2, tool_timeout_s=4.0)
     start, end = first_wait(client.records, tokenizer, "Wait forever.")
-    assert end - start >= 4.0
+    assert any(start <= o <= end for o, what, s, _ in SLEEPY_EVENTS if what == "starts" and s == 600)  # the hang
     others = [r for r in client.records if "Multiply 3" in tokenizer.decode(list(r["prompt"]))]
     assert any(start <= r["start"] <= end for r in others), "generation paused while a tool hung"
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_contract_and_untruncated_later_turns(tool_model):
     model, tokenizer = tool_model
     client = RecordingClient(model, tokenizer, max_prompt_length=60)
@@ -419,7 +430,7 @@ QWEN_LIKE = (  # a template in the style of Qwen2.5's: tools in the system promp
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_template_that_renders_tools(tool_model):
     _, base = tool_model
     tokenizer = AutoTokenizer.from_pretrained(base.name_or_path)
@@ -441,7 +452,7 @@ def test_template_that_renders_tools(tool_model):
     assert conv.logprobs == [-0.5] * len(sampled) + [0.0] * len(inserted)
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_raising_and_hanging_tools_do_not_stop_training(tool_model, tmp_path):
     """A whole training step (transformers backend) in which every call fails: one tool raises, one hangs past its
     timeout. The step finishes, the failures are counted in the step's tool metrics, and the weights are saved."""
@@ -479,7 +490,7 @@ def test_raising_and_hanging_tools_do_not_stop_training(tool_model, tmp_path):
     assert m["rewards/tool_call_validity/mean"] == 1.0
 
 
-@pytest.mark.slow  # builds a model from the embedded GGUF
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
 def test_special_token_text_in_a_tool_answer_cannot_fake_a_turn(tool_model):
     _, tokenizer = tool_model
     start, end = tokenizer.convert_tokens_to_ids(["<|im_start|>", END])

@@ -12,9 +12,9 @@ import pytest
 
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.model
 
 
 def _wandb_records(run_file: str) -> list:
@@ -44,15 +44,14 @@ def _finite(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
-def test_trackio_and_wandb_get_the_metrics_and_the_config(tmp_path, monkeypatch):
+def test_trackio_and_wandb_get_the_metrics_and_the_config(tmp_path, monkeypatch, tiny_model):
     pytest.importorskip("trackio")
     pytest.importorskip("wandb")
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    model = make_tiny_model(tmp_path / "model")
-    cfg = tiny_config(tmp_path, model, training={"max_steps": 2},
+    cfg = tiny_config(tmp_path, tiny_model, training={"max_steps": 2},
                       logging={"report_to": ["jsonl", "trackio", "wandb"], "project": "grpo-test",
                                "run_name": "tiny"})
     train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))

@@ -12,14 +12,9 @@ from transformers import AutoModelForCausalLM
 
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
-pytestmark = pytest.mark.slow
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
+pytestmark = pytest.mark.model
 
 def _config(root: Path, model: Path, **training):
     return tiny_config(root, model, training=training)

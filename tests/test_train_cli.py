@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_model import make_tiny_model
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.model
 
 REWARDS = '''
 def ok(completions, **kwargs):
@@ -31,11 +30,6 @@ def needs_extra(completions, tool_calls, **kwargs):
 '''
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("cli") / "model")
-
-
 def _run(tmp_path: Path, model: Path, reward: str, *extra: str):
     (tmp_path / "rewards.py").write_text(REWARDS)
     (tmp_path / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Say {i}."}) + "\n" for i in range(4)))
@@ -50,8 +44,8 @@ def _run(tmp_path: Path, model: Path, reward: str, *extra: str):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_reward_raising_mid_run_keeps_finished_steps(tmp_path, model):
-    proc = _run(tmp_path, model, "breaks_at_step_two")
+def test_reward_raising_mid_run_keeps_finished_steps(tmp_path, tiny_model):
+    proc = _run(tmp_path, tiny_model, "breaks_at_step_two")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "breaks_at_step_two" in proc.stdout and "KeyError" in proc.stdout
@@ -59,8 +53,8 @@ def test_reward_raising_mid_run_keeps_finished_steps(tmp_path, model):
     assert "--resume latest" in proc.stdout
 
 
-def test_reward_returning_wrong_count_names_the_function(tmp_path, model):
-    proc = _run(tmp_path, model, "wrong_length")
+def test_reward_returning_wrong_count_names_the_function(tmp_path, tiny_model):
+    proc = _run(tmp_path, tiny_model, "wrong_length")
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
     flat = " ".join(proc.stdout.replace("│", " ").split())  # the message is in a panel: undo its wrapping
     assert "wrong_length" in flat and "1 scores for 4 completions" in flat
@@ -69,18 +63,18 @@ def test_reward_returning_wrong_count_names_the_function(tmp_path, model):
     assert "one score (a float, or None for no opinion) per completion" in flat
 
 
-def test_rollout_missing_an_extra_a_reward_needs(tmp_path, model):
+def test_rollout_missing_an_extra_a_reward_needs(tmp_path, tiny_model):
     (tmp_path / "my_rollout.py").write_text(
         "from grpo_rollout.rollouts.single_turn import single_turn\n"
         "def rollout(prompts, client, **kw):\n    return single_turn(prompts, client=client, **kw)\n")
-    proc = _run(tmp_path, model, "needs_extra", "rollout")
+    proc = _run(tmp_path, tiny_model, "needs_extra", "rollout")
     # validate-config could only warn (a user rollout's extras are known at run time); the first step fails clearly
     assert "warning" in proc.stdout and proc.returncode == 1
     assert "needs `tool_calls`" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_successful_run_prints_summary(tmp_path, model):
-    proc = _run(tmp_path, model, "ok")
+def test_successful_run_prints_summary(tmp_path, tiny_model):
+    proc = _run(tmp_path, tiny_model, "ok")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Training finished" in proc.stdout and "checkpoint-3" in proc.stdout
     assert len((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()) == 3

@@ -14,7 +14,7 @@ from grpo_rollout.cli.main import app
 from grpo_rollout.config import check_config, to_yaml
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
-from tiny_model import make_tiny_model, tiny_config
+from tiny_model import tiny_config
 
 ENV = '''
 class SecretWordEnv:
@@ -37,11 +37,6 @@ def env_reward(env_reward, **kwargs):
 '''
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
 def _config(root: Path, model: Path, **training):
     (root / "word_env.py").write_text(ENV)
     cfg = tiny_config(root, model, rewards_source=REWARD, reward="env_reward",
@@ -56,6 +51,7 @@ def _config(root: Path, model: Path, **training):
     return cfg
 
 
+@pytest.mark.model
 def test_dataset_without_prompt_column_is_valid_for_an_environment(tmp_path, tiny_model):
     cfg = _config(tmp_path, tiny_model)
     (tmp_path / "config.yaml").write_text(to_yaml(cfg))
@@ -68,7 +64,7 @@ def test_dataset_without_prompt_column_is_valid_for_an_environment(tmp_path, tin
     assert "data.prompt_column" in [p.key for p in problems if p.is_error]
 
 
-@pytest.mark.slow
+@pytest.mark.model
 def test_reply_that_does_not_fit_is_named_in_dry_run_records_and_metrics(tmp_path, tiny_model):
     cfg = _config(tmp_path, tiny_model, max_steps=1, save_rollouts="every")
     (tmp_path / "config.yaml").write_text(to_yaml(cfg))

@@ -21,19 +21,13 @@ from grpo_rollout.trainer import train
 from grpo_rollout.trainer.guards import StaleWeightsError
 from grpo_rollout.trainer.progress import RichReporter
 from fuzz_strategies import GENERATE_BODY, JUNK
-from tiny_model import make_tiny_model
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("vllm") / "model")
+pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    srv = ManagedServer(ServerSettings(model=str(model_dir), port=0, max_model_len=256),
+def server(tiny_model, tmp_path_factory):
+    srv = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=256),
                         tmp_path_factory.mktemp("log") / "vllm.log")
     srv.start(timeout_s=600)
     yield srv
@@ -41,8 +35,8 @@ def server(model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(model_dir):
-    return AutoTokenizer.from_pretrained(model_dir)
+def tokenizer(tiny_model):
+    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 def _generate(server, **body):
@@ -120,8 +114,8 @@ def test_generate_fuzzed_bodies_never_break_the_server(server, body):
     assert httpx.get(server.url + "/health/", timeout=10).status_code == 200
 
 
-def _perturbed(model_dir: Path, scale: float = 0.5, seed: int = 1) -> torch.nn.Module:
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+def _perturbed(tiny_model: Path, scale: float = 0.5, seed: int = 1) -> torch.nn.Module:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():  # the (tied) embedding included: a sync test that skips it would miss a bug
@@ -132,8 +126,8 @@ def _perturbed(model_dir: Path, scale: float = 0.5, seed: int = 1) -> torch.nn.M
 # "folder": the server reads a folder on this machine; "http": the bytes are streamed to it with a checksum, the
 # transfer for a server on another host (forced here on loopback). Each perturbs every weight differently.
 @pytest.mark.parametrize("transfer, seed", [("folder", 1), ("http", 2)])
-def test_weight_update_matches_transformers(server, model_dir, tokenizer, transfer, seed):
-    model = _perturbed(model_dir, seed=seed)
+def test_weight_update_matches_transformers(server, tiny_model, tokenizer, transfer, seed):
+    model = _perturbed(tiny_model, seed=seed)
     client = VllmClient(server.url, tokenizer, transfer=transfer)
     assert client.transfer == transfer
     before = client.health()["weight_version"]
@@ -171,12 +165,12 @@ def _greedy(server, prompt=(5, 6, 7)) -> list:
 
 
 @pytest.fixture(scope="module")
-def weight_folders(model_dir, tmp_path_factory):
+def weight_folders(tiny_model, tmp_path_factory):
     """Weight folders a broken or malicious caller might send: wrong shapes, unknown and missing names, garbage."""
     from safetensors.torch import save_file
 
     root = tmp_path_factory.mktemp("weights")
-    good = {k: v.clone().contiguous() for k, v in AutoModelForCausalLM.from_pretrained(model_dir).state_dict().items()}
+    good = {k: v.clone().contiguous() for k, v in AutoModelForCausalLM.from_pretrained(tiny_model).state_dict().items()}
     cases = {
         "shape": {**good, "model.layers.0.mlp.up_proj.weight": torch.zeros(3, 3)},
         "unknown": {**good, "model.layers.7.self_attn.extra.weight": torch.zeros(4)},
@@ -257,12 +251,12 @@ def rollout(prompts, client, step, **sampling):
 '''
 
 
-def _attach_config(root: Path, server, model_dir: Path, rollout_source: str, reward: str, steps: int = 2):
+def _attach_config(root: Path, server, tiny_model: Path, rollout_source: str, reward: str, steps: int = 2):
     (root / "user_rollout.py").write_text(rollout_source.replace("URL", repr(server.url)).replace("MODEL",
-                                                                                                   repr(str(model_dir))))
+                                                                                                   repr(str(tiny_model))))
     (root / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Say {i}"}) + "\n" for i in range(6)))
     cfg, problems = config_from_dict({
-        "model": {"name_or_path": str(model_dir)},
+        "model": {"name_or_path": str(tiny_model)},
         "data": {"train": str(root / "data.jsonl")},
         "rollout": {"function": f"{root / 'user_rollout.py'}:rollout"},
         "rewards": [{"function": reward}],
@@ -275,8 +269,8 @@ def _attach_config(root: Path, server, model_dir: Path, rollout_source: str, rew
     return cfg
 
 
-def test_user_rollout_posting_to_generate_trains_unchanged(server, model_dir, tmp_path):
-    cfg = _attach_config(tmp_path, server, model_dir, ROLLOUT, f"{tmp_path / 'user_rollout.py'}:uses_extra")
+def test_user_rollout_posting_to_generate_trains_unchanged(server, tiny_model, tmp_path):
+    cfg = _attach_config(tmp_path, server, tiny_model, ROLLOUT, f"{tmp_path / 'user_rollout.py'}:uses_extra")
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     assert result.steps == 2
     assert "rewards/uses_extra/mean" in result.history[0]
@@ -285,8 +279,8 @@ def test_user_rollout_posting_to_generate_trains_unchanged(server, model_dir, tm
     assert all(m["time/sync"] > 0 for m in result.history)
 
 
-def test_stale_server_weights_stop_the_run(server, model_dir, tmp_path):
-    cfg = _attach_config(tmp_path, server, model_dir, STALE_ROLLOUT, "grpo_rollout.rewards.library:length_penalty",
+def test_stale_server_weights_stop_the_run(server, tiny_model, tmp_path):
+    cfg = _attach_config(tmp_path, server, tiny_model, STALE_ROLLOUT, "grpo_rollout.rewards.library:length_penalty",
                          steps=3)
     with pytest.raises(StaleWeightsError, match="not sampling from the trainer's current weights"):
         train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
@@ -311,10 +305,10 @@ def parity(completion_ids, **kwargs):
 
 
 @pytest.mark.parametrize("async_generation", [False, True])
-def test_async_generation_samples_one_step_behind(server, model_dir, tmp_path, async_generation):
+def test_async_generation_samples_one_step_behind(server, tiny_model, tmp_path, async_generation):
     import sys
 
-    cfg = _attach_config(tmp_path, server, model_dir, VERSION_ROLLOUT, f"{tmp_path / 'user_rollout.py'}:parity",
+    cfg = _attach_config(tmp_path, server, tiny_model, VERSION_ROLLOUT, f"{tmp_path / 'user_rollout.py'}:parity",
                          steps=3)
     cfg.training.async_generation = async_generation
     cfg.training.learning_rate = 3e-2  # issue 18.3: large updates, so one step behind differs a lot from the trainer

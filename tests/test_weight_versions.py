@@ -29,6 +29,7 @@ from grpo_rollout.trainer.precision import Precision
 from grpo_rollout.trainer.rollout_stage import RolloutStage
 from grpo_rollout.trainer.weight_sync import WeightSync
 from grpo_rollout.trainer.weight_versions import progress_lines
+from helpers import wait_until
 
 
 class VersionedServer:
@@ -261,6 +262,14 @@ sys.stdin.readline()  # the test ends the parent by closing stdin; the child mus
 '''
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_the_guarded_server_dies_with_its_parent():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
@@ -269,14 +278,7 @@ def test_the_guarded_server_dies_with_its_parent():
     assert os.getpgid(child) == child  # its own session/group, so stopping the group stops vLLM's engine too
     parent.stdin.close()
     parent.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
+    if not wait_until(lambda: not _alive(child), timeout_s=30):
         os.kill(child, 9)
         pytest.fail("the child outlived its parent")
 

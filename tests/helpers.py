@@ -1,0 +1,19 @@
+"""Small helpers for tests: waiting on a condition with a deadline instead of sleeping a fixed time."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Call ``predicate`` until it returns something true or ``timeout_s`` has passed; return its last truth value.
+
+    The deadline only bounds the wait: the caller asserts on the condition itself (``wait_until`` never fails)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return bool(predicate())
+        time.sleep(interval_s)
