@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from .trainer.rollout_stats import CUT_BY_BUDGET, ENDED_PREFIX
+from .trainer.rollout_stats import CUT_BY_BUDGET, ENDED_PREFIX, TURNS_CAPPED
 
 #: Line styles that tell a panel's metrics apart when the colours mean runs.
 LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
@@ -74,6 +74,8 @@ DEFAULT_PANELS: List[Panel] = [
           ylim=(-0.03, 1.03)),
     Panel("Multi-turn: episodes cut by the token budget", f"{CUT_BY_BUDGET} (episodes)", fixed(CUT_BY_BUDGET),
           zero_note="no episode was cut by sampling.max_completion_length"),
+    Panel("Multi-turn: turns cut by max_turn_tokens (unfinished answers)", f"{TURNS_CAPPED} (turns)",
+          fixed(TURNS_CAPPED), zero_note="no sampled turn was cut by max_turn_tokens"),
     Panel("Time per step, by phase", "time/* (seconds)",
           fixed("time/generation", "time/rewards", "time/training", "time/sync")),
 ]

@@ -3,11 +3,16 @@ flags the server launcher sets; each through ``check_config`` on a written YAML,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grpo_rollout.config import Config
 from grpo_rollout.config.server_checks import MANAGED_FLAGS, check_server_args
 from grpo_rollout.generation.server.launch import ServerSettings, server_command
+
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _at(problems, key):
@@ -133,3 +138,20 @@ def test_extra_args_check_skips_a_key_that_already_has_an_error(project):
     cfg["model"]["dtype"] = "float8"  # not allowed: that error alone, not also a contradiction with it
     cfg["vllm"]["extra_args"] = ["--dtype", "float16"]
     assert [(p.key, p.severity) for p in project.check(cfg)] == [("model.dtype", "error")]
+
+
+# --- the multi-turn budget (found by the new user of issue 19) ------------------------------------------------------
+
+def test_turns_that_cannot_fit_the_budget_warn(project):
+    """``max_completion_length: 40`` with 3 turns × 24 tokens passed silently, though docs/multi_turn.md's rule of
+    thumb says the budget must hold them."""
+    cfg = project.baseline()
+    cfg["rollout"] = {"function": "grpo_rollout.rollouts.environment:environment_rollout",
+                      "kwargs": {"env": str(ROOT / "examples/guess_number/env.py") + ":GuessNumberEnv",
+                                 "max_turns": 3, "max_turn_tokens": 24}}
+    cfg["sampling"]["max_completion_length"] = 40
+    [p] = [p for p in project.check(cfg) if p.key == "sampling.max_completion_length"]
+    assert p.severity == "warning" and "3 × 24 = 72 sampled tokens" in p.message
+    assert "at least 72" in p.fix
+    cfg["sampling"]["max_completion_length"] = 128
+    assert [p for p in project.check(cfg) if p.key == "sampling.max_completion_length"] == []

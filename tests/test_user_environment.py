@@ -91,3 +91,69 @@ def test_reply_that_does_not_fit_is_named_in_dry_run_records_and_metrics(tmp_pat
     assert {c["prompt"] for c in completions} <= {"Guess my secret word. It has 5 letters."}
     assert len(completions) == 4 and all(c["ended"] == "budget_reply" for c in completions)
     assert all(r["prompt"] == "Guess my secret word. It has 5 letters." for r in records)
+
+
+TURN_TWO_BUG = '''
+class TurnTwoBug:
+    """Answers turn 1 with a short reply, then breaks on turn 2 (a bug only a second turn finds)."""
+
+    def reset(self, row):
+        self.turn = 0
+        return "Name an animal."
+
+    def step(self, text):
+        self.turn += 1
+        if self.turn >= 2:
+            raise KeyError("turn-two bug")
+        return "No.", 0.0, False
+'''
+
+
+@pytest.mark.model
+def test_dry_run_plays_later_turns_with_the_training_budget(tmp_path, tiny_model):
+    """Found by the new user of issue 19: the dry run's 32-token cap ended every episode after turn 1
+    (``max_turn_tokens: 24`` and a reply), so an environment that breaks on turn 2 passed the dry run and failed a
+    minute into training. Now an episode cut by the dry run's budget is played again with training's."""
+    cfg = _config(tmp_path, tiny_model)
+    (tmp_path / "bug_env.py").write_text(TURN_TWO_BUG)
+    cfg.rollout.kwargs["env"] = str(tmp_path / "bug_env.py") + ":TurnTwoBug"
+    cfg.rollout.kwargs["max_turn_tokens"] = 24
+    cfg.sampling.max_completion_length = 128
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))
+    result = CliRunner().invoke(app, ["validate-config", str(tmp_path / "config.yaml"), "--dry-run"],
+                                terminal_width=250)
+    out = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 1, out
+    assert "the dry run's 32-token budget ended an episode before another turn" in out
+    assert "turn-two bug" in out and "bug_env.py" in out
+
+
+SHORT_REPLY = '''
+class ShortReply:
+    """Never done; answers every turn with a short reply, so episodes run to max_turns."""
+
+    def reset(self, row):
+        return "Say something."
+
+    def step(self, text):
+        return "Go on.", 0.0, False
+'''
+
+
+@pytest.mark.model
+def test_turns_cut_by_max_turn_tokens_are_counted(tmp_path, tiny_model):
+    """Found by the new user of issue 19: turns that ``max_turn_tokens`` cut (10 of 22 in one step) showed nowhere:
+    ``completions/truncated_fraction`` was 0. Now each episode has a ``turns_capped`` extra and each step the
+    ``episodes/turns_capped`` count (a random tiny model rarely ends a turn within 4 tokens)."""
+    cfg = _config(tmp_path, tiny_model, max_steps=1, save_rollouts="every")
+    (tmp_path / "short_env.py").write_text(SHORT_REPLY)
+    cfg.rollout.kwargs.update(env=str(tmp_path / "short_env.py") + ":ShortReply", max_turns=3, max_turn_tokens=4)
+    cfg.sampling.max_completion_length = 96
+    train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    run = tmp_path / "out"
+    [metrics] = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (run / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    capped = [r["extras"]["turns_capped"] for r in records]
+    assert all(0 <= c <= r["extras"]["num_turns"] for c, r in zip(capped, records))
+    assert metrics["episodes/turns_capped"] == sum(capped) > 0
+    assert metrics["completions/truncated_fraction"] == 0.0  # the budget itself cut nothing

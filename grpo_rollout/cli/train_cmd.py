@@ -69,7 +69,9 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
         delta = end - start
         arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
         steps = "step" if k == 1 else f"{k} steps"
-        lines.append(f"reward (mean of first {steps}): {start:.3f}")
+        first = result.steps - len(result.history) + 1  # a resumed run's history starts there
+        where = "" if first == 1 else f" of this session, from step {first}"
+        lines.append(f"reward (mean of first {steps}{where}): {start:.3f}")
         lines.append(f"reward (mean of last {steps}):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
                      else f"reward (mean of last {steps}):  {end:.3f}")
     times = {k: [m.get(f"time/{k}") or 0.0 for m in result.history] for k in ("step", "generation", "training", "sync")}

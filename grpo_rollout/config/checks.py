@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from ..rewards.calling import STANDARD_REWARD_ARGS
 from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ALIASES, SAMPLING_ARGS
 from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
-from .algorithm_checks import check_algorithm, check_importance_level
+from .algorithm_checks import check_algorithm, check_importance_level, check_turn_budget
 from .imports import ImportSpecError, resolve_callable
 from .problems import Problem, add_error as _err, add_warning as _warn, flagged
 from .schema import BUILTIN_MODEL_PREFIX, ENUMS, REPORT_TO, Config, TrainingConfig
@@ -518,8 +518,9 @@ def _rollout_uses_prompts(config: Config, base_dir: Path) -> bool:
     return getattr(fn, "uses_prompts", True) is not False
 
 
-ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_algorithm, check_batch,
-                                  check_sampling_agreement, check_server_args, check_server_exposure, check_paths]
+ALL_STATIC_CHECKS: List[Check] = [check_values, check_importance_level, check_algorithm, check_turn_budget,
+                                  check_batch, check_sampling_agreement, check_server_args, check_server_exposure,
+                                  check_paths]
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,

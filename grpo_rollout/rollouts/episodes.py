@@ -107,6 +107,7 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
         # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished
         used = len(conv.completion_ids)
         conv.truncated = finish == "length" and used >= budget
+        conv.capped_turns += finish == "length" and not conv.truncated  # cut by max_turn_tokens: unfinished too
         new_messages = await on_turn(text)
         turn = conv.turns
         if new_messages is None:
@@ -177,7 +178,8 @@ def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, 
 
 def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]:
     """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
-    sample), plus the ``num_turns``, ``final_response``, ``truncated``, ``end_reason`` and ``end_detail`` extras.
+    sample), plus the ``num_turns``, ``final_response``, ``truncated``, ``end_reason``, ``end_detail`` and
+    ``turns_capped`` (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went on from) extras.
 
     ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
     enough to look for an end-of-turn token in the completion: inserted template text holds such tokens too).
@@ -192,6 +194,7 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
         "truncated": [c.truncated for c in conversations],
         "end_reason": [c.end_reason for c in conversations],
         "end_detail": [c.end_detail for c in conversations],
+        "turns_capped": [c.capped_turns for c in conversations],
     }
 
 

@@ -116,6 +116,7 @@ class Conversation:
     truncated: bool = False
     end_reason: Optional[str] = None
     end_detail: str = ""
+    capped_turns: int = 0  # sampled turns cut by max_turn_tokens (they end unfinished; the episode goes on)
     _ended_with_eos: bool = False
     _turn_start: int = 0
 

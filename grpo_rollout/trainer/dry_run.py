@@ -4,8 +4,10 @@ The first time a rollout meets the model is otherwise the first training step, a
 start. A dry run loads the model and tokenizer, calls the rollout on the first ``num_prompts`` dataset rows with a
 short ``max_completion_length`` through the configured backend (an attached vLLM server when it answers; otherwise
 transformers in this process: no server is spawned for a dry run), checks the output contract, calls every reward
-function, and reports one sample with its rewards and how long each part took. It runs exactly the code a training
-step runs (:meth:`.rollout_stage.RolloutStage.generate_and_score`), so a contract or reward error reads the same as in training.
+function, and reports one sample with its rewards and how long each part took. A multi-turn episode that the short
+budget ended before another turn is played again with training's budget, so every turn's code runs. It runs exactly
+the code a training step runs (:meth:`.rollout_stage.RolloutStage.generate_and_score`), so a contract or reward error
+reads the same as in training.
 """
 
 from __future__ import annotations
@@ -95,6 +97,13 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         t1 = time.perf_counter()
         try:
             batch = stage.generate_and_score(0, rows)
+            if _cut_before_another_turn(batch, cfg, config):  # later turns would go untried: the whole budget
+                say(f"the dry run's {cfg.sampling.max_completion_length}-token budget ended an episode before "
+                    f"another turn; running again with training's sampling.max_completion_length = "
+                    f"{config.sampling.max_completion_length}, so every turn is tried")
+                cfg.sampling.max_completion_length = config.sampling.max_completion_length
+                t1 = time.perf_counter()
+                batch = stage.generate_and_score(0, rows)
         finally:
             client.close()
         t2 = time.perf_counter()
@@ -106,3 +115,13 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
     seconds = {"load": t1 - t0, "rollout": batch.generated_at - t1, "rewards": t2 - batch.generated_at}
     return DryRunResult(backend, len(rows), len(batch), seconds, sample, list(batch.scores.rewards),
                         cfg.sampling.max_completion_length, config.sampling.max_completion_length)
+
+
+def _cut_before_another_turn(batch: Any, cfg: Config, config: Config) -> bool:
+    """Whether a multi-turn episode of ``batch`` ended by the dry run's shortened budget (``end_reason`` budget_*)
+    while training's budget is larger: a bug in a later turn would then only show in training."""
+    from ..rollouts.episodes import BUDGET_REASONS
+
+    reasons = batch.scores.extras.get("end_reason") or []
+    return (cfg.sampling.max_completion_length < config.sampling.max_completion_length
+            and any(r in BUDGET_REASONS for r in reasons))

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .rollout_stats import CUT_BY_BUDGET
+from .rollout_stats import CUT_BY_BUDGET, TURNS_CAPPED
 
 # (metric key, column header, format)
 COLUMNS = [
@@ -149,6 +149,8 @@ class RichReporter:
             extra.append(f"turns={_fmt(metrics['extras/num_turns'], '{:.2f}')}")
         if CUT_BY_BUDGET in metrics:
             extra.append(f"cut by budget={_fmt(metrics[CUT_BY_BUDGET], '{:.0f}')}")
+        if metrics.get(TURNS_CAPPED):
+            extra.append(f"turns cut by max_turn_tokens={_fmt(metrics[TURNS_CAPPED], '{:.0f}')}")
         if "tools/calls" in metrics:
             extra.append(f"tool calls={_fmt(metrics['tools/calls'], '{:.0f}')} "
                          f"ok={_fmt(metrics.get('tools/success_rate'), '{:.0%}')}")

@@ -62,6 +62,7 @@ def truncated_flags(completion_ids: Sequence[Sequence[int]], extras: Dict[str, L
 
 #: Per-step episode metrics of multi-turn rollouts (from the ``end_reason`` extra), one name each.
 CUT_BY_BUDGET = "episodes/cut_by_budget"          # episodes of the step that the token budget ended (count)
+TURNS_CAPPED = "episodes/turns_capped"           # sampled turns of the step cut by max_turn_tokens (count)
 ENDED_PREFIX = "episodes/ended/"                  # + reason: the step's share of episodes that ended so
 
 
@@ -72,7 +73,9 @@ def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     Returns:
         ``episodes/cut_by_budget`` (how many episodes ``max_completion_length`` ended: a turn that used it up, or a
         tool/environment reply that did not fit) and ``episodes/ended/<reason>`` (share of the step's episodes, 0-1)
-        for every reason in :data:`grpo_rollout.rollouts.episodes.END_REASONS`. Empty without ``end_reason``.
+        for every reason in :data:`grpo_rollout.rollouts.episodes.END_REASONS`, and ``episodes/turns_capped``
+        (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went on from; counted when the
+        rollout returns the ``turns_capped`` extra). Empty without ``end_reason``.
     """
     from ..rollouts.episodes import BUDGET_REASONS, END_REASONS
 
@@ -82,6 +85,9 @@ def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     out = {CUT_BY_BUDGET: float(sum(r in BUDGET_REASONS for r in reasons))}
     for reason in END_REASONS:
         out[ENDED_PREFIX + reason] = sum(r == reason for r in reasons) / len(reasons)
+    capped = [c for c in extras.get("turns_capped", []) if isinstance(c, (int, float))]
+    if capped:
+        out[TURNS_CAPPED] = float(sum(capped))
     return out
 
 
