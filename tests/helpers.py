@@ -1,9 +1,11 @@
-"""Small helpers for tests: waiting on a condition with a deadline instead of sleeping a fixed time."""
+"""Small helpers for tests: waiting on a condition with a deadline instead of sleeping a fixed time, and answering
+HTTP requests in fake servers."""
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
@@ -17,3 +19,13 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: fl
         if time.monotonic() >= deadline:
             return bool(predicate())
         time.sleep(interval_s)
+
+
+def send_json(handler: Any, status: int, body: Any) -> None:
+    """Answer an ``http.server.BaseHTTPRequestHandler`` request with ``body`` as JSON (the fake servers' reply)."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

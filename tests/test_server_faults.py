@@ -15,6 +15,7 @@ import pytest
 from rich.console import Console
 
 from grpo_rollout.generation.vllm_client import ServerError, VllmClient
+from helpers import send_json
 
 OK_BODY = {"prompt_ids": [[1]], "completion_ids": [[5, 6]], "logprobs": [[-0.5, -0.25]], "finish_reasons": ["stop"]}
 
@@ -37,12 +38,7 @@ class FlakyServer:
                     self.connection.close()
                     return
                 status, body = (200, OK_BODY) if step == "ok" else (step, {"detail": f"status {step}"})
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def log_message(self, *args):
                 pass

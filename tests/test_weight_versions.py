@@ -29,7 +29,7 @@ from grpo_rollout.trainer.precision import Precision
 from grpo_rollout.trainer.rollout_stage import RolloutStage
 from grpo_rollout.trainer.weight_sync import WeightSync
 from grpo_rollout.trainer.weight_versions import progress_lines
-from helpers import wait_until
+from helpers import send_json, wait_until
 
 
 class VersionedServer:
@@ -53,12 +53,7 @@ class VersionedServer:
                     k = len(body["prompts"]) * body.get("n", 1)
                     answer = {"prompt_ids": body["prompts"], "completion_ids": [[7]] * k, "logprobs": [[-0.1]] * k,
                               "finish_reasons": ["stop"] * k, "weight_version": outer.version}
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, 200, answer)
 
             def log_message(self, *args):
                 pass
