@@ -13,11 +13,14 @@ reads the same as in training.
 from __future__ import annotations
 
 import copy
+import random
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List
+
+import torch
 
 from ..config import Config
 from .distributed import Dist
@@ -69,6 +72,8 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
     cfg.sampling.max_completion_length = min(max_completion_length, cfg.sampling.max_completion_length)
     with tempfile.TemporaryDirectory(prefix="grpo-rollout-dry-run-") as tmp:
         cfg.training.output_dir = tmp  # the run folder stays untouched
+        random.seed(cfg.training.seed)  # sampled as a training run with this seed would
+        torch.manual_seed(cfg.training.seed)
         stage = RolloutStage(cfg, base_dir, Dist())
         rows = [stage.dataset[i] for i in range(min(num_prompts, len(stage.dataset)))]
         t0 = time.perf_counter()
