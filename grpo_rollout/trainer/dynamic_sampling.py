@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Sequence, Tupl
 
 import torch
 
+from .. import run_names as rn
 from .batch import ScoredBatch
 from .distributed import Dist
 from .prompt_order import PromptSampler
@@ -62,9 +63,8 @@ class RefillCounts:
 
     def metrics(self) -> Dict[str, float]:
         """The ``dynamic_sampling/*`` metrics."""
-        return {"dynamic_sampling/rounds": self.rounds, "dynamic_sampling/groups_dropped": self.dropped,
-                "dynamic_sampling/groups_trained": self.trained,
-                "dynamic_sampling/filled": float(self.trained > 0 and self.trained >= self.wanted)}
+        return {rn.DS_ROUNDS: self.rounds, rn.DS_GROUPS_DROPPED: self.dropped, rn.DS_GROUPS_TRAINED: self.trained,
+                rn.DS_FILLED: float(self.trained > 0 and self.trained >= self.wanted)}
 
 
 def groups_with_signal(rewards: Sequence[float], num_generations: int) -> List[int]:

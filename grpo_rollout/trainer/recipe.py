@@ -35,6 +35,7 @@ import torch
 
 from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
+from ..run_names import CONFIG_FILE
 from .advantages import group_advantages
 from .batch import CompletionScores, ScoredBatch, StepTimes
 from .checkpoint import TrainerState, rng_state, save_checkpoint
@@ -70,7 +71,7 @@ class GRPORecipe:
         self.output_dir = Path(t.output_dir).expanduser()
         if dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / "config.yaml").write_text(to_yaml(config))
+            (self.output_dir / CONFIG_FILE).write_text(to_yaml(config))
         self.precision = Precision.from_config(config.model.dtype, dist.device)  # float32 master weights
         # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
         # reproduce: its log-probs are then logged but neither corrected for nor checked

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from .. import run_names as rn
 from .distributed import Dist
 from .importance import importance_weights
 from .logprobs import CompletionLogprobs, completion_logprobs
@@ -80,19 +81,19 @@ class UpdateStats:
         ``loss/iteration_<k>`` and ``grad_norm/iteration_<k>`` (k from 1) when there are several."""
         tokens = max(num_tokens, 1)
         measured = tokens * num_iterations
-        out = {"loss": _mean(self.losses), "grad_norm": _mean(self.grad_norms), "kl": self.kl / measured,
-               "clip_ratio/low": self.clip_low / measured, "clip_ratio/high": self.clip_high / measured,
-               "clip_ratio/region": (self.clip_low + self.clip_high) / measured,
-               "ratio/max": self.ratio_max, "num_tokens": num_tokens, "nonfinite_skipped": self.skipped,
-               "no_signal_skipped": int(self.no_signal), "learning_rate": self.learning_rate}
+        out = {rn.LOSS: _mean(self.losses), rn.GRAD_NORM: _mean(self.grad_norms), rn.KL: self.kl / measured,
+               rn.CLIP_LOW: self.clip_low / measured, rn.CLIP_HIGH: self.clip_high / measured,
+               rn.CLIP_REGION: (self.clip_low + self.clip_high) / measured,
+               rn.RATIO_MAX: self.ratio_max, rn.NUM_TOKENS: num_tokens, rn.NONFINITE_SKIPPED: self.skipped,
+               rn.NO_SIGNAL_SKIPPED: int(self.no_signal), rn.LEARNING_RATE: self.learning_rate}
         if len(self.losses) > 1:
             for k, (loss, norm) in enumerate(zip(self.losses, self.grad_norms), start=1):
-                out[f"loss/iteration_{k}"], out[f"grad_norm/iteration_{k}"] = loss, norm
+                out[rn.loss_iteration(k)], out[rn.grad_norm_iteration(k)] = loss, norm
         if sampler:
-            out["sampler/logprob_abs_diff"] = self.lp_diff / tokens
-            out["sampler/is_weight_mean"] = self.is_sum / tokens
-            out["sampler/is_weight_min"] = self.is_min if math.isfinite(self.is_min) else float("nan")
-            out["sampler/is_weight_max"] = self.is_max if math.isfinite(self.is_max) else float("nan")
+            out[rn.SAMPLER_LOGPROB_ABS_DIFF] = self.lp_diff / tokens
+            out[rn.SAMPLER_IS_WEIGHT_MEAN] = self.is_sum / tokens
+            out[rn.SAMPLER_IS_WEIGHT_MIN] = self.is_min if math.isfinite(self.is_min) else float("nan")
+            out[rn.SAMPLER_IS_WEIGHT_MAX] = self.is_max if math.isfinite(self.is_max) else float("nan")
         return out
 
 
@@ -128,7 +129,7 @@ class UpdateResult:
         """The update's logged numbers (:meth:`UpdateStats.metrics` plus ``tokens/forward``, ``tokens/padded``)."""
         return {**self.stats.metrics(self.num_tokens, self.num_iterations, self.sampler),
                 # what each forward/backward pass processed: real tokens (prompt + completion) and with padding
-                "tokens/forward": self.tokens_forward, "tokens/padded": self.tokens_padded}
+                rn.TOKENS_FORWARD: self.tokens_forward, rn.TOKENS_PADDED: self.tokens_padded}
 
 
 class PolicyUpdate:
