@@ -38,9 +38,19 @@ class Panel:
     zero_note: Optional[str] = None
 
 
-def fixed(*wanted: str) -> Callable[[List[str]], List[str]]:
+@dataclass(frozen=True)
+class Fixed:
+    """A chooser of exactly ``wanted`` (those logged), in that order; ``wanted`` says which keys a panel draws."""
+
+    wanted: Tuple[str, ...]
+
+    def __call__(self, keys: List[str]) -> List[str]:
+        return [k for k in self.wanted if k in keys]
+
+
+def fixed(*wanted: str) -> Fixed:
     """A chooser of exactly ``wanted`` (those logged), in that order."""
-    return lambda keys: [k for k in wanted if k in keys]
+    return Fixed(wanted)
 
 
 def _reward_keys(keys: List[str]) -> List[str]:
