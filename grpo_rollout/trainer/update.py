@@ -1,11 +1,12 @@
 """The update stage: ``num_iterations`` policy updates on one rank's share of a step, and what they measured.
 
 For each iteration, each micro-batch (:mod:`.micro_batch`): policy log-probs at the completion tokens
-(:mod:`.logprobs`) → sampler-correction weights (:mod:`.importance`, first iteration) → the clipped surrogate (+ KL)
-per token (:func:`~.losses.per_token_loss`) → the ``loss_type`` aggregation normalised by the whole step's totals
-(:func:`~.losses.aggregate`), so N processes make the update one process would make → backward. Then clip the
-gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, importance weights and the
-sampler/trainer mismatch over every micro-batch and iteration, reduces them over ranks, and names them as metrics.
+(:mod:`.logprobs`) → sampler-correction weights (:mod:`.sampler_correction`, first iteration) → the clipped
+surrogate (+ KL) per token (:func:`~.losses.per_token_loss`) → the ``loss_type`` aggregation normalised by the
+whole step's totals (:func:`~.losses.aggregate`), so N processes make the update one process would make → backward.
+Then clip the gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the
+sampler-correction weights and the sampler/trainer mismatch over every micro-batch and iteration, reduces them over
+ranks, and names them as metrics (:mod:`grpo_rollout.run_names`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 
 from .. import run_names as rn
 from .distributed import Dist
-from .importance import importance_weights
+from .sampler_correction import importance_weights
 from .logprobs import CompletionLogprobs, completion_logprobs
 from .losses import BatchTotals, aggregate, per_token_loss
 from .micro_batch import MicroBatch, build_micro_batches
