@@ -76,7 +76,8 @@ def groups_with_signal(rewards: Sequence[float], num_generations: int) -> List[i
 def keep_groups_with_signal(stage: "RolloutStage", step: int, first: ScoredBatch) -> Tuple[ScoredBatch, RefillCounts]:
     """Drop this rank's groups whose rewards are all equal and roll out more prompts (:func:`refill_indices`) until
     it holds its share of groups with reward variance or ``training.dynamic_sampling.max_rounds`` rollout calls are
-    spent. Returns the kept groups (at most the share) and this rank's counts for :func:`even_out_groups`."""
+    spent. Returns the kept groups (at most the share) and this rank's counts for :func:`even_out_groups`.
+    ``step`` is 0-based."""
     cfg = stage.cfg
     g, max_rounds, t = cfg.sampling.num_generations, cfg.training.dynamic_sampling.max_rounds, cfg.training
     target = first.num_groups
@@ -107,7 +108,8 @@ def even_out_groups(dist: Dist, step: int, kept: ScoredBatch, first: ScoredBatch
                     max_rounds: int, say: Callable[[str], None]) -> Tuple[ScoredBatch, RefillCounts]:
     """Give every rank the same number of groups (the fewest any rank kept: FSDP needs the same micro-batches on
     every rank), say when a step could not be filled, and sum the counts over ranks (a collective). When no rank
-    kept any group, return the ``first`` round's groups as they are (all advantages 0: logged, not trained)."""
+    kept any group, return the ``first`` round's groups as they are (all advantages 0: logged, not trained).
+    ``step`` is 0-based; the message names it 1-based."""
     [fewest] = dist.min([counts.kept])
     rounds_sum, dropped, kept_sum, wanted = dist.sum([counts.rounds, counts.dropped, counts.kept, counts.wanted])
     [most_rounds] = dist.max([counts.rounds])

@@ -48,7 +48,7 @@ class NonFiniteGuard:
         self.streak = 0
 
     def after_step(self, step: int, skipped: int) -> None:
-        """Note step ``step`` (0-based) with ``skipped`` skipped updates.
+        """Note step ``step`` (0-based; the messages name it 1-based) with ``skipped`` skipped updates.
 
         Raises:
             NonFiniteError: ``limit`` steps in a row had a skipped update.

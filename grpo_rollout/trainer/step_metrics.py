@@ -1,5 +1,6 @@
 """What a step logs: its metrics (rewards, lengths, extras, the update's statistics, times), one sample record per
-completion for the console and ``completions.jsonl``, and the token-level records of ``rollouts/step_<k>.jsonl``."""
+completion for the console and ``completions.jsonl``, and the token-level records of ``rollouts/step_<k>.jsonl``
+(``k`` 1-based, :mod:`grpo_rollout.run_names`)."""
 
 from __future__ import annotations
 
