@@ -41,14 +41,9 @@ FRAC_REWARD_ZERO_STD = "frac_reward_zero_std"  # share of groups whose rewards a
 REWARDS_PREFIX = "rewards/"            # + function name (+ /mean, /std); also a sample record's per-function key
 
 
-def reward_fn_mean(name: str) -> str:
-    """``rewards/<name>/mean``: the step's mean of reward function ``name``."""
-    return f"{REWARDS_PREFIX}{name}/mean"
-
-
-def reward_fn_std(name: str) -> str:
-    """``rewards/<name>/std``."""
-    return f"{REWARDS_PREFIX}{name}/std"
+def reward_fn(name: str, stat: str = "mean") -> str:
+    """``rewards/<name>/<stat>``: the step's ``mean`` (or ``std``) of reward function ``name``."""
+    return f"{REWARDS_PREFIX}{name}/{stat}"
 
 
 def reward_fn_of_mean(key: str):
@@ -74,14 +69,10 @@ TOKENS_FORWARD = "tokens/forward"
 TOKENS_PADDED = "tokens/padded"
 
 
-def loss_iteration(k: int) -> str:
-    """``loss/iteration_<k>`` (k from 1), logged when ``num_iterations`` > 1."""
-    return f"{LOSS}/iteration_{k}"
-
-
-def grad_norm_iteration(k: int) -> str:
-    """``grad_norm/iteration_<k>`` (k from 1)."""
-    return f"{GRAD_NORM}/iteration_{k}"
+def per_iteration(metric: str, k: int) -> str:
+    """``<metric>/iteration_<k>`` (k from 1): :data:`LOSS` or :data:`GRAD_NORM` of one of ``num_iterations`` > 1
+    updates."""
+    return f"{metric}/iteration_{k}"
 
 
 # -- sampler vs trainer ----------------------------------------------------------------------------------------------
@@ -123,14 +114,9 @@ TOOL_ERRORS = "tools/errors"
 TOOL_SUCCESS_RATE = "tools/success_rate"
 
 
-def tool_calls(name: str) -> str:
-    """``tools/<name>/calls``: calls of tool ``name`` in the step."""
-    return f"tools/{name}/calls"
-
-
-def tool_success_rate(name: str) -> str:
-    """``tools/<name>/success_rate``."""
-    return f"tools/{name}/success_rate"
+def per_tool(name: str, what: str) -> str:
+    """``tools/<name>/<what>``: ``calls`` of tool ``name`` in the step, or its ``success_rate``."""
+    return f"tools/{name}/{what}"
 
 
 # -- time (seconds) --------------------------------------------------------------------------------------------------

@@ -49,5 +49,5 @@ def test_every_default_panel_key_is_logged_by_a_real_run(tmp_path, tiny_model):
         if panel.band is not None:
             assert set(panel.band) <= set(logged), panel.title
     assert set(REWARD_RANGE) <= set(logged)
-    assert rn.reward_fn_mean("even_ids") in DEFAULT_PANELS[0].choose(logged)
+    assert rn.reward_fn("even_ids") in DEFAULT_PANELS[0].choose(logged)
     assert {rn.ended(reason) for reason in ("done", "max_turns", "budget_turn", "budget_reply")} <= set(logged)

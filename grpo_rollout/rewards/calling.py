@@ -58,8 +58,8 @@ class RewardResult:
             vals = [s for s in scores if not math.isnan(s)]
             mean = sum(vals) / len(vals) if vals else float("nan")
             var = sum((v - mean) ** 2 for v in vals) / len(vals) if vals else float("nan")
-            out[rn.reward_fn_mean(name)] = mean
-            out[rn.reward_fn_std(name)] = math.sqrt(var) if vals else float("nan")
+            out[rn.reward_fn(name, "mean")] = mean
+            out[rn.reward_fn(name, "std")] = math.sqrt(var) if vals else float("nan")
         return out
 
 

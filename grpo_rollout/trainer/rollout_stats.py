@@ -45,9 +45,9 @@ def tool_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
             continue
         name = key[len(TOOL_CALLS_PREFIX):]
         calls, errors = _total(values), _total(extras.get(TOOL_ERRORS_PREFIX + name, []))
-        out[rn.tool_calls(name)] = calls
+        out[rn.per_tool(name, "calls")] = calls
         if calls:
-            out[rn.tool_success_rate(name)] = 1.0 - errors / calls
+            out[rn.per_tool(name, "success_rate")] = 1.0 - errors / calls
     return out
 
 

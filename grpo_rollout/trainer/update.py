@@ -89,7 +89,7 @@ class UpdateStats:
                rn.NO_SIGNAL_SKIPPED: int(self.no_signal), rn.LEARNING_RATE: self.learning_rate}
         if len(self.losses) > 1:
             for k, (loss, norm) in enumerate(zip(self.losses, self.grad_norms), start=1):
-                out[rn.loss_iteration(k)], out[rn.grad_norm_iteration(k)] = loss, norm
+                out[rn.per_iteration(rn.LOSS, k)], out[rn.per_iteration(rn.GRAD_NORM, k)] = loss, norm
         if sampler:
             out[rn.SAMPLER_LOGPROB_ABS_DIFF] = self.lp_diff / tokens
             out[rn.SAMPLER_IS_WEIGHT_MEAN] = self.is_sum / tokens
