@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from .run_names import CONFIG_FILE, ROLLOUTS_DIR
 from .trainer.rollout_log import read_rollouts, saved_steps
 
 TOOL_CALL = re.compile(r"<tool_call>.*?(</tool_call>|$)", re.S)
@@ -79,9 +80,9 @@ def run_tokenizer(run_dir: Path):
     for ckpt in reversed(list_checkpoints(run_dir)):
         if (ckpt / "tokenizer_config.json").is_file():
             return AutoTokenizer.from_pretrained(ckpt)
-    config = run_dir / "config.yaml"
+    config = run_dir / CONFIG_FILE
     if not config.is_file():
-        raise FileNotFoundError(f"{run_dir} has no checkpoint and no config.yaml to find the tokenizer from")
+        raise FileNotFoundError(f"{run_dir} has no checkpoint and no {CONFIG_FILE} to find the tokenizer from")
     from omegaconf import OmegaConf
 
     from .models.builtin import resolve_model_path
@@ -118,7 +119,7 @@ def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, toke
             from .run_folder import no_step_finished
 
             why = no_step_finished(run_dir, "training.save_rollouts", lambda v: v not in (None, "off", False))
-            raise FileNotFoundError(f"{run_dir / 'rollouts'} holds no saved step: " + (
+            raise FileNotFoundError(f"{run_dir / ROLLOUTS_DIR} holds no saved step: " + (
                 why or "train with training.save_rollouts=every (or N: every N-th step) to save them"))
         step = steps[-1]
     records = read_rollouts(run_dir, step)
@@ -126,17 +127,17 @@ def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, toke
         raise IndexError(f"step {step} has {len(records)} completions: --sample must be 0-{len(records) - 1}")
     rec = records[sample]
     tokenizer = tokenizer or run_tokenizer(run_dir)
-    ids, mask = rec["completion_ids"], rec["completion_mask"]
+    ids, mask = rec.completion_ids, rec.completion_mask
     n = len(ids)
-    sampler = rec.get("sampler_logprobs") or [None] * n
-    trainer = rec.get("trainer_logprobs") or [None] * n
-    weights = rec.get("importance_weights") or [None] * n
+    sampler = rec.sampler_logprobs or [None] * n
+    trainer = rec.trainer_logprobs or [None] * n
+    weights = rec.importance_weights or [None] * n
     tokens = [TokenView(i, tokenizer.decode([i], skip_special_tokens=False), m == "1", s, t, w)
               for i, m, s, t, w in zip(ids, mask, sampler, trainer, weights)]
     _mark_tool_calls(tokens)
-    return InspectedSample(run_dir, step, rec["index"], rec["group"], rec.get("prompt"), rec.get("prompt_text", ""),
-                           len(rec["prompt_ids"]), tokens, rec["advantage"], rec.get("reward"),
-                           rec.get("rewards", {}), rec.get("extras", {}))
+    return InspectedSample(run_dir, step, rec.index, rec.group, rec.prompt, rec.prompt_text or "",
+                           len(rec.prompt_ids), tokens, rec.advantage, rec.reward, rec.rewards or {},
+                           rec.extras or {})
 
 
 def _shown(text: str) -> str:

@@ -9,20 +9,18 @@ ended: done, ``max_turns``, cut by the token budget) and time per step.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from .trainer.rollout_stats import CUT_BY_BUDGET, ENDED_PREFIX, TURNS_CAPPED
+from . import run_names as rn
 
 #: Line styles that tell a panel's metrics apart when the colours mean runs.
 LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
-_REWARD_FN_MEAN = re.compile(r"^rewards/(.+)/mean$")
 #: The observed range of the step's rewards, which the ± std band is clipped to (when the run logged them).
-REWARD_RANGE = ("reward_min", "reward_max")
+REWARD_RANGE = (rn.REWARD_MIN, rn.REWARD_MAX)
 
 
 @dataclass
@@ -40,44 +38,54 @@ class Panel:
     zero_note: Optional[str] = None
 
 
-def fixed(*wanted: str) -> Callable[[List[str]], List[str]]:
+@dataclass(frozen=True)
+class Fixed:
+    """A chooser of exactly ``wanted`` (those logged), in that order; ``wanted`` says which keys a panel draws."""
+
+    wanted: Tuple[str, ...]
+
+    def __call__(self, keys: List[str]) -> List[str]:
+        return [k for k in self.wanted if k in keys]
+
+
+def fixed(*wanted: str) -> Fixed:
     """A chooser of exactly ``wanted`` (those logged), in that order."""
-    return lambda keys: [k for k in wanted if k in keys]
+    return Fixed(wanted)
 
 
 def _reward_keys(keys: List[str]) -> List[str]:
-    return fixed("reward")(keys) + [k for k in keys if _REWARD_FN_MEAN.match(k)]
+    return fixed(rn.REWARD)(keys) + [k for k in keys if rn.reward_fn_of_mean(k) is not None]
 
 
 def _ended_keys(keys: List[str]) -> List[str]:
     """How episodes ended: the ``episodes/ended/<reason>`` shares, or ``extras/env_done`` for older runs."""
-    ended = [k for k in keys if k.startswith(ENDED_PREFIX)]
-    return ended or fixed("extras/env_done")(keys)
+    ended = [k for k in keys if k.startswith(rn.ENDED_PREFIX)]
+    return ended or fixed(rn.ENV_DONE)(keys)
 
 
 DEFAULT_PANELS: List[Panel] = [
-    Panel("Reward: mean ± std, and each reward function's mean", "reward", _reward_keys,
-          band=("reward", "reward_std")),
+    Panel("Reward: mean ± std, and each reward function's mean", rn.REWARD, _reward_keys,
+          band=(rn.REWARD, rn.REWARD_STD)),
     Panel("Completion length: mean and max", "completions/*_length (tokens)",
-          fixed("completions/mean_length", "completions/max_length")),
-    Panel("Truncated completions (cut at max_completion_length)", "completions/truncated_fraction",
-          fixed("completions/truncated_fraction"), ylim=(-0.03, 1.03)),
-    Panel("KL to the reference model", "kl", fixed("kl"),
+          fixed(rn.MEAN_LENGTH, rn.MAX_LENGTH)),
+    Panel("Truncated completions (cut at max_completion_length)", rn.TRUNCATED_FRACTION,
+          fixed(rn.TRUNCATED_FRACTION), ylim=(-0.03, 1.03)),
+    Panel("KL to the reference model", rn.KL, fixed(rn.KL),
           zero_note="kl is 0 at every step: it is only computed when training.beta > 0"),
-    Panel("Clipped tokens (importance ratio outside 1 ± epsilon)", "clip_ratio/region", fixed("clip_ratio/region"),
+    Panel("Clipped tokens (importance ratio outside 1 ± epsilon)", rn.CLIP_REGION, fixed(rn.CLIP_REGION),
           zero_note="no token was clipped (with training.num_iterations = 1 the ratio is always 1)"),
-    Panel("Sampler vs trainer log-probs: mean |Δlogp| per token", "sampler/logprob_abs_diff (nats)",
-          fixed("sampler/logprob_abs_diff"), log_if_positive=True),
-    Panel("Tool calls that succeeded", "tools/success_rate", fixed("tools/success_rate"), ylim=(-0.03, 1.03)),
-    Panel("Multi-turn: sampled turns per episode (mean)", "extras/num_turns", fixed("extras/num_turns")),
-    Panel("Multi-turn: how episodes ended (share of the step's episodes)", "episodes/ended/*", _ended_keys,
+    Panel("Sampler vs trainer log-probs: mean |Δlogp| per token", f"{rn.SAMPLER_LOGPROB_ABS_DIFF} (nats)",
+          fixed(rn.SAMPLER_LOGPROB_ABS_DIFF), log_if_positive=True),
+    Panel("Tool calls that succeeded", rn.TOOL_SUCCESS_RATE, fixed(rn.TOOL_SUCCESS_RATE), ylim=(-0.03, 1.03)),
+    Panel("Multi-turn: sampled turns per episode (mean)", rn.NUM_TURNS, fixed(rn.NUM_TURNS)),
+    Panel("Multi-turn: how episodes ended (share of the step's episodes)", f"{rn.ENDED_PREFIX}*", _ended_keys,
           ylim=(-0.03, 1.03)),
-    Panel("Multi-turn: episodes cut by the token budget", f"{CUT_BY_BUDGET} (episodes)", fixed(CUT_BY_BUDGET),
+    Panel("Multi-turn: episodes cut by the token budget", f"{rn.CUT_BY_BUDGET} (episodes)", fixed(rn.CUT_BY_BUDGET),
           zero_note="no episode was cut by sampling.max_completion_length"),
-    Panel("Multi-turn: turns cut by max_turn_tokens (unfinished answers)", f"{TURNS_CAPPED} (turns)",
-          fixed(TURNS_CAPPED), zero_note="no sampled turn was cut by max_turn_tokens"),
+    Panel("Multi-turn: turns cut by max_turn_tokens (unfinished answers)", f"{rn.TURNS_CAPPED} (turns)",
+          fixed(rn.TURNS_CAPPED), zero_note="no sampled turn was cut by max_turn_tokens"),
     Panel("Time per step, by phase", "time/* (seconds)",
-          fixed("time/generation", "time/rewards", "time/training", "time/sync")),
+          fixed(rn.TIME_GENERATION, rn.TIME_REWARDS, rn.TIME_TRAINING, rn.TIME_SYNC)),
 ]
 
 
@@ -90,11 +98,11 @@ def band(records: Sequence[Dict[str, float]], mean_key: str,
         if mean_key in record and std_key in record:
             m, s = record[mean_key], record[std_key]
             low, high = m - s, m + s
-            if mean_key == "reward":
+            if mean_key == rn.REWARD:
                 low_seen, high_seen = (record.get(k, math.nan) for k in REWARD_RANGE)
                 low = max(low, low_seen) if math.isfinite(low_seen) else low
                 high = min(high, high_seen) if math.isfinite(high_seen) else high
-            xs.append(record["step"])
+            xs.append(record[rn.STEP])
             lo.append(low)
             hi.append(high)
     return xs, lo, hi

@@ -20,11 +20,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from .plot_panels import DEFAULT_PANELS, Panel, draw_panel, fixed
+from .run_names import METRICS_FILE, STEP
 from .run_folder import no_step_finished
 
 __all__ = ["PlotError", "Run", "load_run", "available_metrics", "plot_runs", "default_output_path", "save_figure"]
 
-METRICS_FILE = "metrics.jsonl"
 PathLike = Union[str, Path]
 
 
@@ -53,7 +53,7 @@ class Run:
         seen: Dict[str, None] = {}
         for record in self.records:
             for key in record:
-                if key != "step":
+                if key != STEP:
                     seen.setdefault(key, None)
         return list(seen)
 
@@ -62,7 +62,7 @@ class Run:
         xs, ys = [], []
         for record in self.records:
             if key in record:
-                xs.append(record["step"])
+                xs.append(record[STEP])
                 ys.append(record[key])
         return xs, ys
 
@@ -131,7 +131,7 @@ def load_run(run_dir: PathLike, name: Optional[str] = None) -> Run:
                 break  # the line being written right now by a live run
             raise PlotError(f"{path} line {lineno} is not JSON ({e.msg}); each line must be one step's JSON "
                             f"object as the trainer writes it.") from None
-        step = _number(raw.get("step")) if isinstance(raw, dict) else None
+        step = _number(raw.get(STEP)) if isinstance(raw, dict) else None
         if step is None or not math.isfinite(step):
             raise PlotError(f"{path} line {lineno} is not a step record: expected a JSON object with a numeric "
                             f"\"step\" key, as the trainer writes.")
@@ -168,7 +168,7 @@ def available_metrics(runs: Sequence[Run]) -> List[str]:
 
 def _finite_metrics(runs: Sequence[Run]) -> List[str]:
     return sorted({k for run in runs for record in run.records for k, v in record.items()
-                   if k != "step" and math.isfinite(v)})
+                   if k != STEP and math.isfinite(v)})
 
 
 # the default panels live in plot_panels.py

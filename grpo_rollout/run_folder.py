@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-CONFIG_FILE = "config.yaml"
+from .run_names import CONFIG_FILE, VLLM_LOG
+
 
 
 def run_config(run_dir: Path) -> Optional[Dict[str, Any]]:
@@ -40,4 +41,4 @@ def no_step_finished(run_dir: Path, key: str, wanted: Any) -> Optional[str]:
         return None
     return (f"no step of this run finished: {Path(run_dir) / CONFIG_FILE} shows it started with {key} = "
             f"{setting(config, key)!r}, but it stopped (or is still running) before its first step ended. Look at the "
-            "run's console output (or vllm.log) for why; once a step finishes it is written here")
+            f"run's console output (or {VLLM_LOG}) for why; once a step finishes it is written here")

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
+from .. import run_names as rn
 from ..config import check_config
 from .render import print_problems
 
@@ -74,19 +75,21 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
         lines.append(f"reward (mean of first {steps}{where}): {start:.3f}")
         lines.append(f"reward (mean of last {steps}):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
                      else f"reward (mean of last {steps}):  {end:.3f}")
-    times = {k: [m.get(f"time/{k}") or 0.0 for m in result.history] for k in ("step", "generation", "training", "sync")}
+    times = {k: [m.get(key) or 0.0 for m in result.history]
+             for k, key in (("step", rn.TIME_STEP), ("generation", rn.TIME_GENERATION), ("training", rn.TIME_TRAINING),
+                            ("sync", rn.TIME_SYNC))}
     n = len(result.history)
     lines.append(f"time: {sum(times['step']):.0f} s, {sum(times['step']) / n:.1f} s/step (generation "
                  f"{sum(times['generation']) / n:.1f}, training {sum(times['training']) / n:.1f}, sync "
                  f"{sum(times['sync']) / n:.1f})")
     last = result.history[-1]
-    if last.get("tools/success_rate") is not None:
-        lines.append(f"tool calls in the last step: {last.get('tools/calls', 0):.0f}, "
-                     f"{last['tools/success_rate']:.0%} succeeded")
+    if last.get(rn.TOOL_SUCCESS_RATE) is not None:
+        lines.append(f"tool calls in the last step: {last.get(rn.TOOL_CALLS, 0):.0f}, "
+                     f"{last[rn.TOOL_SUCCESS_RATE]:.0%} succeeded")
     lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
     out = escape(str(result.output_dir))
-    lines.append(f"metrics: {escape(str(result.output_dir / 'metrics.jsonl'))}  (plot: [cyan]grpo-rollout plot {out}[/])")
-    if (result.output_dir / "rollouts").is_dir():
-        lines.append(f"token-level rollouts: {out}/rollouts  ([cyan]grpo-rollout inspect {out}[/])")
+    lines.append(f"metrics: {escape(str(result.output_dir / rn.METRICS_FILE))}  (plot: [cyan]grpo-rollout plot {out}[/])")
+    if (result.output_dir / rn.ROLLOUTS_DIR).is_dir():
+        lines.append(f"token-level rollouts: {out}/{rn.ROLLOUTS_DIR}  ([cyan]grpo-rollout inspect {out}[/])")
     console.print(Panel("\n".join(lines), title="[bold green]Training finished", expand=False))
     return 0

@@ -49,7 +49,9 @@ _INTERPOLATION = {"type": "string", "pattern": INTERPOLATION_PATTERN}
 # Allowed values of list items (ENUMS covers single keys); the constants come from schema.py.
 _ITEM_ENUMS: Dict[str, tuple] = {"logging.report_to": REPORT_TO}
 
-_JSON_TYPES = {bool: "boolean", int: "integer", float: "number"}
+#: Python scalar type → its JSON Schema type name (writing a schema; ``rollouts.tools`` has the reverse map for
+#: checking a tool call's arguments).
+_JSON_TYPE_OF = {bool: "boolean", int: "integer", float: "number"}
 
 
 def config_json_schema() -> Dict[str, Any]:
@@ -139,9 +141,9 @@ def _value_schema(tp: Any, dotted: str, bounds: Dict[str, Bound]) -> Dict[str, A
             return {"type": ["string", "number", "boolean"]}  # the loader keeps a plain scalar's text for a str key
         values: List[Any] = list(allowed) + ([False] if "off" in allowed else [])  # YAML 1.1: unquoted off = false
         return {"anyOf": [{"enum": values}, dict(_INTERPOLATION)]}
-    if tp in _JSON_TYPES:
+    if tp in _JSON_TYPE_OF:
         # the string branch takes only an interpolation: `pattern` applies to strings, the bounds to numbers
-        out: Dict[str, Any] = {"type": [_JSON_TYPES[tp], "string"], "pattern": INTERPOLATION_PATTERN}
+        out: Dict[str, Any] = {"type": [_JSON_TYPE_OF[tp], "string"], "pattern": INTERPOLATION_PATTERN}
         if dotted in bounds:
             out.update(bounds[dotted].json_schema())
         return out

@@ -7,6 +7,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager, List, Optional, Sequence
 
+from ..run_names import server_log
 from .base import GenerationClient
 from .multi_server import MultiServerClient
 from .vllm_client import ServerError, VllmClient
@@ -146,7 +147,7 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         share = cores[i * len(cores) // k:(i + 1) * len(cores) // k]  # CPU build: the cores split among servers
         if share:
             settings.cpu_cores = ",".join(map(str, share))
-        servers.append(ManagedServer(settings, Path(output_dir) / ("vllm.log" if k == 1 else f"vllm-{i}.log")))
+        servers.append(ManagedServer(settings, Path(output_dir) / server_log(i, k)))
     logs = servers[0].log_path if k == 1 else Path(output_dir) / "vllm-*.log"
     try:
         with status(f"Starting {'a vLLM server' if k == 1 else f'{k} vLLM servers'} (log: {logs}; first start takes "

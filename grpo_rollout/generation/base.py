@@ -11,7 +11,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Hashable, List, Mapping, Optional, Sequence, Union
 
-Prompt = Union[str, List[dict]]
+#: A prompt a client encodes itself: text, or chat messages. Not the server's ``/generate/`` request prompt
+#: (``generation.server``'s ``Prompt``), which may also be token ids.
+TextPrompt = Union[str, List[dict]]
 #: What :meth:`GenerationClient.update_weights` takes: a model, or its tensors by name.
 Weights = Union[Any, Mapping[str, Any]]
 
@@ -51,7 +53,7 @@ class GenerationClient(ABC):
     max_prompt_length: Optional[int] = None
     shares_weights: bool = False
 
-    def encode_prompt(self, prompt: Prompt) -> List[int]:
+    def encode_prompt(self, prompt: TextPrompt) -> List[int]:
         """Token ids of one prompt: chat messages get the chat template with the generation prompt; strings are
         tokenized as they are. Truncated from the left to ``max_prompt_length``."""
         if isinstance(prompt, str):
@@ -68,7 +70,7 @@ class GenerationClient(ABC):
         limit = self.max_prompt_length if truncate else None
         return [list(p)[-limit:] if limit else list(p) for p in prompt_ids]
 
-    def encode_prompts(self, prompts: Sequence[Prompt]) -> List[List[int]]:
+    def encode_prompts(self, prompts: Sequence[TextPrompt]) -> List[List[int]]:
         """:meth:`encode_prompt` for each prompt."""
         return [self.encode_prompt(p) for p in prompts]
 

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+from ..config.schema import DTYPES  # the one list of model.dtype names (the config's)
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a ``model.dtype`` name (one of :data:`DTYPES`).
+
+    Raises:
+        ValueError: ``name`` is not one of them.
+    """
+    import torch
+
+    if name not in DTYPES:
+        raise ValueError(f"model.dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return getattr(torch, name)
 
 
 def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision: Optional[str] = None,
@@ -29,7 +42,7 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=getattr(torch, DTYPES[dtype]),
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype(dtype),
                                                  trust_remote_code=trust_remote_code)
     disable_dropout(model)
     return model, tokenizer, path

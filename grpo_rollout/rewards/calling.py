@@ -17,6 +17,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from .. import run_names as rn
 from ..coroutines import run_coroutine
 from ..signatures import defined_at, describe, raised_at, required_params, select_kwargs
 
@@ -57,8 +58,8 @@ class RewardResult:
             vals = [s for s in scores if not math.isnan(s)]
             mean = sum(vals) / len(vals) if vals else float("nan")
             var = sum((v - mean) ** 2 for v in vals) / len(vals) if vals else float("nan")
-            out[f"rewards/{name}/mean"] = mean
-            out[f"rewards/{name}/std"] = math.sqrt(var) if vals else float("nan")
+            out[rn.reward_fn(name, "mean")] = mean
+            out[rn.reward_fn(name, "std")] = math.sqrt(var) if vals else float("nan")
         return out
 
 

@@ -193,9 +193,10 @@ async def _no_exit(coro: Any) -> Any:
         raise ToolExited(f"called sys.exit({exc.code!r})") from None
 
 
-#: JSON-schema type → the Python types a value of it may have (bools are not numbers here).
-_JSON_TYPES = {"integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,), "array": (list,),
-               "object": (dict,), "null": (type(None),)}
+#: JSON-schema type name → the Python types a value of it may have (bools are not numbers here): checking a tool
+#: call's arguments; ``config.json_schema`` maps the other way, writing a schema.
+_PY_TYPES_OF = {"integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,), "array": (list,),
+                "object": (dict,), "null": (type(None),)}
 
 
 def _type_problem(schema: Mapping[str, Any], arguments: Dict[str, Any]) -> Optional[str]:
@@ -206,9 +207,9 @@ def _type_problem(schema: Mapping[str, Any], arguments: Dict[str, Any]) -> Optio
         kinds = kind if isinstance(kind, list) else [kind]
         if value is None and props.get(name, {}).get("nullable"):
             continue
-        if kind is None or any(k not in _JSON_TYPES for k in kinds):
+        if kind is None or any(k not in _PY_TYPES_OF for k in kinds):
             continue  # no type, or one this check does not know: let the tool decide
-        ok = any(isinstance(value, _JSON_TYPES[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
+        ok = any(isinstance(value, _PY_TYPES_OF[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
                  for k in kinds) or ("integer" in kinds and isinstance(value, float) and value.is_integer())
         if isinstance(value, float) and not math.isfinite(value):
             ok = False

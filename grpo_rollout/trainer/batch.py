@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from .. import run_names as rn
 from ..rollouts.contract import RolloutOutput
 
 
@@ -123,6 +124,6 @@ class StepTimes:
 
     def metrics(self) -> Dict[str, float]:
         """The ``time/*`` metrics (seconds)."""
-        return {"time/generation": self.generated - self.start, "time/rewards": self.scored - self.generated,
-                "time/training": self.trained - self.scored, "time/sync": self.synced - self.trained,
-                "time/step": self.synced - self.start}
+        return {rn.TIME_GENERATION: self.generated - self.start, rn.TIME_REWARDS: self.scored - self.generated,
+                rn.TIME_TRAINING: self.trained - self.scored, rn.TIME_SYNC: self.synced - self.trained,
+                rn.TIME_STEP: self.synced - self.start}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Sequence, Tupl
 
 import torch
 
+from .. import run_names as rn
 from .batch import ScoredBatch
 from .distributed import Dist
 from .prompt_order import PromptSampler
@@ -62,9 +63,8 @@ class RefillCounts:
 
     def metrics(self) -> Dict[str, float]:
         """The ``dynamic_sampling/*`` metrics."""
-        return {"dynamic_sampling/rounds": self.rounds, "dynamic_sampling/groups_dropped": self.dropped,
-                "dynamic_sampling/groups_trained": self.trained,
-                "dynamic_sampling/filled": float(self.trained > 0 and self.trained >= self.wanted)}
+        return {rn.DS_ROUNDS: self.rounds, rn.DS_GROUPS_DROPPED: self.dropped, rn.DS_GROUPS_TRAINED: self.trained,
+                rn.DS_FILLED: float(self.trained > 0 and self.trained >= self.wanted)}
 
 
 def groups_with_signal(rewards: Sequence[float], num_generations: int) -> List[int]:
@@ -76,7 +76,8 @@ def groups_with_signal(rewards: Sequence[float], num_generations: int) -> List[i
 def keep_groups_with_signal(stage: "RolloutStage", step: int, first: ScoredBatch) -> Tuple[ScoredBatch, RefillCounts]:
     """Drop this rank's groups whose rewards are all equal and roll out more prompts (:func:`refill_indices`) until
     it holds its share of groups with reward variance or ``training.dynamic_sampling.max_rounds`` rollout calls are
-    spent. Returns the kept groups (at most the share) and this rank's counts for :func:`even_out_groups`."""
+    spent. Returns the kept groups (at most the share) and this rank's counts for :func:`even_out_groups`.
+    ``step`` is 0-based."""
     cfg = stage.cfg
     g, max_rounds, t = cfg.sampling.num_generations, cfg.training.dynamic_sampling.max_rounds, cfg.training
     target = first.num_groups
@@ -107,7 +108,8 @@ def even_out_groups(dist: Dist, step: int, kept: ScoredBatch, first: ScoredBatch
                     max_rounds: int, say: Callable[[str], None]) -> Tuple[ScoredBatch, RefillCounts]:
     """Give every rank the same number of groups (the fewest any rank kept: FSDP needs the same micro-batches on
     every rank), say when a step could not be filled, and sum the counts over ranks (a collective). When no rank
-    kept any group, return the ``first`` round's groups as they are (all advantages 0: logged, not trained)."""
+    kept any group, return the ``first`` round's groups as they are (all advantages 0: logged, not trained).
+    ``step`` is 0-based; the message names it 1-based."""
     [fewest] = dist.min([counts.kept])
     rounds_sum, dropped, kept_sum, wanted = dist.sum([counts.rounds, counts.dropped, counts.kept, counts.wanted])
     [most_rounds] = dist.max([counts.rounds])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ..run_names import VLLM_LOG
+
 
 class StaleWeightsError(RuntimeError):
     """The generation server's log-probs (or weight version) say it is not on the trainer's weights."""
@@ -33,7 +35,7 @@ def check_sampler_mismatch(mean_abs_diff: float, limit: Optional[float], mode: s
         raise StaleWeightsError(
             f"vLLM's log-probs differ from the trainer's by {mean_abs_diff:.3f} nats per token on average "
             f"(limit vllm.max_logprob_mismatch = {limit}) right after a weight sync: the server is not sampling "
-            "from the trainer's current weights. Check the server log (output_dir/vllm.log); if the two "
+            f"from the trainer's current weights. Check the server log (output_dir/{VLLM_LOG}); if the two "
             "legitimately differ (e.g. bfloat16 sampler), raise the limit or set it to null")
 
 
@@ -46,7 +48,7 @@ class NonFiniteGuard:
         self.streak = 0
 
     def after_step(self, step: int, skipped: int) -> None:
-        """Note step ``step`` (0-based) with ``skipped`` skipped updates.
+        """Note step ``step`` (0-based; the messages name it 1-based) with ``skipped`` skipped updates.
 
         Raises:
             NonFiniteError: ``limit`` steps in a row had a skipped update.

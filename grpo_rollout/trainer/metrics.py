@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
+from ..run_names import COMPLETIONS_FILE, METRICS_FILE, STEP
+
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
@@ -30,8 +32,8 @@ class MetricsLogger:
         if write:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         report_to = list(report_to)
-        self.metrics_path = self.output_dir / "metrics.jsonl" if "jsonl" in report_to and write else None
-        self.completions_path = self.output_dir / "completions.jsonl" if write else None
+        self.metrics_path = self.output_dir / METRICS_FILE if "jsonl" in report_to and write else None
+        self.completions_path = self.output_dir / COMPLETIONS_FILE if write else None
         self._trackers: List[Any] = []
         for name in ("trackio", "wandb"):
             if name in report_to:
@@ -43,7 +45,7 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: Dict[str, Any]) -> None:
         """Record ``metrics`` of ``step`` (1-based)."""
-        record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        record = {STEP: step, **{k: _clean(v) for k, v in metrics.items()}}
         if self.metrics_path is not None:
             with self.metrics_path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -56,14 +58,14 @@ class MetricsLogger:
             return
         with self.completions_path.open("a") as f:
             for sample in samples:
-                f.write(json.dumps({"step": step, **{k: _clean(v) for k, v in sample.items()}}, default=str) + "\n")
+                f.write(json.dumps({STEP: step, **{k: _clean(v) for k, v in sample.items()}}, default=str) + "\n")
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (used when resuming, so replayed steps are not duplicated)."""
         for path in (self.metrics_path, self.completions_path):
             if path is None or not path.exists():
                 continue
-            kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
+            kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get(STEP, 0) <= step]
             path.write_text("".join(line + "\n" for line in kept))
 
     def close(self) -> None:

@@ -23,7 +23,7 @@ from typing import ContextManager, Dict, Optional
 
 import torch
 
-from ..models.loading import DTYPES
+from ..models.loading import torch_dtype
 
 MASTER_DTYPE = "float32"  # what trained weights and optimizer state are stored in
 
@@ -43,7 +43,7 @@ class Precision:
     @staticmethod
     def from_config(dtype: str, device: torch.device) -> "Precision":
         """``dtype``: ``model.dtype`` (``float32`` | ``bfloat16`` | ``float16``)."""
-        return Precision(getattr(torch, DTYPES[dtype]), device.type)
+        return Precision(torch_dtype(dtype), device.type)
 
     @property
     def mixed(self) -> bool:

@@ -13,22 +13,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .rollout_stats import CUT_BY_BUDGET, TURNS_CAPPED
+from .. import run_names as rn
 
 # (metric key, column header, format)
 COLUMNS = [
-    ("reward", "reward", "{:.3f}"),
-    ("reward_std", "±std", "{:.3f}"),
-    ("kl", "KL", "{:.4f}"),
-    ("clip_ratio/region", "clip", "{:.3f}"),
-    ("completions/mean_length", "len", "{:.0f}"),
-    ("completions/max_length", "max", "{:.0f}"),
-    ("completions/truncated_fraction", "trunc", "{:.2f}"),
-    ("grad_norm", "|g|", "{:.3f}"),
-    ("learning_rate", "lr", "{:.1e}"),
-    ("time/generation", "gen s", "{:.1f}"),
-    ("time/rewards", "rew s", "{:.2f}"),
-    ("time/training", "train s", "{:.1f}"),
+    (rn.REWARD, "reward", "{:.3f}"), (rn.REWARD_STD, "±std", "{:.3f}"), (rn.KL, "KL", "{:.4f}"),
+    (rn.CLIP_REGION, "clip", "{:.3f}"), (rn.MEAN_LENGTH, "len", "{:.0f}"), (rn.MAX_LENGTH, "max", "{:.0f}"),
+    (rn.TRUNCATED_FRACTION, "trunc", "{:.2f}"), (rn.GRAD_NORM, "|g|", "{:.3f}"), (rn.LEARNING_RATE, "lr", "{:.1e}"),
+    (rn.TIME_GENERATION, "gen s", "{:.1f}"), (rn.TIME_REWARDS, "rew s", "{:.2f}"),
+    (rn.TIME_TRAINING, "train s", "{:.1f}"),
 ]
 
 
@@ -131,7 +124,7 @@ class RichReporter:
         if self.quiet or (self.progress is None and not self.plain):
             return
         if self.progress is not None:
-            reward = metrics.get("reward")
+            reward = metrics.get(rn.REWARD)
             self.progress.update(self.task, completed=step,
                                  description=f"{self._epoch(step)}reward {_fmt(reward, '{:.3f}')}")
         if not log:
@@ -142,20 +135,20 @@ class RichReporter:
             self._header_done = True
         row = [f"{step:>8}"] + [f"{_fmt(metrics.get(k), f):>8}" for k, _, f in COLUMNS]
         out.print(" ".join(row) + (f"  {escape(self._clock(step))}" if self.plain else ""), soft_wrap=self.plain)
-        per_fn = "  ".join(f"{k[len('rewards/'):-len('/mean')]}={_fmt(v, '{:.3f}')}" for k, v in metrics.items()
-                           if k.startswith("rewards/") and k.endswith("/mean"))
+        per_fn = "  ".join(f"{rn.reward_fn_of_mean(k)}={_fmt(v, '{:.3f}')}" for k, v in metrics.items()
+                           if rn.reward_fn_of_mean(k) is not None)
         extra = []
-        if "extras/num_turns" in metrics:
-            extra.append(f"turns={_fmt(metrics['extras/num_turns'], '{:.2f}')}")
-        if CUT_BY_BUDGET in metrics:
-            extra.append(f"cut by budget={_fmt(metrics[CUT_BY_BUDGET], '{:.0f}')}")
-        if metrics.get(TURNS_CAPPED):
-            extra.append(f"turns cut by max_turn_tokens={_fmt(metrics[TURNS_CAPPED], '{:.0f}')}")
-        if "tools/calls" in metrics:
-            extra.append(f"tool calls={_fmt(metrics['tools/calls'], '{:.0f}')} "
-                         f"ok={_fmt(metrics.get('tools/success_rate'), '{:.0%}')}")
-        if "sampler/logprob_abs_diff" in metrics:
-            extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics['sampler/logprob_abs_diff'], '{:.2e}')}")
+        if rn.NUM_TURNS in metrics:
+            extra.append(f"turns={_fmt(metrics[rn.NUM_TURNS], '{:.2f}')}")
+        if rn.CUT_BY_BUDGET in metrics:
+            extra.append(f"cut by budget={_fmt(metrics[rn.CUT_BY_BUDGET], '{:.0f}')}")
+        if metrics.get(rn.TURNS_CAPPED):
+            extra.append(f"turns cut by max_turn_tokens={_fmt(metrics[rn.TURNS_CAPPED], '{:.0f}')}")
+        if rn.TOOL_CALLS in metrics:
+            extra.append(f"tool calls={_fmt(metrics[rn.TOOL_CALLS], '{:.0f}')} "
+                         f"ok={_fmt(metrics.get(rn.TOOL_SUCCESS_RATE), '{:.0%}')}")
+        if rn.SAMPLER_LOGPROB_ABS_DIFF in metrics:
+            extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics[rn.SAMPLER_LOGPROB_ABS_DIFF], '{:.2e}')}")
         if per_fn or extra:
             out.print(f"[dim]{' ' * 9}{escape(per_fn)}  {'  '.join(extra)}[/]", soft_wrap=self.plain)
         if samples:
@@ -163,12 +156,12 @@ class RichReporter:
 
     def _samples(self, out: Console, samples: List[Dict[str, Any]]) -> None:
         """A table of samples (terminal) or one line per sample (plain)."""
-        fns = [k for k in samples[0] if k.startswith("rewards/")]
+        fns = [k for k in samples[0] if k.startswith(rn.REWARDS_PREFIX)]
         multi_turn = [k for k in ("turns", "tool_calls", "ended") if any(s.get(k) is not None for s in samples)]
         if self.plain:
             for s in samples:
                 values = "  ".join([f"reward={_fmt(s.get('reward'), '{:.3f}')}"]
-                                   + [f"{k[len('rewards/'):]}={_fmt(s.get(k), '{:.3f}')}" for k in fns]
+                                   + [f"{k[len(rn.REWARDS_PREFIX):]}={_fmt(s.get(k), '{:.3f}')}" for k in fns]
                                    + [f"advantage={_fmt(s.get('advantage'), '{:+.3f}')}"]
                                    + [f"{k}={_fmt(s.get(k), '{}')}" for k in multi_turn])
                 out.print(f"{' ' * 9}sample: {escape(values)} | prompt: {escape(_excerpt(s.get('prompt'), 60))} | "
@@ -178,7 +171,7 @@ class RichReporter:
         table = Table(show_header=True, header_style="dim bold", box=None, padding=(0, 1), pad_edge=False)
         table.add_column("prompt", ratio=2, no_wrap=True, overflow="ellipsis")
         table.add_column("completion", ratio=3, no_wrap=True, overflow="ellipsis")
-        for column in ["reward"] + [k[len("rewards/"):] for k in fns] + ["adv"] + multi_turn:
+        for column in ["reward"] + [k[len(rn.REWARDS_PREFIX):] for k in fns] + ["adv"] + multi_turn:
             table.add_column(column.replace("_", " "), justify="right", no_wrap=True)
         for s in samples:
             adv = s.get("advantage")

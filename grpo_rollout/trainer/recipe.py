@@ -8,6 +8,10 @@ each a method a reader can jump to, passing typed data (:mod:`.batch`)::
     sync(result)                   # the new weights to every server, which confirms the version
     log(step, batch, result)       # metrics, sample records, token-level records
 
+Step convention (:mod:`grpo_rollout.run_names`): ``step`` is 0-based in every stage of the recipe; logs, messages,
+``rollouts/step_<k>.jsonl`` and ``checkpoint-<k>`` count from 1 (``k = step + 1``: steps completed), and a method
+that takes or gives the 1-based count says so.
+
 With ``N`` training processes each takes its own whole groups of the step's prompts; N processes train exactly as
 one would on the same batch (:mod:`.distributed`, :mod:`.policy`); rank 0 alone writes and prints.
 
@@ -35,6 +39,7 @@ import torch
 
 from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
+from ..run_names import CONFIG_FILE
 from .advantages import group_advantages
 from .batch import CompletionScores, ScoredBatch, StepTimes
 from .checkpoint import TrainerState, rng_state, save_checkpoint
@@ -70,7 +75,7 @@ class GRPORecipe:
         self.output_dir = Path(t.output_dir).expanduser()
         if dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / "config.yaml").write_text(to_yaml(config))
+            (self.output_dir / CONFIG_FILE).write_text(to_yaml(config))
         self.precision = Precision.from_config(config.model.dtype, dist.device)  # float32 master weights
         # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
         # reproduce: its log-probs are then logged but neither corrected for nor checked
@@ -148,7 +153,7 @@ class GRPORecipe:
     def update(self, step: int, batch: ScoredBatch, times: StepTimes) -> UpdateResult:
         """The policy update on this rank's groups (:class:`~.update.PolicyUpdate`); none when the whole step has no
         signal (every advantage 0 and ``beta`` 0). Stops the run after ``training.max_nonfinite_steps`` skipped
-        updates in a row."""
+        updates in a row. ``step`` 0-based; :attr:`applied` and the messages count from 1."""
         t = self.cfg.training
         signal = t.beta > 0 or bool(batch.step_advantages.abs().max() > 0)  # the same on every rank
         result = self.updater.update(batch.rollout, batch.advantages, batch.scores.truncated,
@@ -170,7 +175,8 @@ class GRPORecipe:
 
     def log(self, step: int, batch: ScoredBatch, result: UpdateResult, refill: Optional[RefillCounts],
             times: StepTimes) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-        """The whole step's metrics and sample records (a collective); rank 0 writes ``rollouts/step_<k>.jsonl``."""
+        """The whole step's metrics and sample records (a collective); rank 0 writes ``rollouts/step_<k>.jsonl``
+        (``k = step + 1``)."""
         dist, g = self.dist, self.cfg.sampling.num_generations
         whole = CompletionScores.merge(dist.gather(batch.scores))
         if self.keeps_rollouts(step):
@@ -193,7 +199,8 @@ class GRPORecipe:
 
     # -- saving and cleaning up --------------------------------------------------------------------------------------
     def save_checkpoint(self, step: int) -> Path:
-        """Checkpoint after ``step`` completed steps (a collective: every rank calls it; rank 0 writes)."""
+        """Checkpoint after ``step`` completed steps (1-based: ``checkpoint-<step>``; a collective: every rank calls
+        it; rank 0 writes)."""
         t, dist = self.cfg.training, self.dist
         lora = is_peft_model(self.policy.lm)  # a LoRA checkpoint holds the adapters (PeftModel.save_pretrained)
         weights = None if lora else full_state_dict(self.policy, dist)

@@ -12,18 +12,20 @@ One JSON line per completion of the step, enough to see every number the update 
      "importance_weights": [...] | null,     # sampler-correction weight of each token (training.sampler_correction)
      "advantage": 0.71, "reward": 1.0, "rewards": {"fn": 1.0}, "extras": {...}}
 
-Floats are rounded to 4 decimals to keep a step of 32 completions × 64 tokens near 60 KB. ``grpo-rollout inspect``
-reads these files (:mod:`grpo_rollout.inspection`).
+Floats are rounded to 4 decimals to keep a step of 32 completions × 64 tokens near 60 KB. :class:`RolloutRecord` is
+one line (written by the trainer, read back by ``grpo-rollout inspect``, :mod:`grpo_rollout.inspection`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-ROLLOUTS_DIR = "rollouts"
+from ..run_names import ROLLOUT_FILE_PREFIX, ROLLOUTS_DIR, rollout_file
 
 
 def save_now(setting: str, step: int, last: bool) -> bool:
@@ -68,15 +70,52 @@ def token_record(prompt_ids: Sequence[int], completion_ids: Sequence[int], mask:
             _round(v if m else math.nan for v, m in zip(importance_weights, trained))}
 
 
-def write_rollouts(output_dir: Path, step: int, records: List[Dict[str, Any]]) -> Path:
-    """Write ``rollouts/step_<step>.jsonl`` (replacing a file of a replayed step); return its path."""
+@dataclass(kw_only=True)
+class RolloutRecord:
+    """One line of ``rollouts/step_<k>.jsonl``: one completion of step ``step`` (1-based), its tokens and the
+    numbers the update used for them (the format in this module's docstring, keys in field order; the token-level
+    fields are :func:`token_record`'s). Fields with defaults may be missing from a line."""
+
+    step: int
+    index: int
+    group: int
+    prompt: Any = None
+    prompt_text: str = ""
+    prompt_ids: List[int]
+    completion_ids: List[int]
+    completion_mask: str
+    sampler_logprobs: Optional[List[Optional[float]]] = None
+    trainer_logprobs: Optional[List[Optional[float]]] = None
+    importance_weights: Optional[List[Optional[float]]] = None
+    advantage: float
+    reward: Optional[float] = None
+    rewards: Dict[str, Any] = field(default_factory=dict)
+    extras: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The JSON line (no newline): NaN/inf as ``null``, values JSON cannot hold as their ``str``."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return json.dumps(_finite(values), default=str)
+
+    @classmethod
+    def from_json(cls, line: str) -> "RolloutRecord":
+        """Read a line written by :meth:`to_json` (keys a line lacks get their defaults; unknown keys are
+        ignored)."""
+        raw = json.loads(line)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def write_rollouts(output_dir: Path, step: int, records: List[RolloutRecord]) -> Path:
+    """Write ``rollouts/step_<step>.jsonl`` (``step`` 1-based; replacing a file of a replayed step); return its
+    path."""
     folder = Path(output_dir) / ROLLOUTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"step_{step}.jsonl"
+    path = folder / rollout_file(step)
     tmp = path.with_suffix(".jsonl.tmp")
     with tmp.open("w") as f:
         for record in records:
-            f.write(json.dumps(_finite({"step": step, **record}), default=str) + "\n")
+            f.write(record.to_json() + "\n")
     tmp.replace(path)
     return path
 
@@ -85,26 +124,26 @@ def saved_steps(run_dir: Path) -> List[int]:
     """Steps with a saved ``rollouts/step_<k>.jsonl`` in ``run_dir``, ascending."""
     folder = Path(run_dir) / ROLLOUTS_DIR
     steps = []
-    for path in folder.glob("step_*.jsonl"):
-        suffix = path.stem[len("step_"):]
+    for path in folder.glob(rollout_file("*")):
+        suffix = path.stem[len(ROLLOUT_FILE_PREFIX):]
         if suffix.isdigit():
             steps.append(int(suffix))
     return sorted(steps)
 
 
-def read_rollouts(run_dir: Path, step: int) -> List[Dict[str, Any]]:
-    """The records of ``step`` saved in ``run_dir``.
+def read_rollouts(run_dir: Path, step: int) -> List[RolloutRecord]:
+    """The records of ``step`` (1-based) saved in ``run_dir``.
 
     Raises:
         FileNotFoundError: no file for that step (the message lists the saved steps).
     """
-    path = Path(run_dir) / ROLLOUTS_DIR / f"step_{step}.jsonl"
+    path = Path(run_dir) / ROLLOUTS_DIR / rollout_file(step)
     if not path.is_file():
         steps = saved_steps(run_dir)
         have = f"saved steps: {_ranges(steps)}" if steps else \
             "no step was saved: train with training.save_rollouts=every (or N: every N-th step)"
         raise FileNotFoundError(f"{path} does not exist ({have})")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [RolloutRecord.from_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _ranges(steps: List[int]) -> str:

@@ -113,13 +113,13 @@ class RolloutStage:
         return [self.dataset[i] for i in indices[self.dist.rank * share:(self.dist.rank + 1) * share]]
 
     def my_rows(self, step: int) -> List[Dict[str, Any]]:
-        """This rank's share of step ``step``'s prompts."""
+        """This rank's share of step ``step``'s (0-based) prompts."""
         return self.rows(self.prompt_order.indices(step))
 
     def collect(self, step: int) -> ScoredBatch:
-        """Step ``step``'s rollout and rewards. With ``training.async_generation`` the next step's are started in the
-        background before this one trains (one step off-policy: sampled from the weights before this step's
-        update; the sampler-correction weights account for it), so generation overlaps training.
+        """Step ``step``'s (0-based) rollout and rewards. With ``training.async_generation`` the next step's are
+        started in the background before this one trains (one step off-policy: sampled from the weights before this
+        step's update; the sampler-correction weights account for it), so generation overlaps training.
 
         Sets ``sampler_lag``.
 

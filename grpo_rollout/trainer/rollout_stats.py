@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Set
 
+from .. import run_names as rn
+
 #: Extras of the built-in tool-calling rollout that give a tool's call and error counts per completion.
 TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = "tool_calls/", "tool_errors/"
 
@@ -14,7 +16,7 @@ def extras_means(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     for name, values in extras.items():
         nums = [float(v) for v in values if isinstance(v, (int, float))]
         if nums and len(nums) == len([v for v in values if v is not None]):
-            out[f"extras/{name}"] = sum(nums) / len(nums)
+            out[rn.extra(name)] = sum(nums) / len(nums)
     return out
 
 
@@ -35,17 +37,17 @@ def tool_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     out: Dict[str, float] = {}
     if "num_tool_calls" in extras:
         calls, errors = _total(extras["num_tool_calls"]), _total(extras.get("num_tool_errors", []))
-        out["tools/calls"], out["tools/errors"] = calls, errors
+        out[rn.TOOL_CALLS], out[rn.TOOL_ERRORS] = calls, errors
         if calls:
-            out["tools/success_rate"] = 1.0 - errors / calls
+            out[rn.TOOL_SUCCESS_RATE] = 1.0 - errors / calls
     for key, values in extras.items():
         if not key.startswith(TOOL_CALLS_PREFIX):
             continue
         name = key[len(TOOL_CALLS_PREFIX):]
         calls, errors = _total(values), _total(extras.get(TOOL_ERRORS_PREFIX + name, []))
-        out[f"tools/{name}/calls"] = calls
+        out[rn.per_tool(name, "calls")] = calls
         if calls:
-            out[f"tools/{name}/success_rate"] = 1.0 - errors / calls
+            out[rn.per_tool(name, "success_rate")] = 1.0 - errors / calls
     return out
 
 
@@ -58,12 +60,6 @@ def truncated_flags(completion_ids: Sequence[Sequence[int]], extras: Dict[str, L
     if given is not None and len(given) == len(completion_ids) and all(isinstance(v, bool) for v in given):
         return list(given)
     return [not any(tok in eos_ids for tok in ids) for ids in completion_ids]
-
-
-#: Per-step episode metrics of multi-turn rollouts (from the ``end_reason`` extra), one name each.
-CUT_BY_BUDGET = "episodes/cut_by_budget"          # episodes of the step that the token budget ended (count)
-TURNS_CAPPED = "episodes/turns_capped"           # sampled turns of the step cut by max_turn_tokens (count)
-ENDED_PREFIX = "episodes/ended/"                  # + reason: the step's share of episodes that ended so
 
 
 def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
@@ -82,12 +78,12 @@ def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     reasons = [r for r in extras.get("end_reason", []) if isinstance(r, str)]
     if not reasons:
         return {}
-    out = {CUT_BY_BUDGET: float(sum(r in BUDGET_REASONS for r in reasons))}
+    out = {rn.CUT_BY_BUDGET: float(sum(r in BUDGET_REASONS for r in reasons))}
     for reason in END_REASONS:
-        out[ENDED_PREFIX + reason] = sum(r == reason for r in reasons) / len(reasons)
+        out[rn.ended(reason)] = sum(r == reason for r in reasons) / len(reasons)
     capped = [c for c in extras.get("turns_capped", []) if isinstance(c, (int, float))]
     if capped:
-        out[TURNS_CAPPED] = float(sum(capped))
+        out[rn.TURNS_CAPPED] = float(sum(capped))
     return out
 
 

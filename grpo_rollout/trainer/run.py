@@ -14,6 +14,7 @@ from ..data import load_train_dataset
 from ..generation.vllm_client import ServerError
 from ..rewards.calling import RewardError
 from ..rollouts.contract import RolloutError
+from ..run_names import REWARD
 from .checkpoint import checkpoint_step, find_checkpoint
 from .distributed import Dist, RankError
 from .guards import NonFiniteError, StaleWeightsError
@@ -41,7 +42,7 @@ class TrainResult:
     def mean_reward(self, first: bool, k: int = 5) -> float:
         """Mean of ``reward`` over the first (or last) ``k`` steps of ``history``."""
         rows = self.history[:k] if first else self.history[-k:]
-        vals = [r["reward"] for r in rows if r.get("reward") is not None]
+        vals = [r[REWARD] for r in rows if r.get(REWARD) is not None]
         return sum(vals) / len(vals) if vals else float("nan")
 
 

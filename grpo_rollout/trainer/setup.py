@@ -164,7 +164,9 @@ def continue_schedule(optimizer: torch.optim.Optimizer, scheduler: Any, config: 
                       say: Callable[[str], None]) -> None:
     """Set the learning rate of the first resumed update from this run's schedule (``training.learning_rate``,
     ``max_steps``, warm-up, all possibly changed since the save) at ``step``: the optimizer state restored the saved
-    run's last rate (0.0 at the end of a decaying schedule), which would otherwise train the first resumed step."""
+    run's last rate (0.0 at the end of a decaying schedule), which would otherwise train the first resumed step.
+    ``step``: the steps the checkpoint completed, which is the 0-based index of the first resumed step (the message
+    names that step 1-based)."""
     saved = optimizer.param_groups[0]["lr"]
     scheduler.base_lrs = [config.training.learning_rate] * len(optimizer.param_groups)
     scheduler.last_epoch -= 1

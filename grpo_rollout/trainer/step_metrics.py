@@ -1,5 +1,6 @@
 """What a step logs: its metrics (rewards, lengths, extras, the update's statistics, times), one sample record per
-completion for the console and ``completions.jsonl``, and the token-level records of ``rollouts/step_<k>.jsonl``."""
+completion for the console and ``completions.jsonl``, and the token-level records of ``rollouts/step_<k>.jsonl``
+(``k`` 1-based, :mod:`grpo_rollout.run_names`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from .. import run_names as rn
 from ..rewards.calling import RewardResult
 from .advantages import zero_std_fraction
 from .batch import CompletionScores, StepTimes
-from .rollout_log import write_rollouts
+from .rollout_log import RolloutRecord, write_rollouts
 from .rollout_stats import episode_metrics, extras_means, tool_metrics
 from .update import UpdateResult
 
@@ -33,25 +35,25 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
     rewards = torch.tensor(whole.rewards, dtype=torch.float32)
     lengths = whole.lengths
     metrics: Dict[str, Any] = {
-        "reward": rewards.mean().item(),
-        "reward_std": rewards.std().item() if n > 1 else 0.0,
-        "reward_min": rewards.min().item(), "reward_max": rewards.max().item(),  # the plot's band stays inside
+        rn.REWARD: rewards.mean().item(),
+        rn.REWARD_STD: rewards.std().item() if n > 1 else 0.0,
+        rn.REWARD_MIN: rewards.min().item(), rn.REWARD_MAX: rewards.max().item(),  # the plot's band stays inside
         **RewardResult(whole.rewards, whole.per_function).stats(),
-        "frac_reward_zero_std": zero_std_fraction(rewards, g),
+        rn.FRAC_REWARD_ZERO_STD: zero_std_fraction(rewards, g),
         **update.metrics(),
         **extras_means(whole.extras),
         **tool_metrics(whole.extras),
         **episode_metrics(whole.extras),
-        "completions/mean_length": sum(lengths) / n,
-        "completions/max_length": max(lengths),
-        "completions/min_length": min(lengths),
-        "completions/truncated_fraction": sum(whole.truncated) / n,
-        **({} if sampler_lag is None else {"sampler/weight_version_lag": sampler_lag}),
+        rn.MEAN_LENGTH: sum(lengths) / n,
+        rn.MAX_LENGTH: max(lengths),
+        rn.MIN_LENGTH: min(lengths),
+        rn.TRUNCATED_FRACTION: sum(whole.truncated) / n,
+        **({} if sampler_lag is None else {rn.SAMPLER_WEIGHT_VERSION_LAG: sampler_lag}),
         **times.metrics(),
     }
     shown = {k: whole.extras[name] for k, name in SAMPLE_EXTRAS if name in whole.extras}
     samples = [{"prompt": whole.prompts[i], "completion": whole.texts[i], "reward": whole.rewards[i],
-                **{f"rewards/{k}": v[i] for k, v in whole.per_function.items()},
+                **{rn.REWARDS_PREFIX + k: v[i] for k, v in whole.per_function.items()},
                 "advantage": advantages[i].item(), "truncated": whole.truncated[i],
                 **{k: v[i] for k, v in shown.items()}} for i in range(n)]
     return metrics, samples
@@ -59,13 +61,13 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
 
 def save_rollouts(output_dir: Path, step: int, whole: CompletionScores, advantages: torch.Tensor,
                   tokens: List[Dict[str, Any]], tokenizer: Any, num_generations: int) -> None:
-    """Write ``rollouts/step_<step>.jsonl``: every completion's tokens, mask, sampler and trainer log-probs,
-    importance weights, advantage, rewards and extras (:mod:`.rollout_log`; ``tokens``: every rank's
-    :func:`~.rollout_log.token_record` in rank order)."""
+    """Write ``rollouts/step_<step>.jsonl`` (``step`` 1-based): every completion's tokens, mask, sampler and trainer
+    log-probs, importance weights, advantage, rewards and extras (a :class:`~.rollout_log.RolloutRecord` each;
+    ``tokens``: every rank's :func:`~.rollout_log.token_record` in rank order)."""
     g = num_generations
-    records = [{"index": i, "group": i // g, "prompt": whole.prompts[i],
-                "prompt_text": tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False),
-                **tok, "advantage": round(advantages[i].item(), 4), "reward": whole.rewards[i],
-                "rewards": {k: v[i] for k, v in whole.per_function.items()},
-                "extras": {k: v[i] for k, v in whole.extras.items()}} for i, tok in enumerate(tokens)]
+    records = [RolloutRecord(step=step, index=i, group=i // g, prompt=whole.prompts[i],
+                             prompt_text=tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False),
+                             **tok, advantage=round(advantages[i].item(), 4), reward=whole.rewards[i],
+                             rewards={k: v[i] for k, v in whole.per_function.items()},
+                             extras={k: v[i] for k, v in whole.extras.items()}) for i, tok in enumerate(tokens)]
     write_rollouts(output_dir, step, records)

@@ -1,11 +1,12 @@
 """The update stage: ``num_iterations`` policy updates on one rank's share of a step, and what they measured.
 
 For each iteration, each micro-batch (:mod:`.micro_batch`): policy log-probs at the completion tokens
-(:mod:`.logprobs`) → sampler-correction weights (:mod:`.importance`, first iteration) → the clipped surrogate (+ KL)
-per token (:func:`~.losses.per_token_loss`) → the ``loss_type`` aggregation normalised by the whole step's totals
-(:func:`~.losses.aggregate`), so N processes make the update one process would make → backward. Then clip the
-gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, importance weights and the
-sampler/trainer mismatch over every micro-batch and iteration, reduces them over ranks, and names them as metrics.
+(:mod:`.logprobs`) → sampler-correction weights (:mod:`.sampler_correction`, first iteration) → the clipped
+surrogate (+ KL) per token (:func:`~.losses.per_token_loss`) → the ``loss_type`` aggregation normalised by the
+whole step's totals (:func:`~.losses.aggregate`), so N processes make the update one process would make → backward.
+Then clip the gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the
+sampler-correction weights and the sampler/trainer mismatch over every micro-batch and iteration, reduces them over
+ranks, and names them as metrics (:mod:`grpo_rollout.run_names`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from .. import run_names as rn
 from .distributed import Dist
-from .importance import importance_weights
+from .sampler_correction import importance_weights
 from .logprobs import CompletionLogprobs, completion_logprobs
 from .losses import BatchTotals, aggregate, per_token_loss
 from .micro_batch import MicroBatch, build_micro_batches
@@ -80,19 +82,19 @@ class UpdateStats:
         ``loss/iteration_<k>`` and ``grad_norm/iteration_<k>`` (k from 1) when there are several."""
         tokens = max(num_tokens, 1)
         measured = tokens * num_iterations
-        out = {"loss": _mean(self.losses), "grad_norm": _mean(self.grad_norms), "kl": self.kl / measured,
-               "clip_ratio/low": self.clip_low / measured, "clip_ratio/high": self.clip_high / measured,
-               "clip_ratio/region": (self.clip_low + self.clip_high) / measured,
-               "ratio/max": self.ratio_max, "num_tokens": num_tokens, "nonfinite_skipped": self.skipped,
-               "no_signal_skipped": int(self.no_signal), "learning_rate": self.learning_rate}
+        out = {rn.LOSS: _mean(self.losses), rn.GRAD_NORM: _mean(self.grad_norms), rn.KL: self.kl / measured,
+               rn.CLIP_LOW: self.clip_low / measured, rn.CLIP_HIGH: self.clip_high / measured,
+               rn.CLIP_REGION: (self.clip_low + self.clip_high) / measured,
+               rn.RATIO_MAX: self.ratio_max, rn.NUM_TOKENS: num_tokens, rn.NONFINITE_SKIPPED: self.skipped,
+               rn.NO_SIGNAL_SKIPPED: int(self.no_signal), rn.LEARNING_RATE: self.learning_rate}
         if len(self.losses) > 1:
             for k, (loss, norm) in enumerate(zip(self.losses, self.grad_norms), start=1):
-                out[f"loss/iteration_{k}"], out[f"grad_norm/iteration_{k}"] = loss, norm
+                out[rn.per_iteration(rn.LOSS, k)], out[rn.per_iteration(rn.GRAD_NORM, k)] = loss, norm
         if sampler:
-            out["sampler/logprob_abs_diff"] = self.lp_diff / tokens
-            out["sampler/is_weight_mean"] = self.is_sum / tokens
-            out["sampler/is_weight_min"] = self.is_min if math.isfinite(self.is_min) else float("nan")
-            out["sampler/is_weight_max"] = self.is_max if math.isfinite(self.is_max) else float("nan")
+            out[rn.SAMPLER_LOGPROB_ABS_DIFF] = self.lp_diff / tokens
+            out[rn.SAMPLER_IS_WEIGHT_MEAN] = self.is_sum / tokens
+            out[rn.SAMPLER_IS_WEIGHT_MIN] = self.is_min if math.isfinite(self.is_min) else float("nan")
+            out[rn.SAMPLER_IS_WEIGHT_MAX] = self.is_max if math.isfinite(self.is_max) else float("nan")
         return out
 
 
@@ -128,7 +130,7 @@ class UpdateResult:
         """The update's logged numbers (:meth:`UpdateStats.metrics` plus ``tokens/forward``, ``tokens/padded``)."""
         return {**self.stats.metrics(self.num_tokens, self.num_iterations, self.sampler),
                 # what each forward/backward pass processed: real tokens (prompt + completion) and with padding
-                "tokens/forward": self.tokens_forward, "tokens/padded": self.tokens_padded}
+                rn.TOKENS_FORWARD: self.tokens_forward, rn.TOKENS_PADDED: self.tokens_padded}
 
 
 class PolicyUpdate:

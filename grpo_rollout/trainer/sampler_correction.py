@@ -4,7 +4,11 @@ probabilities for the same tokens (kernels, precision, or a stale weight copy), 
 Truncated importance sampling (TIS; Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
 Training") reweights each token's loss by ``w = π_trainer(token) / π_sampler(token)``, capped at ``cap``; the masked
 variant (MIS) drops tokens (or whole sequences) whose ratio exceeds the cap instead. Sequence-level modes use the
-product of the token ratios of the sequence.
+product of the token ratios of the sequence (``training.sampler_correction``).
+
+Not the ratio of the clipped surrogate: that one is against the old policy (the trainer's own log-probs before the
+step's first update), and ``training.importance_level`` says whether it is per token or per sequence
+(:mod:`.losses`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,133 @@
+"""The one registry of what a run folder holds and what a step logs: file names and metric names.
+
+Every module that writes or reads these names (the trainer's stages, the console, ``grpo-rollout plot`` /
+``inspect``, the CLI's summary) takes them from here, so a rename cannot silently empty a plot panel. This module
+imports nothing of :mod:`grpo_rollout`.
+
+Step convention: the ``step`` written to ``metrics.jsonl``, ``completions.jsonl``, ``rollouts/step_<k>.jsonl`` and
+``checkpoint-<k>`` is 1-based (the k-th step trained; checkpoint ``k`` holds ``k`` completed steps); inside
+:class:`grpo_rollout.trainer.recipe.GRPORecipe` a step is 0-based, and the recipe adds 1 where it logs or saves.
+"""
+
+from __future__ import annotations
+
+# -- the run folder (training.output_dir) ------------------------------------------------------------------------------
+CONFIG_FILE = "config.yaml"            # the resolved config, written when training starts
+METRICS_FILE = "metrics.jsonl"         # one JSON object per logged step (logging.report_to: jsonl)
+COMPLETIONS_FILE = "completions.jsonl"  # one JSON line per sampled completion of a logged step
+ROLLOUTS_DIR = "rollouts"              # token-level records, rollouts/step_<k>.jsonl (training.save_rollouts)
+ROLLOUT_FILE_PREFIX = "step_"
+VLLM_LOG = "vllm.log"                  # a spawned vLLM server's output (vllm-<i>.log with several servers)
+STEP = "step"                          # the 1-based step of every line of the .jsonl files
+
+
+def rollout_file(step: "int | str") -> str:
+    """The name of step ``step``'s (1-based) token-level file in :data:`ROLLOUTS_DIR`: ``step_<step>.jsonl``
+    (``"*"`` gives the glob of them all)."""
+    return f"{ROLLOUT_FILE_PREFIX}{step}.jsonl"
+
+
+def server_log(index: int, num_servers: int) -> str:
+    """The log file of spawned server ``index`` (0-based) of ``num_servers``: ``vllm.log`` for a lone server."""
+    return VLLM_LOG if num_servers == 1 else f"vllm-{index}.log"
+
+
+# -- reward ----------------------------------------------------------------------------------------------------------
+REWARD = "reward"                      # the step's mean total reward
+REWARD_STD = "reward_std"
+REWARD_MIN = "reward_min"
+REWARD_MAX = "reward_max"
+FRAC_REWARD_ZERO_STD = "frac_reward_zero_std"  # share of groups whose rewards are all equal
+REWARDS_PREFIX = "rewards/"            # + function name (+ /mean, /std); also a sample record's per-function key
+
+
+def reward_fn(name: str, stat: str = "mean") -> str:
+    """``rewards/<name>/<stat>``: the step's ``mean`` (or ``std``) of reward function ``name``."""
+    return f"{REWARDS_PREFIX}{name}/{stat}"
+
+
+def reward_fn_of_mean(key: str):
+    """The function name of a ``rewards/<name>/mean`` key, or ``None`` for any other key."""
+    if key.startswith(REWARDS_PREFIX) and key.endswith("/mean") and len(key) > len(REWARDS_PREFIX) + len("/mean"):
+        return key[len(REWARDS_PREFIX):-len("/mean")]
+    return None
+
+
+# -- loss and update -------------------------------------------------------------------------------------------------
+LOSS = "loss"
+GRAD_NORM = "grad_norm"
+KL = "kl"
+CLIP_LOW = "clip_ratio/low"
+CLIP_HIGH = "clip_ratio/high"
+CLIP_REGION = "clip_ratio/region"
+RATIO_MAX = "ratio/max"
+NUM_TOKENS = "num_tokens"
+NONFINITE_SKIPPED = "nonfinite_skipped"
+NO_SIGNAL_SKIPPED = "no_signal_skipped"
+LEARNING_RATE = "learning_rate"
+TOKENS_FORWARD = "tokens/forward"
+TOKENS_PADDED = "tokens/padded"
+
+
+def per_iteration(metric: str, k: int) -> str:
+    """``<metric>/iteration_<k>`` (k from 1): :data:`LOSS` or :data:`GRAD_NORM` of one of ``num_iterations`` > 1
+    updates."""
+    return f"{metric}/iteration_{k}"
+
+
+# -- sampler vs trainer ----------------------------------------------------------------------------------------------
+SAMPLER_LOGPROB_ABS_DIFF = "sampler/logprob_abs_diff"
+SAMPLER_IS_WEIGHT_MEAN = "sampler/is_weight_mean"
+SAMPLER_IS_WEIGHT_MIN = "sampler/is_weight_min"
+SAMPLER_IS_WEIGHT_MAX = "sampler/is_weight_max"
+SAMPLER_WEIGHT_VERSION_LAG = "sampler/weight_version_lag"
+
+# -- completions -----------------------------------------------------------------------------------------------------
+MEAN_LENGTH = "completions/mean_length"
+MAX_LENGTH = "completions/max_length"
+MIN_LENGTH = "completions/min_length"
+TRUNCATED_FRACTION = "completions/truncated_fraction"
+
+# -- rollout extras, episodes and tools ------------------------------------------------------------------------------
+EXTRAS_PREFIX = "extras/"
+
+
+def extra(name: str) -> str:
+    """``extras/<name>``: the step's mean of a numeric rollout extra."""
+    return f"{EXTRAS_PREFIX}{name}"
+
+
+NUM_TURNS = extra("num_turns")
+ENV_DONE = extra("env_done")           # older environment runs' "episode ended by done" share
+CUT_BY_BUDGET = "episodes/cut_by_budget"  # episodes of the step that the token budget ended (count)
+TURNS_CAPPED = "episodes/turns_capped"    # sampled turns of the step cut by max_turn_tokens (count)
+ENDED_PREFIX = "episodes/ended/"          # + reason: the step's share of episodes that ended so
+
+
+def ended(reason: str) -> str:
+    """``episodes/ended/<reason>``."""
+    return f"{ENDED_PREFIX}{reason}"
+
+
+TOOL_CALLS = "tools/calls"
+TOOL_ERRORS = "tools/errors"
+TOOL_SUCCESS_RATE = "tools/success_rate"
+
+
+def per_tool(name: str, what: str) -> str:
+    """``tools/<name>/<what>``: ``calls`` of tool ``name`` in the step, or its ``success_rate``."""
+    return f"tools/{name}/{what}"
+
+
+# -- time (seconds) --------------------------------------------------------------------------------------------------
+TIME_GENERATION = "time/generation"
+TIME_REWARDS = "time/rewards"
+TIME_TRAINING = "time/training"
+TIME_SYNC = "time/sync"
+TIME_STEP = "time/step"
+
+# -- dynamic sampling ------------------------------------------------------------------------------------------------
+DS_ROUNDS = "dynamic_sampling/rounds"
+DS_GROUPS_DROPPED = "dynamic_sampling/groups_dropped"
+DS_GROUPS_TRAINED = "dynamic_sampling/groups_trained"
+DS_FILLED = "dynamic_sampling/filled"
