@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from ..config import check_config
+from ..preflight import check_config
 from .render import print_problems
 
 

@@ -251,7 +251,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = 
 
     Returns a :class:`LoadedConfig` whose ``problems`` lists every unknown key, type error, bad override and failed
     interpolation. With ``strict=True`` a non-empty error list raises :class:`ConfigError` instead. Range and
-    cross-key checks are not run here: see :func:`grpo_rollout.config.validate`.
+    cross-key checks are not run here: see :func:`grpo_rollout.preflight.validate`.
     """
     path = Path(path)
     problems: List[Problem] = []
