@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from .problems import Problem, add_error as _err, add_warning as _warn
 from .schema import Config
@@ -89,6 +89,14 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
         if not torch.cuda.is_available():
             _err(problems, "vllm.weight_transfer", "nccl", "needs CUDA (an NCCL broadcast from GPU to GPU)",
                  "use auto (a folder for a server on this machine, HTTP bytes for one elsewhere)")
+
+
+def needed_model_len(sampling: Any) -> Optional[int]:
+    """``max_prompt_length + max_completion_length`` of a config's ``sampling`` section (``None`` when prompts are
+    not limited): the ``max_model_len`` a server must offer."""
+    if not sampling.max_prompt_length:
+        return None
+    return sampling.max_prompt_length + sampling.max_completion_length
 
 
 def batch_arithmetic(config: Config) -> Dict[str, int]:

@@ -7,6 +7,7 @@ import difflib
 import typing
 from typing import Any, Dict, List, Optional, Tuple
 
+from .sampling_names import SAMPLING_ALIASES
 from .schema import Config
 
 
@@ -31,7 +32,7 @@ def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
     """Nearest valid key for an unknown ``prefix + bad_key``: a close name in the same section first, then the same
     or a close name in another section. Returns the full dotted key, or ``None``."""
     same_level = list(_hints(cls))
-    from ..rollouts.contract import SAMPLING_ALIASES  # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
+    # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
 
     if cls.__name__ == "SamplingConfig" and bad_key in SAMPLING_ALIASES:
         return prefix + SAMPLING_ALIASES[bad_key]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, List, Tuple
 
-from ..rollouts.contract import SAMPLING_ALIASES
 from .problems import Problem, add_error as _err
+from .sampling_names import SAMPLING_ALIASES
 from .schema import Config
 
 
