@@ -15,7 +15,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-from .config import Config, ConfigError, Problem, check_config, load_config, validate  # noqa: E402
+from .config import Config, ConfigError, Problem, load_config  # noqa: E402
+from .preflight import check_config, validate  # noqa: E402
 
 _LAZY = {"train": ("grpo_rollout.trainer", "train"), "TrainResult": ("grpo_rollout.trainer", "TrainResult")}
 

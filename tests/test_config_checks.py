@@ -8,8 +8,8 @@ import math
 import pytest
 
 from grpo_rollout.config import Config, batch_arithmetic, validate
-from grpo_rollout.config.checks import (_RANGES, check_batch, check_paths, check_processes, check_sampling_agreement,
-                                         check_values)
+from grpo_rollout.config.checks import _RANGES, check_batch, check_processes, check_sampling_agreement, check_values
+from grpo_rollout.preflight.paths import check_paths
 from grpo_rollout.config.schema import ENUMS, RewardConfig
 
 
@@ -496,7 +496,7 @@ def test_skipping_the_data_does_not_flag_reward_params_that_name_columns(project
 
 # Found by config fuzzing (issue 9): the nearest-divisor hint enumerated every number up to prompts × generations.
 def test_batch_hint_with_huge_values_is_immediate(monkeypatch):
-    import grpo_rollout.config.checks as checks
+    import grpo_rollout.config.batch_checks as checks
 
     searched = []  # the candidate ranges check_batch walks through
 

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 
 from .. import __version__
-from ..config import check_config
+from ..preflight import check_config
 from .render import print_problems, print_summary
 
 def _flag_without_type(original):

@@ -9,7 +9,8 @@ from typing import List, Optional
 from rich.console import Console
 from rich.markup import escape
 
-from ..config import Config, check_config
+from ..config import Config
+from ..preflight import check_config
 from .render import print_problems
 
 

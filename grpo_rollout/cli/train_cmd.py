@@ -5,15 +5,19 @@ from __future__ import annotations
 import math
 import signal
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
 from .. import run_names as rn
-from ..config import check_config
+from ..preflight import check_config
 from .render import print_problems
+
+if TYPE_CHECKING:
+    from ..config import LoadedConfig
+    from ..trainer.run import TrainResult
 
 
 def run_train(console: Console, config_path: Path, overrides: List[str], resume: Optional[str]) -> int:
@@ -28,6 +32,13 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
     if any(p.is_error for p in problems):
         console.print("[red]Not starting: fix the errors above[/] (grpo-rollout validate-config shows them too).")
         return 1
+    return _train_and_summarise(console, loaded, config_path, overrides, resume)
+
+
+def _train_and_summarise(console: Console, loaded: LoadedConfig, config_path: Path, overrides: List[str],
+                         resume: Optional[str]) -> int:
+    """Train a checked config (Ctrl-C/SIGTERM and the run's own errors end in a message) and print the summary."""
+    import os
 
     from ..data import DatasetError
     from ..generation.backend import BackendError
@@ -59,6 +70,11 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
         if exc.__cause__ is not None:
             console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")
         return 1
+    return _print_summary(console, result)
+
+
+def _print_summary(console: Console, result: TrainResult) -> int:
+    """The final panel: steps, how the mean reward moved, time per step, where the model and metrics are."""
     if not result.history:  # --resume on a run that had already reached max_steps: the reporter said why
         console.print(Panel(f"nothing trained; the model stays at [bold]{escape(str(result.checkpoint))}[/]",
                             title="[bold yellow]Nothing to do", expand=False))

@@ -1,31 +1,27 @@
-"""Config: the YAML schema, loading with overrides, imports of named functions, and every static check."""
+"""Config: the YAML schema, loading with overrides, imports of named functions, and the checks of a config on its
+own. The checks that need the environment, and :func:`validate`/:func:`check_config` running all, live in
+:mod:`grpo_rollout.preflight`; they are importable from here too (loaded on first use: preflight sits above config)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Any
 
-from .checks import batch_arithmetic, validate
+from .batch_checks import batch_arithmetic
 from .imports import ImportSpecError, resolve_callable, resolve_object
 from .loading import LoadedConfig, config_dict, config_from_dict, load_config, to_yaml
 from .problems import ConfigError, Problem
 from .schema import Config
 
+_FROM_PREFLIGHT = ("check_config", "validate")
 
-def check_config(path: str | Path, overrides: Sequence[str] = (), load_data: bool = True,
-                 processes: Optional[int] = None) -> Tuple[LoadedConfig, List[Problem]]:
-    """Load ``path`` with ``overrides`` and run every check that needs no model weights (``processes``: the number of
-    training processes to check for; default torchrun's ``WORLD_SIZE``, else 1).
 
-    Returns the loaded config and all problems (loading problems first). ``loaded.config`` is ``None`` only when the
-    file could not be read. Nothing is raised for a bad config.
-    """
-    loaded = load_config(path, overrides)
-    problems = list(loaded.problems)
-    if loaded.config is not None:
-        problems += validate(loaded.config, loaded.base_dir, load_data=load_data, processes=processes,
-                             known=loaded.problems)
-    return loaded, problems
+def __getattr__(name: str) -> Any:
+    """``validate`` and ``check_config`` from :mod:`grpo_rollout.preflight`, imported when first asked for."""
+    if name in _FROM_PREFLIGHT:
+        from .. import preflight
+
+        return getattr(preflight, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["Config", "ConfigError", "ImportSpecError", "LoadedConfig", "Problem", "batch_arithmetic", "check_config",

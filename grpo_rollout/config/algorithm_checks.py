@@ -1,7 +1,7 @@
 """Static checks of the training algorithm's settings: combinations that run, but not as the user likely means.
 
 Every check here appends :class:`~grpo_rollout.config.problems.Problem` objects (warnings: each of these configs is
-legal); :func:`grpo_rollout.config.checks.validate` runs them with the others.
+legal); :func:`grpo_rollout.preflight.validate` runs them with the others.
 """
 
 from __future__ import annotations

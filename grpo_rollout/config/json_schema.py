@@ -17,7 +17,7 @@ What it states, and where it deliberately differs from a literal reading of the 
 * keys listed in ``ENUMS`` take one of their allowed values, and ``logging.report_to`` items one of ``REPORT_TO``;
   where ``off`` is allowed, ``false`` is too (YAML 1.1, which the loader uses, reads an unquoted ``off`` as false);
 * ``rewards`` items are objects or a bare string (the ``- pkg.module:function`` shorthand);
-* where :mod:`~grpo_rollout.config.checks` rules a number by a plain interval (a :class:`~.checks.Bound`), that
+* where :mod:`~grpo_rollout.config.ranges` rules a number by a plain interval (a :class:`~.ranges.Bound`), that
   interval is stated (``minimum``, ``exclusiveMinimum``, ...); other rules (``sampling.top_k``) and every cross-key
   rule are left to ``grpo-rollout validate-config``;
 * OmegaConf interpolations: any scalar key may instead hold a string containing ``${...}`` (``${sampling.seed}``,
@@ -37,7 +37,7 @@ import re
 import typing
 from typing import Any, Dict, List, Optional
 
-from .checks import Bound, range_bounds
+from .ranges import Bound, range_bounds
 from .schema import ENUMS, REPORT_TO, Config
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -60,7 +60,7 @@ def config_json_schema() -> Dict[str, Any]:
     Returns:
         A JSON-serialisable dict: one ``object`` per section with ``additionalProperties: false``, each key with its
         type, default and a short ``description``; the allowed values from ``ENUMS`` as ``enum``; plain numeric
-        ranges from :func:`~grpo_rollout.config.checks.range_bounds`. See the module docstring for how YAML ints,
+        ranges from :func:`~grpo_rollout.config.ranges.range_bounds`. See the module docstring for how YAML ints,
         plain scalars for text keys and ``${...}`` interpolations are treated.
 
     Raises:

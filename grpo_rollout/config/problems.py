@@ -35,7 +35,7 @@ def flagged(problems: Sequence[Problem], keys: Iterable[str]) -> bool:
 
     Args:
         problems: the problems found so far (loading problems included, see
-            :func:`grpo_rollout.config.checks.validate`).
+            :func:`grpo_rollout.preflight.validate`).
         keys: dotted config keys.
 
     Returns:

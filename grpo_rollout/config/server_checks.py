@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..generation.server.launch import needed_model_len
+from .batch_checks import needed_model_len
 from .problems import Problem, add_error, add_warning
 from .schema import Config
 

@@ -37,26 +37,8 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-#: Sampling settings every rollout receives as keyword arguments, mapped to their ``sampling.*`` key.
-SAMPLING_ARGS: Dict[str, str] = {
-    "n": "num_generations",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
-    "max_completion_length": "max_completion_length",
-    "seed": "seed",
-}
-#: Names under which a sampling setting may appear in rollout/reward kwargs, mapped to the ``sampling.*`` key.
-SAMPLING_ALIASES: Dict[str, str] = {
-    **SAMPLING_ARGS,
-    "num_generations": "num_generations",
-    "num_return_sequences": "num_generations",
-    "max_tokens": "max_completion_length",
-    "max_new_tokens": "max_completion_length",
-    "max_prompt_length": "max_prompt_length",
-}
+from ..config.sampling_names import SAMPLING_ALIASES, SAMPLING_ARGS  # noqa: F401 - part of the rollout contract
+
 #: Objects passed only to rollout functions that name them.
 CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir")
 #: Keys of the returned dict that are not extras.

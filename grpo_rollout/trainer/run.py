@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..config import Config, ConfigError, config_dict, validate
+from ..config import Config, ConfigError, config_dict
+from ..preflight import validate
 from ..data import load_train_dataset
 from ..generation.vllm_client import ServerError
 from ..rewards.calling import RewardError
@@ -56,7 +57,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         base_dir: folder that relative paths in the config are also resolved against (the config file's folder).
         resume: ``None``, ``"latest"`` or a checkpoint folder: continue from its step, optimizer, scheduler and RNG.
         reporter: console output (default: a :class:`RichReporter` on stdout).
-        check: run :func:`grpo_rollout.config.validate` first (callers that just did may skip it).
+        check: run :func:`grpo_rollout.preflight.validate` first (callers that just did may skip it).
 
     Returns:
         a :class:`TrainResult`.

@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from ...config.batch_checks import needed_model_len  # noqa: F401 - re-exported (serve, spawn)
+
 
 @dataclass
 class ServerSettings:
@@ -28,14 +30,6 @@ class ServerSettings:
     devices: Optional[str] = None  # CUDA_VISIBLE_DEVICES for this server (None: inherited); TP = how many
     cpu_cores: Optional[str] = None  # CPU build: the cores its worker threads use, e.g. "0-1" (None: vLLM's choice)
     weight_transfer: str = "auto"  # nccl: start vLLM's weight-transfer engine and its RL routes
-
-
-def needed_model_len(sampling: Any) -> Optional[int]:
-    """``max_prompt_length + max_completion_length`` of a config's ``sampling`` section (``None`` when prompts are
-    not limited): the ``max_model_len`` a server must offer."""
-    if not sampling.max_prompt_length:
-        return None
-    return sampling.max_prompt_length + sampling.max_completion_length
 
 
 def settings_from_config(config: Any, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,

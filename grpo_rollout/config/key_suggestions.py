@@ -1,0 +1,66 @@
+"""The nearest valid key for an unknown one (the "did you mean" of an unknown-key problem)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from typing import Any, Dict, List, Optional, Tuple
+
+from .sampling_names import SAMPLING_ALIASES
+from .schema import Config
+
+
+def _hints(cls: type) -> Dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _all_keys(cls: type = Config, prefix: str = "") -> List[str]:
+    """Every valid dotted key of the schema (list items of ``rewards`` as ``rewards[].key``)."""
+    keys = []
+    for name, tp in _hints(cls).items():
+        dotted = f"{prefix}{name}"
+        keys.append(dotted)
+        if dataclasses.is_dataclass(tp):
+            keys += _all_keys(tp, dotted + ".")
+        elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+            keys += _all_keys(typing.get_args(tp)[0], dotted + "[]." )
+    return keys
+
+
+def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
+    """Nearest valid key for an unknown ``prefix + bad_key``: a close name in the same section first, then the same
+    or a close name in another section. Returns the full dotted key, or ``None``."""
+    same_level = list(_hints(cls))
+    # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
+
+    if cls.__name__ == "SamplingConfig" and bad_key in SAMPLING_ALIASES:
+        return prefix + SAMPLING_ALIASES[bad_key]
+    close = difflib.get_close_matches(bad_key, same_level, n=1, cutoff=0.6)
+    if close:
+        return prefix + close[0]
+    everywhere = [k for k in _all_keys() if not k.startswith("rewards[]")]
+    exact = [k for k in everywhere if k.rsplit(".", 1)[-1] == bad_key]
+    if exact:
+        return exact[0]
+    leaf_names = {k.rsplit(".", 1)[-1]: k for k in everywhere}
+    close = difflib.get_close_matches(bad_key, list(leaf_names), n=1, cutoff=0.75)
+    if close:
+        return leaf_names[close[0]]
+    # whole dotted keys of *other* sections, compared below the sections they share with the unknown key: a shared
+    # `model.` would make `model.lora.sync_mode` look close to `model.trust_remote_code`
+    full = prefix + bad_key
+    others = [k for k in everywhere if not full.startswith((k + ".", k + "[")) and not (prefix and k.startswith(prefix))]
+    scored = [(difflib.SequenceMatcher(None, *_below_shared(full, k)).ratio(), k) for k in others]
+    best = max(scored, default=(0.0, None), key=lambda item: item[0])
+    return best[1] if best[0] >= 0.6 else None
+
+
+def _below_shared(a: str, b: str) -> Tuple[str, str]:
+    """Dotted keys ``a`` and ``b`` without the leading sections they share (``model.lora.sync_mode`` and
+    ``model.trust_remote_code`` → ``lora.sync_mode`` and ``trust_remote_code``); the last part always stays."""
+    mine, theirs = a.split("."), b.split(".")
+    shared = 0
+    while shared < min(len(mine), len(theirs)) - 1 and mine[shared] == theirs[shared]:
+        shared += 1
+    return ".".join(mine[shared:]), ".".join(theirs[shared:])

@@ -1,0 +1,29 @@
+"""What the grpo-rollout routes share: the engine, tokenizer, limits and weight version of the server (kept on
+vLLM's ``app.state`` by the plugin), and the lookup every route starts with (503 without an engine, 401 without the
+API key)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Dict, List, Optional
+
+from fastapi import HTTPException, Request
+
+
+class _State:
+    def __init__(self, engine: Any, tokenizer: Any, model: str, max_model_len: int, vocab_size: int,
+                 api_keys: List[str], layout: Optional[Dict[str, tuple]] = None, tied: bool = False):
+        self.engine, self.tokenizer, self.model, self.api_keys = engine, tokenizer, model, api_keys
+        self.max_model_len, self.vocab_size = max_model_len, vocab_size
+        self.layout, self.tied = layout, tied
+        self.weight_version = 0
+        self.lock = asyncio.Lock()
+
+
+def _state(request: Request) -> _State:
+    state = getattr(request.app.state, "grpo_rollout", None)
+    if state is None:
+        raise HTTPException(503, "grpo-rollout routes are not initialised (no engine)")
+    if state.api_keys and request.headers.get("authorization", "") not in {f"Bearer {k}" for k in state.api_keys}:
+        raise HTTPException(401, "missing or wrong API key (send `Authorization: Bearer KEY`)")
+    return state

@@ -1,0 +1,107 @@
+"""``POST /update_weights/``, ``/upload_weights/`` and ``/set_weight_version/``: new weights for the served model,
+checked against its layout before anything is loaded."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from fastapi import APIRouter, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from .state import _State, _state
+from .weight_layout import _layout_problem, _weight_layout
+
+
+class UpdateWeightsRequest(BaseModel):
+    """Body of ``POST /update_weights/``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1)
+    version: Optional[int] = Field(None, ge=0, le=2 ** 63 - 1)
+
+
+class VersionRequest(BaseModel):
+    """Body of ``POST /set_weight_version/``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Optional[int] = Field(None, ge=0, le=2 ** 63 - 1)
+
+
+router = APIRouter()
+
+
+async def _load_folder(state: _State, folder: Path, version: Optional[int], label: str) -> Dict[str, Any]:
+    """Check ``folder``'s tensor names and shapes against the served model, then reload the weights from it."""
+    # checked before anything is loaded: vLLM fails half-way through a folder with unknown names or other shapes,
+    # leaving a model that is part old, part new
+    try:
+        problem = _layout_problem(await asyncio.to_thread(_weight_layout, folder), state.layout, state.tied)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        raise HTTPException(400, f"{label} does not fit the served model {state.model}: {problem}; the weights "
+                                 "were not changed")
+    async with state.lock:
+        await state.engine.pause_generation(mode="wait")
+        try:
+            await state.engine.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+            await state.engine.reset_prefix_cache()
+        finally:
+            await state.engine.resume_generation()
+        state.weight_version = version if version is not None else state.weight_version + 1
+    return {"weight_version": state.weight_version}
+
+
+@router.post("/update_weights/")
+async def update_weights(body: UpdateWeightsRequest, request: Request) -> Dict[str, Any]:
+    state = _state(request)
+    folder = Path(body.path)
+    if not folder.is_dir() or not list(folder.glob("*.safetensors")):
+        raise HTTPException(400, f"{body.path} is not a folder holding *.safetensors files")
+    return await _load_folder(state, folder, body.version, body.path)
+
+
+@router.post("/upload_weights/")
+async def upload_weights(request: Request, version: Optional[int] = None) -> Dict[str, Any]:
+    """The weights as the bytes of one safetensors file in the body (streamed), with its SHA-256 in the ``x-sha256``
+    header: for a trainer on another host. Written to this server's memory folder, checked, loaded, deleted."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from ..vllm_client import WEIGHTS_FILE, weights_root
+
+    state = _state(request)
+    expected = request.headers.get("x-sha256", "").lower()
+    if len(expected) != 64:
+        raise HTTPException(400, "send the file's SHA-256 (64 hex digits) in the x-sha256 header")
+    if version is not None and not 0 <= version < 2 ** 63:
+        raise HTTPException(400, f"version must be >= 0, got {version}")
+    folder = Path(tempfile.mkdtemp(prefix="grpo-rollout-upload-", dir=weights_root()))
+    try:
+        digest, size = hashlib.sha256(), 0
+        with open(folder / WEIGHTS_FILE, "wb") as f:
+            async for chunk in request.stream():
+                digest.update(chunk)
+                f.write(chunk)
+                size += len(chunk)
+        if digest.hexdigest() != expected:
+            raise HTTPException(400, f"the upload ({size} bytes) does not match its x-sha256 checksum: it was cut or "
+                                     "changed on the way; the weights were not changed")
+        return await _load_folder(state, folder, version, "the uploaded file")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@router.post("/set_weight_version/")
+async def set_weight_version(body: VersionRequest, request: Request) -> Dict[str, Any]:
+    """After weights arrived another way (vLLM's NCCL weight transfer): reset the prefix cache, record ``version``."""
+    state = _state(request)
+    async with state.lock:
+        await state.engine.reset_prefix_cache()
+        state.weight_version = body.version if body.version is not None else state.weight_version + 1
+    return {"weight_version": state.weight_version}

