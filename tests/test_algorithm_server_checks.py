@@ -48,10 +48,16 @@ def test_token_level_dapo_is_not_warned_about(project):
 
 # --- learning rate 0 -----------------------------------------------------------------------------------------------
 
-def test_learning_rate_zero_is_allowed_with_a_warning(project):
+def _the_only_problem(project, section: str, name: str, value):
+    """The one problem of the baseline config with ``section.name`` set to ``value`` (and the config, to vary)."""
     cfg = project.baseline()
-    cfg["training"]["learning_rate"] = 0
+    cfg[section][name] = value
     [p] = project.check(cfg)
+    return p, cfg
+
+
+def test_learning_rate_zero_is_allowed_with_a_warning(project):
+    p, cfg = _the_only_problem(project, "training", "learning_rate", 0)
     assert (p.key, p.value, p.severity) == ("training.learning_rate", 0.0, "warning")
     assert "no weight ever changes" in p.message and "training.learning_rate" in p.fix
     cfg["training"]["learning_rate"] = -1e-6
@@ -61,9 +67,7 @@ def test_learning_rate_zero_is_allowed_with_a_warning(project):
 # --- repetition penalty ----------------------------------------------------------------------------------------------
 
 def test_repetition_penalty_warns_that_sampler_correction_and_stale_check_are_off(project):
-    cfg = project.baseline()
-    cfg["sampling"]["repetition_penalty"] = 1.1
-    [p] = project.check(cfg)
+    p, cfg = _the_only_problem(project, "sampling", "repetition_penalty", 1.1)
     assert (p.key, p.value, p.severity) == ("sampling.repetition_penalty", 1.1, "warning")
     assert "turns off the sampler correction" in p.message and "the stale-weights check" in p.message
     assert "sampling.repetition_penalty: 1.0" in p.fix
