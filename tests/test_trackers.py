@@ -68,7 +68,7 @@ def test_trackio_and_wandb_get_the_metrics_and_the_config(tmp_path, monkeypatch,
         assert rows[step].keys() >= metrics.keys()
         assert _finite({k: rows[step][k] for k in metrics}) == pytest.approx(metrics, rel=1e-6)
     config = SQLiteStorage.get_run_config("grpo-test", "tiny")
-    assert config["training"]["max_steps"] == 2 and config["model"]["name_or_path"] == str(model)
+    assert config["training"]["max_steps"] == 2 and config["model"]["name_or_path"] == str(tiny_model)
 
     [run_file] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "*.wandb"))
     records = _wandb_records(run_file)

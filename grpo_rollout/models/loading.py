@@ -30,7 +30,6 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision
     Raises:
         ValueError: unknown built-in name or missing package. OSError: transformers cannot find the model.
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
