@@ -1,6 +1,6 @@
 """The GRPO recipe: one class that sets a run up, runs its steps, saves and cleans up (torchtune's recipe shape).
 
-One step (Shao et al. 2024, DeepSeekMath, Algorithm 1, one policy update per batch by default) is five stages,
+One step (Shao et al. 2024, DeepSeekMath, Algorithm 1, one policy update per batch by default) is four stages,
 each a method a reader can jump to, passing typed data (:mod:`.batch`)::
 
     batch  = collect(step)         # ScoredBatch: this rank's groups, ids, masks, sampler log-probs, rewards, advantages
