@@ -109,7 +109,8 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
         if extra_cfg:
             _err(problems, f"rewards[{i}].kwargs", kwargs,
                  f"{spec} does not accept {', '.join(f'`{k}`' for k in extra_cfg)}",
-                 "remove them or add `**kwargs` to the function")
+                 did_you_mean(extra_cfg, [p for p in params if p not in kwargs])
+                 + "remove them or add `**kwargs` to the function")
     if positional_only_required(fn):
         _err(problems, key, spec, "positional-only parameters cannot be passed by name",
              "remove the `/` from its signature")
@@ -136,3 +137,13 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
                  f"column ({', '.join(columns or []) or 'none'}), a config kwarg, nor an extra of the rollout{hint}",
                  f"{rename}add the column `{p}` to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter "
                  "a default")
+
+
+def did_you_mean(unknown: List[str], known: List[str]) -> str:
+    """``"did you mean `b` (for `a`)? "`` for each name in ``unknown`` close to one in ``known`` (difflib), else
+    ``""``: the start of a fix."""
+    import difflib
+
+    pairs = [(u, difflib.get_close_matches(u, known, n=1)) for u in unknown]
+    hints = [f"`{m[0]}` (for `{u}`)" for u, m in pairs if m]
+    return f"did you mean {', '.join(hints)}? Otherwise " if hints else ""

@@ -109,9 +109,12 @@ def check_constructor_kwargs(cls: Any, kwargs: Mapping[str, Any], name: str) -> 
     try:
         signature.bind(**dict(value))
     except TypeError as exc:
-        params = ", ".join(p for p in signature.parameters if p not in ("args", "kwargs")) or "none"
+        names = [p for p in signature.parameters if p not in ("args", "kwargs")]
+        params = ", ".join(names) or "none"
         label = getattr(cls, "__name__", str(cls))
-        return [(_key(name), f"{label}() does not accept these arguments: {exc}", f"its parameters: {params}")]
+        close = [(k, difflib.get_close_matches(k, names, n=1)) for k in value if k not in signature.parameters]
+        hint = "".join(f"did you mean `{m[0]}` (for `{k}`)? " for k, m in close if m)
+        return [(_key(name), f"{label}() does not accept these arguments: {exc}", f"{hint}its parameters: {params}")]
     return []
 
 
