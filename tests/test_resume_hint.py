@@ -58,3 +58,5 @@ def test_ctrl_c_prints_a_command_that_resumes_the_same_run(tmp_path, tiny_model)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Resuming from out/mine/checkpoint-1" in " ".join(again.stdout.split())
     assert (tmp_path / "out" / "mine" / "checkpoint-3").is_dir()
+    # the final panel names the session's first step (the issue-19 new user read "first step" as step 1)
+    assert "reward (mean of first step of this session, from step 2)" in again.stdout, again.stdout
