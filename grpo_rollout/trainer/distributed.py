@@ -143,11 +143,18 @@ class Dist:
         others = f" (and rank(s) {', '.join(str(r) for r, _ in failed[1:])})" if len(failed) > 1 else ""
         raise RankError(f"rank {rank}{others}: {kind}: {message}", kind) from error
 
-    def close(self) -> None:
-        """Leave the process group (when this object created it)."""
+    def close(self, wait_for_all: bool = False) -> None:
+        """Leave the process group (when this object created it).
+
+        ``wait_for_all``: first wait until every rank got here (a barrier; only on a run that finished on every rank:
+        after Ctrl-C or an error the others may never come). Without it rank 0 could tear the group down while another
+        rank's last collective (the checkpoint path's broadcast) was still in flight, which aborted a gloo process
+        now and then ("terminate called without an active exception", SIGABRT)."""
         if self._owns_group:
             import torch.distributed as dist
 
             if dist.is_initialized():
+                if wait_for_all:
+                    dist.barrier()
                 dist.destroy_process_group()
             self._owns_group = False

@@ -71,12 +71,15 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
     base_dir = Path(base_dir or Path.cwd())
     t = config.training
     dist = Dist.from_env(t.device)
+    finished = False
     try:
         # rank 0 alone prints and writes; the others keep quiet
         reporter = (reporter or RichReporter()) if dist.is_main else RichReporter(quiet=True)
-        return _train(config, base_dir, resume, reporter, check, dist)
+        result = _train(config, base_dir, resume, reporter, check, dist)
+        finished = True
+        return result
     finally:
-        dist.close()
+        dist.close(wait_for_all=finished)
 
 
 def steps_for_epochs(num_epochs: float, num_rows: int, prompts_per_step: int) -> int:
