@@ -91,7 +91,7 @@ class GenerationClient(ABC):
 
     def update_weights(self, weights: Weights) -> None:
         """Make the backend sample from these weights: a model, or its tensors by name (as
-        :func:`~grpo_rollout.generation.vllm_client.weights_for_sync` prepares them). A no-op when the client
+        :func:`~grpo_rollout.generation.weight_files.weights_for_sync` prepares them). A no-op when the client
         shares the trainer's model (``shares_weights``)."""
 
     def close(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import shutil
 import tempfile
 import time
@@ -19,6 +18,7 @@ from ..config.schema import WEIGHT_TRANSFERS as TRANSFERS
 from .addresses import is_local_url  # noqa: F401 - re-exported (nccl_sync and older imports use it from here)
 from .base import GenerationClient, GenerationResult
 from .versions import note_version, reverted_problem
+from .weight_files import CHUNK_BYTES as _CHUNK, file_sha256, weights_for_sync  # noqa: F401 - weights_for_sync re-exported
 
 
 class ServerError(RuntimeError):
@@ -52,31 +52,6 @@ def weights_root() -> Path:
 
 #: The one file a staged weight folder holds.
 WEIGHTS_FILE = "model.safetensors"
-_CHUNK = 8 << 20  # bytes per read/upload chunk
-
-
-def weights_for_sync(weights: Any) -> Dict[str, Any]:
-    """The tensors to send, by name, from a model or a ``name → tensor`` mapping: on the CPU, contiguous, each stored
-    once, and ``lm_head.weight`` written out for a model with tied embeddings — vLLM (0.32, CPU) keeps its old head
-    when a tied model's file holds only ``model.embed_tokens.weight``, which silently corrupts its log-probs. (A
-    mapping from a tied model must already hold ``lm_head.weight``, as ``state_dict()`` does.)"""
-    import torch
-
-    tied = False
-    if isinstance(weights, torch.nn.Module):
-        tied = bool(getattr(getattr(weights, "config", None), "tie_word_embeddings", False))
-        weights = weights.state_dict()
-    tensors, seen = {}, set()
-    for name, tensor in weights.items():
-        t = tensor.detach()
-        key = (t.data_ptr(), t.shape)
-        tensors[name] = t.clone().contiguous() if key in seen else t.contiguous()
-        seen.add(key)
-    if tied and "lm_head.weight" not in tensors:
-        embedding = next((t for name, t in tensors.items() if name.endswith("embed_tokens.weight")), None)
-        if embedding is not None:
-            tensors["lm_head.weight"] = embedding.clone()
-    return {name: t.cpu() for name, t in tensors.items()}
 
 
 @contextmanager
@@ -90,15 +65,6 @@ def staged_weights(weights: Any, version: int) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # the servers have read it (or failed); nothing else needs it
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class VllmClient(GenerationClient):
