@@ -20,7 +20,7 @@ import pytest
 import yaml
 from tiny_model import make_tiny_gpt2, make_tiny_model
 
-from grpo_rollout.config import check_config
+from grpo_rollout.preflight import check_config
 from grpo_rollout.config.problems import Problem
 
 _counter = itertools.count()

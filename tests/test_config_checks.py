@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from grpo_rollout.config import Config, batch_arithmetic, validate
+from grpo_rollout.config import Config, batch_arithmetic
+from grpo_rollout.preflight import validate
 from grpo_rollout.config.checks import _RANGES, check_batch, check_processes, check_sampling_agreement, check_values
 from grpo_rollout.preflight.paths import check_paths
 from grpo_rollout.config.schema import ENUMS, RewardConfig

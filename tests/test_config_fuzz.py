@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from fuzz_strategies import mutated
 from grpo_rollout.cli.main import app
-from grpo_rollout.config import check_config
+from grpo_rollout.preflight import check_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

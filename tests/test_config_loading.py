@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from grpo_rollout.config import Config, ConfigError, check_config, config_from_dict, load_config, to_yaml
+from grpo_rollout.config import Config, ConfigError, config_from_dict, load_config, to_yaml
+from grpo_rollout.preflight import check_config
 from grpo_rollout.config.loading import suggest_key
 from grpo_rollout.config.schema import LoraConfig, RewardConfig, SamplingConfig, TrainingConfig
 

@@ -171,7 +171,7 @@ def test_cli_resume_under_another_world_size_and_a_failing_rank(tmp_path, tiny_m
 
 
 def test_prompts_per_step_must_divide_by_the_processes(tmp_path, monkeypatch):
-    from grpo_rollout.config import check_config
+    from grpo_rollout.preflight import check_config
 
     config = _project(tmp_path, tmp_path / "model", "check", prompts_per_step=6)
     (tmp_path / "model").mkdir(exist_ok=True)
@@ -192,7 +192,7 @@ def test_prompts_per_step_must_divide_by_the_processes(tmp_path, monkeypatch):
 
 
 def test_server_settings_that_do_not_fit_together(tmp_path):
-    from grpo_rollout.config import check_config
+    from grpo_rollout.preflight import check_config
 
     (tmp_path / "model").mkdir()
     config = _project(tmp_path, tmp_path / "model", "servers")

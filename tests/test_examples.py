@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_rollout.config import check_config, load_config
+from grpo_rollout.config import load_config
+from grpo_rollout.preflight import check_config
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.progress import RichReporter
 

@@ -13,7 +13,8 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from grpo_rollout.config import config_from_dict, validate
+from grpo_rollout.config import config_from_dict
+from grpo_rollout.preflight import validate
 from grpo_rollout.config.schema import LoraConfig
 from grpo_rollout.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MERGED_DIR, apply_lora, merged_state_dict
 from grpo_rollout.trainer import recipe, train

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ..config.imports import ImportSpecError, resolve_callable
+from ..user_code import ImportSpecError, resolve_callable
 from ..config.problems import Problem, add_error as _err, add_warning as _warn
 from ..config.schema import Config
 from ..rewards.calling import STANDARD_REWARD_ARGS

@@ -114,7 +114,7 @@ def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
     Raises:
         RolloutError: it cannot be imported, is not a class, or lacks ``reset``/``step``.
     """
-    from ..config.imports import ImportSpecError, resolve_callable
+    from ..user_code import ImportSpecError, resolve_callable
 
     if isinstance(env, str):
         try:

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
-from ..config import Config, resolve_callable
+from ..config import Config
+from ..user_code import resolve_callable
 from ..data import load_train_dataset
 from ..generation.versions import record_versions
 from ..rewards.calling import RewardFunction, compute_rewards, unique_names
