@@ -7,7 +7,7 @@ import yaml
 
 from grpo_rollout.config import Config, ConfigError, config_from_dict, load_config, to_yaml
 from grpo_rollout.preflight import check_config
-from grpo_rollout.config.loading import suggest_key
+from grpo_rollout.config.key_suggestions import suggest_key
 from grpo_rollout.config.schema import LoraConfig, RewardConfig, SamplingConfig, TrainingConfig
 
 

@@ -4,7 +4,6 @@ rejects what an editor should flag, and agrees with the loader and the range che
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 import typing
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import jsonschema
+import pydantic
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -195,18 +195,20 @@ def test_every_range_check_that_is_an_interval_is_stated():
 # --- every field is in it -------------------------------------------------------------------------------------------
 
 def dataclass_fields(cls: type = Config, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Any, Any]]:
-    """(schema path to the field, its type, its default) for every field of every dataclass under Config; list items
-    of sections as ``items`` → ``anyOf[0]``."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        here = path + ("properties", f.name)
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        yield here, tp, default
-        if dataclasses.is_dataclass(tp):
+    """(schema path to the field, its type, its default) for every field of every section model under Config; list
+    items of sections as ``items`` → ``anyOf[0]``."""
+    for name, info in cls.model_fields.items():
+        tp = info.annotation
+        here = path + ("properties", name)
+        yield here, tp, info.get_default(call_default_factory=True)
+        if is_section(tp):
             yield from dataclass_fields(tp, here)
-        elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
+        elif typing.get_args(tp) and is_section(typing.get_args(tp)[0]):
             yield from dataclass_fields(typing.get_args(tp)[0], here + ("items", "anyOf", 0))
+
+
+def is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, pydantic.BaseModel)
 
 
 def lookup(schema: Dict[str, Any], path: Tuple[Any, ...]) -> Any:
@@ -221,9 +223,9 @@ def test_every_field_of_every_dataclass_is_in_the_schema(schema):
     assert len(fields) > 60  # the walk really visits every section
     for path, tp, default in fields:
         node = lookup(schema, path)  # KeyError here: a field the schema does not know
-        if dataclasses.is_dataclass(tp):
+        if is_section(tp):
             assert node["additionalProperties"] is False, path
-            assert set(node["properties"]) == {f.name for f in dataclasses.fields(tp)}, path
+            assert set(node["properties"]) == set(tp.model_fields), path
             assert node["description"], path  # the class docstring
         else:
             assert node["default"] == default, path
@@ -231,7 +233,7 @@ def test_every_field_of_every_dataclass_is_in_the_schema(schema):
 
 
 def test_top_level_has_exactly_the_sections(schema):
-    assert set(schema["properties"]) == {f.name for f in dataclasses.fields(Config)}
+    assert set(schema["properties"]) == set(Config.model_fields)
     assert schema["additionalProperties"] is False
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import List
 
 from .problems import Problem, add_warning
-from .schema import Config, TrainingConfig
+from .schema import Config, TrainingConfig, default_of
 
 GSPO_PAPER = "GSPO (Zheng et al. 2025, arXiv:2507.18071)"
 
@@ -22,7 +22,7 @@ def check_importance_level(config: Config, problems: List[Problem]) -> None:
     t = config.training
     if t.importance_level != "sequence":
         return
-    if t.epsilon == TrainingConfig.epsilon:
+    if t.epsilon == default_of(TrainingConfig, "epsilon"):
         add_warning(problems, "training.epsilon", t.epsilon,
                     "is the token-level PPO clip range; the sequence ratio (a geometric mean of token ratios) stays far "
                     "closer to 1, so it would almost never be clipped",

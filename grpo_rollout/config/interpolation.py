@@ -1,51 +1,67 @@
-"""Resolve the interpolations of a merged config (``${sampling.n}``, ``${oc.env:HOME}``); one that fails is recorded
-as a :class:`Problem` and its key falls back to the schema default."""
+"""Resolve the interpolations of the user's tree (``${sampling.num_generations}``, ``${oc.env:HOME}``) with
+OmegaConf's public API, against the user's values over the schema defaults; one that fails is a :class:`Problem`
+and its key is left out (so it keeps its default)."""
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from .problems import Problem
-from .schema import Config
+
+_FAILED = object()
+_FIX = "point it at an existing key (`${section.key}`) or a set variable (`${oc.env:NAME}`)"
 
 
-def _resolve_leaves(cfg: DictConfig, problems: List[Problem], prefix: str = "") -> None:
-    """Resolve every interpolation; on failure record a problem and put the schema default back."""
-    for key in list(cfg.keys()):
-        dotted = f"{prefix}{key}"
-        if OmegaConf.is_interpolation(cfg, key):
-            raw = cfg._get_node(key)._value()
-            try:
-                cfg[key] = cfg[key]  # resolves, converts to the node's type, stores the result
-            except OmegaConfBaseException as exc:
-                msg = str(exc).splitlines()[0]
-                problems.append(Problem(dotted, raw, f"interpolation failed: {msg}",
-                                        "point it at an existing key (`${section.key}`) or a set variable (`${oc.env:NAME}`)"))
-                default = OmegaConf.structured(Config)
-                try:
-                    cfg[key] = OmegaConf.select(default, dotted, default=None)
-                except OmegaConfBaseException:
-                    pass
-            continue
-        child = cfg._get_node(key)
-        if isinstance(child, DictConfig):
-            _resolve_leaves(child, problems, dotted + ".")
-        elif isinstance(child, ListConfig):
-            failed = []
-            for i in range(len(child)):
-                if OmegaConf.is_interpolation(child, i):
-                    try:
-                        child[i] = child[i]
-                    except OmegaConfBaseException as exc:
-                        problems.append(Problem(f"{dotted}[{i}]", child._get_node(i)._value(),
-                                                f"interpolation failed: {str(exc).splitlines()[0]}",
-                                                "point it at an existing key (`${section.key}`) or a set variable "
-                                                "(`${oc.env:NAME}`)"))
-                        failed.append(i)
-                elif isinstance(child._get_node(i), DictConfig):
-                    _resolve_leaves(child._get_node(i), problems, f"{dotted}[{i}].")
-            for i in reversed(failed):  # reported; left out so that the rest of the list still loads
-                del child[i]
+def resolve(data: Dict[str, Any], defaults: Dict[str, Any], problems: List[Problem]) -> Tuple[Dict[str, Any],
+                                                                                                 Dict[str, str]]:
+    """Resolve every string holding ``${`` in ``data`` (plain dicts and lists, as read from YAML).
+
+    Returns:
+        ``(data with the resolved values, {dotted key: the expression written})``; keys whose interpolation failed
+        are left out and reported in ``problems``.
+    """
+    if "${" not in repr(data):
+        return data, {}
+    try:
+        merged = OmegaConf.create(_over(defaults, data))
+    except Exception as exc:  # noqa: BLE001 - an interpolation OmegaConf cannot even parse
+        problems.append(Problem("<config>", None, f"interpolation failed: {str(exc).splitlines()[0]}", _FIX))
+        return data, {}
+    written: Dict[str, str] = {}
+    return _walk(data, merged, (), problems, written), written
+
+
+def _over(base: Any, top: Any) -> Any:
+    """``top`` merged over ``base``: mappings key by key, anything else replaced."""
+    if isinstance(base, dict) and isinstance(top, dict):
+        return {**base, **{k: _over(base.get(k), v) for k, v in top.items()}}
+    return top
+
+
+def _dotted(path: Tuple[Any, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path))
+
+
+def _walk(node: Any, merged: Any, path: Tuple[Any, ...], problems: List[Problem], written: Dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        items = ((k, _walk(v, merged, path + (k,), problems, written)) for k, v in node.items())
+        return {k: v for k, v in items if v is not _FAILED}
+    if isinstance(node, list):
+        items = (_walk(v, merged, path + (i,), problems, written) for i, v in enumerate(node))
+        return [v for v in items if v is not _FAILED]
+    if not (isinstance(node, str) and "${" in node):
+        return node
+    try:
+        value = merged
+        for part in path:
+            value = value[part]  # resolves the node, and any interpolated section on the way
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+    except Exception as exc:  # noqa: BLE001 - OmegaConf's resolution errors come in several types
+        problems.append(Problem(_dotted(path), node, f"interpolation failed: {str(exc).splitlines()[0]}", _FIX))
+        return _FAILED
+    if value != node:
+        written[_dotted(path)] = node
+    return value

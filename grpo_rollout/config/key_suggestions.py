@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import typing
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
+from .fields import walk
 from .sampling_names import SAMPLING_ALIASES
 from .schema import Config
 
 
-def _hints(cls: type) -> Dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _all_keys(cls: type = Config, prefix: str = "") -> List[str]:
+def _all_keys() -> List[str]:
     """Every valid dotted key of the schema (list items of ``rewards`` as ``rewards[].key``)."""
-    keys = []
-    for name, tp in _hints(cls).items():
-        dotted = f"{prefix}{name}"
-        keys.append(dotted)
-        if dataclasses.is_dataclass(tp):
-            keys += _all_keys(tp, dotted + ".")
-        elif typing.get_args(tp) and dataclasses.is_dataclass(typing.get_args(tp)[0]):
-            keys += _all_keys(typing.get_args(tp)[0], dotted + "[]." )
-    return keys
+    return [key for key, _ in walk(Config)]
 
 
 def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
     """Nearest valid key for an unknown ``prefix + bad_key``: a close name in the same section first, then the same
     or a close name in another section. Returns the full dotted key, or ``None``."""
-    same_level = list(_hints(cls))
+    same_level = list(cls.model_fields)
     # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
 
     if cls.__name__ == "SamplingConfig" and bad_key in SAMPLING_ALIASES:

@@ -1,9 +1,10 @@
 """Load a YAML config plus OmegaConf dotlist overrides into a :class:`~grpo_rollout.config.schema.Config`.
 
-Unlike a plain ``OmegaConf.merge`` with the structured schema, which stops at the first bad key, loading walks the
-user's tree against the schema and records *every* unknown key (with the nearest valid one) and every value of the
-wrong type as a :class:`Problem`, then builds the config from what is left. Interpolations (``${sampling.n}``) and
-environment variables (``${oc.env:HOME}``) resolve as in OmegaConf.
+OmegaConf reads the YAML, applies the overrides and resolves interpolations (``${sampling.n}``, ``${oc.env:HOME}``);
+pydantic checks the tree against the schema. Every unknown key (with the nearest valid one), every value of the
+wrong type, every bad override and every failed interpolation is recorded as a :class:`Problem`, and the config is
+built from what is left: a rejected key keeps its default. Values outside their range are kept and reported by the
+range checks with the others (:func:`grpo_rollout.preflight.validate`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from pydantic import TypeAdapter, ValidationError
 
-from .interpolation import _resolve_leaves
-from .key_suggestions import suggest_key
+from .interpolation import resolve
 from .problems import ConfigError, Problem
-from .reading import _apply_overrides, _plain_scalar_texts
-from .schema import Config, RewardConfig
-from .schema_walk import _check_section
+from .reading import _apply_overrides, _plain_scalar_texts, as_written
+from .schema import Config
+from .fields import field_at
+from .translate import Loc, dotted, error_loc, is_value_error, to_problem
 
 
 @dataclass
@@ -44,7 +45,6 @@ class LoadedConfig:
         return self.path.parent.resolve() if self.path else Path.cwd()
 
 
-
 def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = False) -> LoadedConfig:
     """Read ``path`` (YAML) and apply dotlist ``overrides`` such as ``["sampling.temperature=0.7"]``.
 
@@ -63,26 +63,106 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = 
         problems.append(Problem("<config>", str(path), f"not valid YAML: {str(exc).splitlines()[0]}",
                                 "fix the YAML syntax at the line named"))
         return _finish(LoadedConfig(None, problems, path), strict)
-    if raw is None or isinstance(raw, ListConfig):
-        raw = OmegaConf.create({}) if raw is None else raw
     texts = _plain_scalar_texts(path.read_text())
     if isinstance(raw, DictConfig):
         _apply_overrides(raw, overrides, problems, texts)
-    return _finish(LoadedConfig(_build(raw, problems, texts), problems, path), strict)
+    data = OmegaConf.to_container(raw, resolve=False) if isinstance(raw, (DictConfig, ListConfig)) else raw
+    return _finish(LoadedConfig(_build({} if data is None else data, problems, texts), problems, path), strict)
 
 
-def _build(raw: Any, problems: List[Problem], texts: Optional[Dict[str, str]] = None) -> Config:
-    """Check ``raw`` against the schema (recording problems), merge what is valid over the defaults, resolve.
+def _build(data: Any, problems: List[Problem], texts: Optional[Dict[str, str]] = None) -> Config:
+    """Resolve ``data``'s interpolations, check it against the schema (recording problems) and build the config.
     ``texts``: the user's text of plain scalars (:func:`_plain_scalar_texts`)."""
-    clean = _check_section(raw, Config, "", problems, texts)
-    cfg = OmegaConf.merge(OmegaConf.structured(Config), clean)
-    _resolve_leaves(cfg, problems)
-    try:
-        return OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as exc:  # a value that became wrong only after resolving
-        problems.append(Problem("<config>", None, str(exc).splitlines()[0], "fix the key named above"))
-        return Config()
+    found: List[Problem] = []
+    written: Dict[str, str] = {}
+    if isinstance(data, dict):
+        data, written = resolve(data, Config().model_dump(), found)
+        texts = {k: v for k, v in (texts or {}).items() if k not in written}
+        data = as_written(data, Config, "", texts, found)
+    order = _key_order(data)
+    kept: Dict[Loc, Any] = {}
+    seen: set = set()
+    while True:
+        try:
+            config = Config.model_validate(data)
+            break
+        except ValidationError as exc:
+            errors = [e for e in exc.errors() if (e["type"], error_loc(e)) not in seen]
+        if not errors:  # pragma: no cover - an error that taking its key out did not remove
+            config = Config()
+            break
+        for err in sorted(errors, key=lambda e: [(0, p) if isinstance(p, int) else (1, str(p)) for p in error_loc(e)],
+                          reverse=True):  # the last list items first, so that taking one out moves no other
+            loc = error_loc(err)
+            seen.add((err["type"], loc))
+            if not loc:  # the whole file is not a mapping
+                found.append(to_problem(err, Config, err.get("input")))
+                data = {}
+            elif is_value_error(err):  # reported by the range checks (grpo_rollout.config.ranges), value kept
+                loc = loc[:-1] if isinstance(loc[-1], int) else loc
+                kept.setdefault(loc, _as_type(_take(data, loc), field_at(Config, dotted(loc))))
+            else:
+                problem = to_problem(err, Config, err.get("input"), written)
+                if problem.key not in written or all(p.key != problem.key for p in found):
+                    found.append(problem)
+                section_item = isinstance(loc[-1], int) and err["type"] in ("model_type", "model_attributes_type")
+                _take(data, loc, keep_place=section_item)
+    for loc, value in kept.items():
+        _put(config, loc, value)
+    problems += sorted(found, key=lambda p: _rank(p.key, order))
+    return config
 
+
+def _as_type(value: Any, info: Any) -> Any:
+    """``value`` converted to its key's type, ignoring the range (``0`` → ``0.0`` for a float); as it is if it
+    cannot be."""
+    try:
+        return TypeAdapter(info.annotation).validate_python(value)
+    except (ValidationError, AttributeError, TypeError):
+        return value
+
+
+def _take(data: Any, loc: Loc, keep_place: bool = False) -> Any:
+    """Remove what ``loc`` points at from ``data`` and return it (``keep_place``: a list item becomes ``{}``)."""
+    try:
+        node = data
+        for part in loc[:-1]:
+            node = node[part]
+        if keep_place:
+            value, node[loc[-1]] = node[loc[-1]], {}
+            return value
+        return node.pop(loc[-1])
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def _put(config: Config, loc: Loc, value: Any) -> None:
+    """Set the attribute at ``loc`` without validating it (a kept value outside its range)."""
+    node: Any = config
+    for part in loc[:-1]:
+        node = node[part] if isinstance(part, int) else getattr(node, part)
+    setattr(node, loc[-1], value)
+
+
+def _key_order(data: Any) -> Dict[str, int]:
+    """Dotted key → its position in the user's tree (the order problems are reported in)."""
+    order: Dict[str, int] = {}
+
+    def visit(node: Any, prefix: str) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            key = f"{prefix}[{k}]" if isinstance(node, list) else f"{prefix}.{k}" if prefix else str(k)
+            order.setdefault(key, len(order))
+            visit(v, key)
+
+    visit(data, "")
+    return order
+
+
+def _rank(key: str, order: Dict[str, int]) -> int:
+    while key and key not in order:
+        key = key[:max(key.rfind("."), key.rfind("["), 0)]
+    return order.get(key, -1)
 
 
 def _finish(loaded: LoadedConfig, strict: bool) -> LoadedConfig:
@@ -92,19 +172,19 @@ def _finish(loaded: LoadedConfig, strict: bool) -> LoadedConfig:
 
 
 def to_yaml(config: Config) -> str:
-    """The resolved config as YAML text (what a run actually used)."""
-    return OmegaConf.to_yaml(OmegaConf.structured(config))
+    """The resolved config as YAML text (what a run actually used; text that YAML would read otherwise is quoted)."""
+    return OmegaConf.to_yaml(config.model_dump())
 
 
 def config_dict(config: Config) -> Dict[str, Any]:
     """The resolved config as plain nested dicts and lists (what trackio/wandb record as the run's config)."""
-    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+    return config.model_dump()
 
 
 def config_from_dict(data: Dict[str, Any]) -> Tuple[Config, List[Problem]]:
     """Build a config from a Python mapping (for notebooks and tests); same checks as :func:`load_config`."""
     problems: List[Problem] = []
-    return _build(OmegaConf.create(data), problems), problems
+    return _build(data, problems), problems
 
 
-__all__ = ["LoadedConfig", "load_config", "config_from_dict", "to_yaml", "suggest_key", "RewardConfig"]
+__all__ = ["LoadedConfig", "config_dict", "config_from_dict", "load_config", "to_yaml"]

@@ -1,13 +1,16 @@
-"""What the user wrote: the text of plain YAML scalars (so a ``str`` key keeps it as written) and dotlist overrides
-applied to the raw tree."""
+"""What the user wrote: the text of plain YAML scalars (so a ``str`` key keeps it as written), dotlist overrides
+applied to the raw tree, and the tree with YAML's readings undone where the schema wants text."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Sequence
+import typing
+from typing import Any, Dict, List, Sequence, Type
 
 from omegaconf import DictConfig
+from pydantic import BaseModel
 
+from .fields import allowed_values, is_text, section_of, strip_optional, type_name
 from .problems import Problem
 
 
@@ -64,3 +67,54 @@ def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[P
             texts.pop(dotted, None)  # quoted: YAML already reads it as text
         else:
             texts[dotted] = value.strip()
+
+
+def as_written(node: Any, model: Type[BaseModel], prefix: str, texts: Dict[str, str], problems: List[Problem]) -> Any:
+    """The user's mapping for section ``model`` with YAML's readings undone where the schema says so, before pydantic
+    sees it: a text key takes the text written (``1e5`` stays ``"1e5"``, ``0123456`` stays ``"0123456"``, an unquoted
+    ``off`` stays ``"off"``), a bare string in a list of sections is ``{function: <it>}``, and a boolean for a number
+    or a float for an integer is a problem (pydantic would read ``true`` as 1 and ``8.0`` as 8). Keys with a problem
+    are left out, so they keep their default; anything else wrong is left for pydantic to report."""
+    if not isinstance(node, dict):
+        return node
+    out: Dict[Any, Any] = {}
+    for key, value in node.items():
+        dotted, info = prefix + str(key), model.model_fields.get(str(key))
+        sub = section_of(info.annotation) if info else None
+        if info is None or value is None:
+            out[str(key)] = value
+        elif sub is not None and isinstance(value, list):
+            out[str(key)] = [as_written({"function": v} if isinstance(v, str) else v, sub, f"{dotted}[{i}].", texts,
+                                        problems) for i, v in enumerate(value)]
+        elif sub is not None:
+            out[str(key)] = as_written(value, sub, dotted + ".", texts, problems)
+        elif is_text(info.annotation) and isinstance(value, list):
+            out[str(key)] = [_text(v, f"{dotted}[{i}]", texts) for i, v in enumerate(value)]
+        elif is_text(info.annotation) and not _is_list(info.annotation):
+            value = _text(value, dotted, texts, allowed_values(info.annotation) or ())
+            if isinstance(value, bool):
+                problems.append(Problem(dotted, value, "YAML read this unquoted word as a boolean, not text",
+                                        f'quote it: `{dotted}: "..."`'))
+                continue
+            out[str(key)] = value
+        elif isinstance(value, bool) and strip_optional(info.annotation)[0] in (int, float) or (
+                isinstance(value, float) and strip_optional(info.annotation)[0] is int):
+            name = type_name(info.annotation)
+            problems.append(Problem(dotted, value, f"expected {name}, got {type(value).__name__}",
+                                    f"set `{dotted}` to {name}"))
+        else:
+            out[str(key)] = value
+    return out
+
+
+def _is_list(tp: Any) -> bool:
+    return typing.get_origin(strip_optional(tp)[0]) is list
+
+
+def _text(value: Any, dotted: str, texts: Dict[str, str], allowed: tuple = ()) -> Any:
+    """A text key's value as the user wrote it (when YAML read it as something else)."""
+    if isinstance(value, str) or value is None:
+        return value
+    if value is False and "off" in allowed:
+        return "off"  # YAML 1.1 reads an unquoted off as false; the Python dict path has no text to go back to
+    return texts.get(dotted, value)

@@ -1,213 +1,290 @@
-"""The YAML schema: one dataclass per top-level section.
+"""The YAML schema: one pydantic model per section, one field per key (prime-rl's style).
 
-OmegaConf builds a structured config from these dataclasses, so an unknown key or a value of the wrong type is
-rejected. Value ranges and cross-key rules live in :mod:`grpo_rollout.config.checks`; this file only names the keys,
-their types and their defaults.
+Each field holds the key's type (``Literal`` for a fixed set), default, range and a one-line description; a
+:class:`~.fields.Rule` holds what ``validate-config`` says about a value outside it. Rules across keys of one section
+are model validators; rules across sections and warnings are the check functions of :mod:`grpo_rollout.config`.
+Loading (:mod:`~.loading`) turns pydantic's errors into the problem table; the JSON Schema, the README's config
+reference and the server's settings all read these fields.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+import typing
+from typing import Annotated, Any, Dict, List, Literal, Optional
 
-DTYPES = ("float32", "bfloat16", "float16")
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
-IMPORTANCE_LEVELS = ("token", "sequence")
-SCALE_REWARDS = ("group", "batch", "none")
-VLLM_MODES = ("spawn", "attach", "off")
-WEIGHT_TRANSFERS = ("auto", "folder", "http", "nccl")
-SAMPLER_CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-DEVICES = ("auto", "cpu", "cuda")
-REPORT_TO = ("jsonl", "trackio", "wandb")
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from .fields import Rule, enums, section, setting
+
 BUILTIN_MODEL_PREFIX = "builtin:"
 
+DType = Literal["float32", "bfloat16", "float16"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+ImportanceLevel = Literal["token", "sequence"]
+ScaleRewards = Literal["group", "batch", "none"]
+VllmMode = Literal["spawn", "attach", "off"]
+WeightTransfer = Literal["auto", "folder", "http", "nccl"]
+SamplerCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+Device = Literal["auto", "cpu", "cuda"]
+Logger = Literal["jsonl", "trackio", "wandb"]
+DTYPES, LOSS_TYPES, IMPORTANCE_LEVELS, SCALE_REWARDS, VLLM_MODES, WEIGHT_TRANSFERS, SAMPLER_CORRECTIONS, DEVICES, \
+    REPORT_TO = (typing.get_args(t) for t in (DType, LossType, ImportanceLevel, ScaleRewards, VllmMode, WeightTransfer,
+                                               SamplerCorrection, Device, Logger))
 
-@dataclass
-class LoraConfig:
+
+def _top_k(value: int) -> int:
+    if value < -1:
+        raise PydanticCustomError("rule", "must be -1 (disabled) or >= 1")
+    return value
+
+
+def _save_rollouts(value: str) -> str:
+    if not (value in ("every", "off") or (value.isdigit() and int(value) >= 1)):
+        raise PydanticCustomError("rule", "must be `every`, `off`, or a number N >= 1 (every N-th step and the last)")
+    return value
+
+
+# sampling limits shared with the server's POST /generate/ (grpo_rollout.generation.server.generate_route)
+TopP = Annotated[float, Field(gt=0, le=1)]
+TopK = Annotated[int, AfterValidator(_top_k)]
+MinP = Annotated[float, Field(ge=0, le=1)]
+RepetitionPenalty = Annotated[float, Field(gt=0)]
+
+
+class Section(BaseModel):
+    """A section: unknown keys are errors; a number for a text key is taken as its text."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+class LoraConfig(Section):
     """LoRA (Hu et al. 2021, arXiv:2106.09685) through PEFT: only low-rank adapters ``B·A`` (rank ``r``, scaled by
-    ``alpha / r``) on ``target_modules`` train; the base weights stay frozen. Off while ``r`` is 0.
+    ``alpha / r``) on ``target_modules`` train; the base weights stay frozen. Off while ``r`` is 0."""
 
-    ``target_modules``: ``"all-linear"`` (every linear layer but the output head) or a list of module names
-    (e.g. ``[q_proj, k_proj, v_proj, o_proj]``). ``dropout``: PEFT's dropout on the adapter's input, active in the
-    trainer's forward passes (the model's own dropout is always off, see ``models.loading.disable_dropout``)."""
-
-    r: int = 0
-    alpha: float = 16.0
-    dropout: float = 0.0
-    target_modules: Any = "all-linear"
-
-
-@dataclass
-class ModelConfig:
-    """Which model to train. ``name_or_path``: a local folder, a hub id, or ``builtin:smollm2-135m-instruct``.
-    ``lora``: train LoRA adapters instead of every weight (see :class:`LoraConfig`)."""
-
-    name_or_path: str = "builtin:smollm2-135m-instruct"
-    dtype: str = "float32"
-    revision: Optional[str] = None
-    trust_remote_code: bool = False
-    lora: LoraConfig = field(default_factory=LoraConfig)
+    r: int = setting(0, "LoRA rank; 0 = LoRA off (every weight trains)", ge=0,
+                     rule=Rule("e.g. 8 or 16 to train LoRA adapters, or 0 for full fine-tuning",
+                               "the LoRA rank; 0 = LoRA off, every weight trains"))
+    alpha: float = setting(16.0, "Adapter outputs are scaled by alpha / r", gt=0,
+                           rule=Rule("e.g. 16 (often 2 × r)", "adapter outputs are scaled by alpha / r"))
+    dropout: float = setting(0.0, "PEFT's dropout on the adapters' input in training forward passes (makes log-probs "
+                             "random)", ge=0, lt=1, rule=Rule("0.0 (deterministic log-probs) or e.g. 0.05"))
+    target_modules: Any = setting("all-linear", "`all-linear` (every linear layer but the output head) or a list of "
+                                  "module names, e.g. [q_proj, v_proj]")
 
 
-@dataclass
-class DataConfig:
-    """Where prompts come from. ``train``: a .jsonl/.json/.csv/.parquet file, a hub dataset name, or a dotted path to
-    a function returning a ``datasets.Dataset``."""
+class ModelConfig(Section):
+    """Which model to train, in which compute dtype, and whether with LoRA adapters."""
 
-    train: str = ""
-    split: str = "train"
-    prompt_column: str = "prompt"
-    shuffle: bool = True
-
-
-@dataclass
-class RolloutConfig:
-    """The rollout function (empty = built-in single-turn sampling) and extra keyword arguments passed to it."""
-
-    function: str = ""
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    name_or_path: str = setting("builtin:smollm2-135m-instruct", "A local folder, a Hugging Face hub id, or "
+                                "`builtin:smollm2-135m-instruct` (embedded, no download)")
+    dtype: DType = setting("float32", "Compute dtype of the trainer's forward passes and of vLLM; the weights and "
+                           "optimizer state stay float32")
+    revision: Optional[str] = setting(None, "Hub revision (branch, tag or commit); null = the default branch")
+    trust_remote_code: bool = setting(False, "Run the model repository's own Python code (transformers' option)")
+    lora: LoraConfig = section(LoraConfig, "LoRA adapters instead of training every weight")
 
 
-@dataclass
-class RewardConfig:
+class DataConfig(Section):
+    """Where the training prompts come from."""
+
+    train: str = setting("", "A .jsonl/.json/.csv/.parquet file, a hub dataset, or `module:function` returning a "
+                         "datasets.Dataset (or a list of dicts)")
+    split: str = setting("train", "The split of a hub dataset or of a function's DatasetDict")
+    prompt_column: str = setting("prompt", "The column holding each row's prompt: a string or a list of chat "
+                                 "messages")
+    shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by training.seed)")
+
+
+class RolloutConfig(Section):
+    """The rollout function and the extra keyword arguments passed to it."""
+
+    function: str = setting("", "`pkg.module:function` or `path/file.py:function`; empty = built-in single-turn "
+                            "sampling")
+    kwargs: Dict[str, Any] = setting({}, "Extra keyword arguments for the rollout, passed as written")
+
+
+class RewardConfig(Section):
     """One reward function, its weight in the weighted sum, and extra keyword arguments passed to it."""
 
-    function: str = ""
-    weight: float = 1.0
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    function: str = setting("", "`pkg.module:function` or `path/file.py:function` returning one float per "
+                            "completion")
+    weight: float = setting(1.0, "Its weight in the weighted sum of rewards")
+    kwargs: Dict[str, Any] = setting({}, "Extra keyword arguments for the reward function, passed as written")
 
 
-@dataclass
-class SamplingConfig:
+class SamplingConfig(Section):
     """Sampling settings, passed to the rollout function as keyword arguments (``n`` = ``num_generations``)."""
 
-    num_generations: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    max_prompt_length: Optional[int] = 512
-    max_completion_length: int = 256
-    seed: Optional[int] = None
+    num_generations: int = setting(8, "Completions per prompt: the GRPO group whose rewards are compared", ge=2,
+                                   rule=Rule("set it to 2 or more (4-16 is common)", problem="must be at least 2: "
+                                             "GRPO scores each completion against the others of its group, so a group "
+                                             "of one has zero advantage and learns nothing"))
+    temperature: float = setting(1.0, "Sampling temperature (the trainer's log-probs use it too)", gt=0,
+                                 rule=Rule("use a sampling temperature such as 0.7-1.0", problem="must be > 0: at "
+                                           "temperature 0 all completions of a group are identical, their rewards "
+                                           "equal, and every advantage is zero"))
+    top_p: TopP = setting(1.0, "Nucleus sampling: the smallest set of tokens holding this probability; 1.0 = off",
+                          rule=Rule("use 1.0 to disable nucleus sampling"))
+    top_k: TopK = setting(-1, "Sample among the k most likely tokens; -1 or 0 = off", rule=Rule("use -1 to disable "
+                                                                                                "top-k"))
+    min_p: MinP = setting(0.0, "Drop tokens below min_p × the most likely token's probability; 0.0 = off",
+                          rule=Rule("use 0.0 to disable min-p"))
+    repetition_penalty: RepetitionPenalty = setting(1.0, "vLLM's penalty on tokens already present; 1.0 = none "
+                                                    "(other values turn the sampler correction off)",
+                                                    rule=Rule("use 1.0 for no penalty"))
+    max_prompt_length: Optional[int] = setting(512, "Prompt tokens kept, cut from the left (tokens); null = no limit",
+                                               ge=1, rule=Rule("use null for no limit"))
+    max_completion_length: int = setting(256, "Tokens a completion may have (a multi-turn episode's whole budget)",
+                                         ge=1, rule=Rule("e.g. 256"))
+    seed: Optional[int] = setting(None, "Seed of the sampler; null = unseeded")
 
 
-@dataclass
-class DynamicSamplingConfig:
+class DynamicSamplingConfig(Section):
     """DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476, section 3.2): groups whose rewards are all equal
     (no advantage, no policy gradient) are dropped and more prompts are rolled out until the step has
-    ``prompts_per_step`` groups with reward variance, or ``max_rounds`` rollout calls (the first included) are spent;
-    then the step trains on the groups it has and says so."""
+    ``prompts_per_step`` groups with reward variance, or ``max_rounds`` rollout calls are spent."""
 
-    enabled: bool = False
-    max_rounds: int = 3
+    enabled: bool = setting(False, "Drop groups with equal rewards and roll out more prompts to refill the step")
+    max_rounds: int = setting(3, "Rollout calls per step at most, the first included; then train on what there is",
+                              ge=1, rule=Rule("e.g. 3", "rollout calls per step, the first included"))
 
 
-@dataclass
-class TrainingConfig:
+class TrainingConfig(Section):
     """Optimisation settings. One step = one rollout batch of ``prompts_per_step`` × ``num_generations`` completions,
-    followed by ``num_iterations`` optimizer updates on it. ``num_epochs`` (when set) replaces ``max_steps``: the run
-    takes ``ceil(num_epochs × dataset rows / prompts_per_step)`` steps."""
+    followed by ``num_iterations`` optimizer updates on it."""
 
-    output_dir: str = "outputs/run"
-    max_steps: int = 100
-    num_epochs: Optional[float] = None
-    prompts_per_step: int = 8
-    micro_batch_size: int = 8
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    lr_scheduler: str = "constant"
-    max_grad_norm: float = 1.0
-    loss_type: str = "dapo"
-    beta: float = 0.0
-    epsilon: float = 0.2
-    epsilon_high: Optional[float] = None
-    importance_level: str = "token"
-    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    num_iterations: int = 1
-    scale_rewards: str = "group"
-    mask_truncated_completions: bool = False
-    sampler_correction: str = "token_truncate"
-    sampler_correction_cap: float = 2.0
-    logprob_chunk_size: int = 1024
-    padding_free: bool = True
-    compile: bool = False
-    gradient_checkpointing: bool = False
-    save_steps: int = 0
-    save_total_limit: Optional[int] = None
-    save_only_model: bool = False
-    save_merged: bool = False
-    max_nonfinite_steps: int = 3
-    async_generation: bool = False
-    device: str = "auto"
-    logging_steps: int = 1
-    log_completions: int = 4
-    save_rollouts: str = "off"
-    seed: int = 42
+    output_dir: str = setting("outputs/run", "The run folder: checkpoints, metrics, logs (relative to the current "
+                              "folder)")
+    max_steps: int = setting(100, "Training steps", ge=1, rule=Rule("e.g. 100"))
+    num_epochs: Optional[float] = setting(None, "Passes over the dataset instead of max_steps: ceil(num_epochs × rows "
+                                          "/ prompts_per_step) steps", gt=0,
+                                          rule=Rule("e.g. 1 or 2.5", "passes over the dataset; null = use "
+                                                    "training.max_steps"))
+    prompts_per_step: int = setting(8, "Prompts rolled out per step, num_generations completions each", ge=1,
+                                    rule=Rule("e.g. 8"))
+    micro_batch_size: int = setting(8, "Sequences per forward/backward pass; gradients accumulate over the step",
+                                    ge=1, rule=Rule("e.g. 8"))
+    learning_rate: float = setting(1e-6, "AdamW's learning rate after warm-up; 0 = a diagnostic run", ge=0,
+                                   rule=Rule("1e-6 to 1e-5 is usual for full fine-tuning",
+                                             "0: a diagnostic run that changes no weight"))
+    weight_decay: float = setting(0.0, "AdamW's decoupled weight decay", ge=0, rule=Rule("e.g. 0.0"))
+    warmup_steps: int = setting(0, "Steps of linear learning-rate warm-up from 0", ge=0, rule=Rule("e.g. 0"))
+    lr_scheduler: Literal["constant", "linear", "cosine"] = setting("constant", "The learning-rate schedule after "
+                                                                    "warm-up (linear and cosine decay to 0)")
+    max_grad_norm: float = setting(1.0, "Clip the gradient's global L2 norm to this; 0 = no clipping", ge=0,
+                                   rule=Rule("e.g. 1.0", "0 disables clipping"))
+    loss_type: LossType = setting("dapo", "How token losses are averaged: per sequence (grpo), over the step's tokens "
+                                  "(dapo), per micro-batch (bnpo), by a constant (dr_grpo)")
+    beta: float = setting(0.0, "KL coefficient against a frozen reference model (loaded only when > 0)", ge=0,
+                          rule=Rule("e.g. 0.0 or 0.04", "0 = no KL penalty, no reference model"))
+    epsilon: float = setting(0.2, "Clip range: the importance ratio is clipped to [1 - epsilon, 1 + epsilon_high]",
+                             gt=0, lt=1, rule=Rule("0.2 is the PPO/GRPO default"))
+    epsilon_high: Optional[float] = setting(None, "Upper clip range (DAPO's clip-higher); null = epsilon", gt=0,
+                                            rule=Rule("DAPO uses 0.28; null = epsilon"))
+    importance_level: ImportanceLevel = setting("token", "token: PPO's ratio per token; sequence: GSPO's ratio per "
+                                                "sequence (arXiv:2507.18071)")
+    dynamic_sampling: DynamicSamplingConfig = section(DynamicSamplingConfig, "DAPO's dynamic sampling")
+    num_iterations: int = setting(1, "Optimizer updates on each rollout batch (> 1: clipped off-policy updates)", ge=1,
+                                  rule=Rule("1 = one update per generation batch"))
+    scale_rewards: ScaleRewards = setting("group", "Divide advantages by the reward std of the group, of the batch, or "
+                                          "not at all (Dr. GRPO)")
+    mask_truncated_completions: bool = setting(False, "Leave completions cut by max_completion_length out of the loss")
+    sampler_correction: SamplerCorrection = setting("token_truncate", "Importance weights for the sampler's log-probs "
+                                                    "differing from the trainer's: capped or masked, per token or "
+                                                    "sequence")
+    sampler_correction_cap: float = setting(2.0, "The cap (truncate) or threshold (mask) of the sampler's weights")
+    logprob_chunk_size: int = setting(1024, "Positions per chunk when computing log-probs (bounds the logits' "
+                                      "memory)", ge=1, rule=Rule("e.g. 1024"))
+    padding_free: bool = setting(True, "Pack a micro-batch's sequences into shared rows instead of padding them")
+    compile: bool = setting(False, "torch.compile each decoder layer")
+    gradient_checkpointing: bool = setting(False, "Recompute activations in the backward pass to save memory")
+    save_steps: int = setting(0, "Save a checkpoint every N steps; 0 = only at the end", ge=0,
+                              rule=Rule("e.g. 50", "0 = only at the end"))
+    save_total_limit: Optional[int] = setting(None, "Keep only the newest N checkpoints; null = keep all", ge=1,
+                                              rule=Rule("e.g. 2", "checkpoints kept; null keeps all"))
+    save_only_model: bool = setting(False, "Checkpoints without optimizer state (smaller; a resume restarts AdamW)")
+    save_merged: bool = setting(False, "With LoRA: also save the adapters merged into a whole model")
+    max_nonfinite_steps: int = setting(3, "Steps in a row with a NaN/inf loss or gradient (each skipped) before the "
+                                       "run stops", ge=1,
+                                       rule=Rule("e.g. 3", "steps in a row with a NaN/inf loss or gradient before "
+                                                 "the run stops"))
+    async_generation: bool = setting(False, "Generate step t+1 while step t trains (one step off-policy; needs vLLM)")
+    device: Device = setting("auto", "Where the trainer runs; auto = CUDA when available")
+    logging_steps: int = setting(1, "Log metrics every N steps", ge=1, rule=Rule("e.g. 1"))
+    log_completions: int = setting(4, "Completions shown per logged step (best and worst of the first groups)", ge=0,
+                                   rule=Rule("e.g. 4"))
+    save_rollouts: Annotated[str, AfterValidator(_save_rollouts)] = setting(
+        "off", "every, N or off: each step's token ids, masks and log-probs (for grpo-rollout inspect)",
+        rule=Rule("e.g. every"))
+    seed: int = setting(42, "Seed of the prompt order, dropout and anything else random in the trainer")
 
-
-@dataclass
-class VllmConfig:
-    """How generation reaches vLLM: ``spawn`` managed servers, ``attach`` to ``url``/``urls``, or ``off``
-    (transformers). ``num_servers``: servers to spawn (each its own port and log ``vllm-<i>.log``; one server logs to
-    ``vllm.log``). ``server_devices``: per spawned server, the ``CUDA_VISIBLE_DEVICES`` it gets (e.g. ``["4,5",
-    "6,7"]``: two servers with tensor parallelism 2 each; empty: they inherit this process's). ``weight_transfer``:
-    ``folder`` (a path on this machine), ``http`` (bytes streamed, works across hosts), ``nccl`` (GPU broadcast), or
-    ``auto`` (``folder`` for servers on this machine, else ``http``). ``sync_timeout_s``: seconds a weight sync may
-    wait for a server's answer before the run stops naming it (a line says how long it has waited every 30 s)."""
-
-    mode: str = "spawn"
-    url: Optional[str] = None
-    urls: List[str] = field(default_factory=list)
-    num_servers: int = 1
-    server_devices: List[str] = field(default_factory=list)
-    weight_transfer: str = "auto"
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: Optional[str] = None
-    max_model_len: Optional[int] = None
-    gpu_memory_utilization: float = 0.9
-    kv_cache_space_gib: int = 2
-    enforce_eager: bool = True
-    startup_timeout_s: float = 600.0
-    sync_timeout_s: float = 600.0
-    max_logprob_mismatch: Optional[float] = 0.5
-    extra_args: List[str] = field(default_factory=list)
-
-
-@dataclass
-class LoggingConfig:
-    """Where metrics go besides the console. ``jsonl`` writes ``output_dir/metrics.jsonl``."""
-
-    report_to: List[str] = field(default_factory=lambda: ["jsonl"])
-    project: str = "grpo-rollout"
-    run_name: Optional[str] = None
+    @model_validator(mode="after")
+    def _clip_range(self) -> "TrainingConfig":
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise PydanticCustomError("cross_key", f"is below training.epsilon ({self.epsilon})", {
+                "key": "epsilon_high", "depends_on": ("epsilon", "epsilon_high"),
+                "fix": "use a value >= epsilon (DAPO's clip-higher uses 0.28 with epsilon 0.2), or null"})
+        return self
 
 
-@dataclass
-class Config:
+class VllmConfig(Section):
+    """How generation reaches vLLM: ``spawn`` managed servers, ``attach`` to running ones, or ``off``
+    (transformers in-process)."""
+
+    mode: VllmMode = setting("spawn", "spawn managed servers, attach to url/urls, or off (transformers generates)")
+    url: Optional[str] = setting(None, "attach: the server's base URL, e.g. http://127.0.0.1:8000")
+    urls: List[str] = setting([], "attach: the base URLs of several servers")
+    num_servers: int = setting(1, "spawn: how many servers (each its own port and log vllm-<i>.log)")
+    server_devices: List[str] = setting([], "spawn: each server's CUDA_VISIBLE_DEVICES, e.g. [\"4,5\", \"6,7\"]; "
+                                        "empty = inherited")
+    weight_transfer: WeightTransfer = setting("auto", "folder (this machine), http (bytes, across hosts), nccl (GPU "
+                                              "broadcast); auto = folder here, http elsewhere")
+    host: str = setting("127.0.0.1", "The address a spawned or served server binds")
+    port: int = setting(8000, "The port of the (first) server; spawn mode picks free ports itself", ge=0, le=65535,
+                        rule=Rule("e.g. 8000", problem="must be a TCP port (0-65535)"))
+    api_key: Optional[str] = setting(None, "The API key the server requires and the trainer sends")
+    max_model_len: Optional[int] = setting(None, "The server's context length (tokens); null = max_prompt_length + "
+                                           "max_completion_length", ge=1, rule=Rule("e.g. 2048"))
+    gpu_memory_utilization: float = setting(0.9, "The fraction of GPU memory vLLM may take", gt=0, le=1,
+                                            rule=Rule("e.g. 0.9"))
+    kv_cache_space_gib: int = setting(2, "CPU build: the KV cache's size (GiB)", ge=1, rule=Rule("e.g. 2", "GiB"))
+    enforce_eager: bool = setting(True, "Run vLLM without CUDA graphs (starts faster, decodes slower)")
+    startup_timeout_s: float = setting(600.0, "Seconds a spawned server may take to answer", gt=0,
+                                       rule=Rule("e.g. 600", "seconds"))
+    sync_timeout_s: float = setting(600.0, "Seconds a weight sync may wait for a server before the run stops, naming "
+                                    "it", gt=0, rule=Rule("e.g. 600", "seconds"))
+    max_logprob_mismatch: Optional[float] = setting(0.5, "Stop when vLLM's log-probs are this far from the trainer's "
+                                                    "(nats/token: stale weights); null = never")
+    extra_args: List[str] = setting([], "More vLLM command-line arguments, appended last")
+
+
+class LoggingConfig(Section):
+    """Where metrics go besides the console; ``jsonl`` writes ``output_dir/metrics.jsonl``."""
+
+    report_to: List[Logger] = setting(["jsonl"], "Loggers: jsonl, trackio, wandb", rule=Rule(
+        "remove it or use jsonl, trackio or wandb", problem=f"unknown logger; allowed: {', '.join(REPORT_TO)}"))
+    project: str = setting("grpo-rollout", "The trackio/wandb project")
+    run_name: Optional[str] = setting(None, "The trackio/wandb run name; null = the logger's own")
+
+
+class Config(Section):
     """The whole run configuration, as loaded from YAML plus dotlist overrides."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    rewards: List[RewardConfig] = field(default_factory=list)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    vllm: VllmConfig = field(default_factory=VllmConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    model: ModelConfig = section(ModelConfig, "Which model to train")
+    data: DataConfig = section(DataConfig, "The training prompts")
+    rollout: RolloutConfig = section(RolloutConfig, "The rollout function")
+    rewards: List[RewardConfig] = setting([], "Reward functions, summed with their weights (at least one)")
+    sampling: SamplingConfig = section(SamplingConfig, "Sampling settings")
+    training: TrainingConfig = section(TrainingConfig, "Optimisation settings")
+    vllm: VllmConfig = section(VllmConfig, "The generation servers")
+    logging: LoggingConfig = section(LoggingConfig, "Metric loggers")
 
 
-# Allowed values of the string keys that take one of a fixed set.
-ENUMS: Dict[str, tuple] = {
-    "model.dtype": DTYPES,
-    "training.loss_type": LOSS_TYPES,
-    "training.importance_level": IMPORTANCE_LEVELS,
-    "training.scale_rewards": SCALE_REWARDS,
-    "training.lr_scheduler": ("constant", "linear", "cosine"),
-    "vllm.mode": VLLM_MODES,
-    "vllm.weight_transfer": WEIGHT_TRANSFERS,
-    "training.device": DEVICES,
-    "training.sampler_correction": SAMPLER_CORRECTIONS,
-}
+def default_of(model: type, key: str) -> Any:
+    """The default of ``model``'s field ``key`` (``default_of(VllmConfig, "port")`` → 8000)."""
+    return model.model_fields[key].get_default(call_default_factory=True)
+
+
+#: Allowed values of the keys that take one of a fixed set (from their ``Literal`` types).
+ENUMS: Dict[str, tuple] = enums(Config)

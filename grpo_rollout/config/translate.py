@@ -1,0 +1,103 @@
+"""Pydantic's validation errors as the problem table's rows (key, value, problem, fix).
+
+Two kinds: a *type* error (an unknown key, a word for a number, a section that is not a mapping) is reported while
+loading and the key keeps its default; a *value* error (outside the range or the allowed set, a rule across keys) is
+reported by :func:`grpo_rollout.config.ranges.check_values` with the value kept, as every other check is.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Dict, Optional, Tuple, Type
+
+from pydantic import BaseModel
+
+from .fields import allowed_values, field_at, range_text, rule_of, section_of, strip_optional, type_name
+from .key_suggestions import suggest_key
+from .problems import Problem
+
+#: pydantic error types that are about a value, not its type (``rule``/``cross_key``: raised by the schema)
+VALUE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error", "rule",
+                "cross_key"}
+
+Loc = Tuple[Any, ...]
+
+
+def is_value_error(err: Dict[str, Any]) -> bool:
+    """Whether ``err`` (one of ``ValidationError.errors()``) is a value error (see the module docstring)."""
+    return err["type"] in VALUE_ERRORS
+
+
+def error_loc(err: Dict[str, Any]) -> Loc:
+    """Where the error is: its ``loc``, plus the key a rule across keys names."""
+    loc = tuple(err["loc"])
+    return loc + (err["ctx"]["key"],) if err["type"] == "cross_key" else loc
+
+
+def dotted(loc: Loc) -> str:
+    """``("rewards", 0, "weight")`` → ``rewards[0].weight``; ``()`` → ``<config>``."""
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return text or "<config>"
+
+
+def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
+               written: Optional[Dict[str, str]] = None) -> Problem:
+    """One error as a :class:`Problem`. ``value``: the value to show; ``written``: dotted key → the interpolation
+    written there (a key it resolved wrongly is reported as a failed interpolation)."""
+    loc = error_loc(err)
+    key, kind = dotted(loc), err["type"]
+    base = loc[:-1] if loc and isinstance(loc[-1], int) else loc  # an item of a list: the list's field
+    info = field_at(model, dotted(base)) if base else None
+    tp = info.annotation if info is not None else model
+    if base != loc and typing.get_origin(strip_optional(tp)[0]) is list:
+        tp = typing.get_args(strip_optional(tp)[0])[0]
+    for source, expression in (written or {}).items():
+        if key == source:
+            return Problem(source, expression, f"interpolation failed: it resolved to {value!r}, which could not be "
+                           f"converted to {type_name(tp)}", f"point it at a key or variable holding {type_name(tp)}, "
+                           "or write the value out")
+        if key.startswith((source + ".", source + "[")):  # a section or list: one problem for the whole of it
+            inner, src = to_problem(err, model, value), field_at(model, source)
+            return Problem(source, expression, f"interpolation failed: what it resolved to is not "
+                           f"{type_name(src.annotation if src else model)} ({inner.key}: {inner.message})",
+                           "point it at a section of the same kind, or write the keys out")
+    if kind == "extra_forbidden":
+        parent = _model_at(model, loc[:-1])
+        hint = suggest_key(str(loc[-1]), parent, dotted(loc[:-1]) + "." if loc[:-1] else "")
+        return Problem(key, value, "unknown key", f"did you mean `{hint}`?" if hint else
+                       f"valid keys here: {', '.join(parent.model_fields)}")
+    if kind in VALUE_ERRORS:
+        return _value_problem(err, key, value, info)
+    sub = section_of(tp)
+    if sub is not None and kind in ("model_type", "model_attributes_type", "dict_type"):
+        keys = ", ".join(list(sub.model_fields)[:3])
+        return Problem(key, value, f"expected a mapping of {sub.__name__} keys",
+                       f"write `{key if loc else ''}:` followed by indented keys such as {keys}")
+    if sub is not None and kind == "list_type":
+        return Problem(key, value, "expected a list", f"write `{key}:` followed by `- function: pkg.module:func` "
+                       "entries")
+    return Problem(key, value, f"expected {type_name(tp)}, got {type(value).__name__}", f"set `{key}` to "
+                   f"{type_name(tp)}")
+
+
+def _value_problem(err: Dict[str, Any], key: str, value: Any, info: Any) -> Problem:
+    rule = rule_of(info) if info is not None else None
+    if err["type"] == "cross_key":
+        return Problem(key, value, err["msg"], err["ctx"]["fix"])
+    if err["type"] == "literal_error" and not (rule and rule.problem):
+        allowed = ", ".join(str(v) for v in allowed_values(info.annotation))
+        return Problem(key, value, f"must be one of {allowed}", f"set `{key}` to one of {allowed}")
+    if err["type"] == "rule":
+        message = err["msg"]
+    else:
+        message = rule.problem or f"must be {range_text(info)}" + (
+            " or null" if strip_optional(info.annotation)[1] else "") + (f" ({rule.why})" if rule.why else "")
+    return Problem(key, value, message, rule.fix or f"e.g. {info.default}")
+
+
+def _model_at(model: Type[BaseModel], loc: Loc) -> Type[BaseModel]:
+    """The section model at ``loc`` (list indices skipped)."""
+    for part in loc:
+        if isinstance(part, str):
+            model = section_of(model.model_fields[part].annotation)
+    return model
