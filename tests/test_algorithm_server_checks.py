@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpo_rollout.config import Config
-from grpo_rollout.config.server_checks import MANAGED_FLAGS, check_server_args
+from grpo_rollout.generation.server.managed_flags import MANAGED_FLAGS, check_server_args
 from grpo_rollout.generation.server.launch import ServerSettings, server_command
 
 

@@ -7,9 +7,12 @@ import math
 
 import pytest
 
-from grpo_rollout.config import Config, batch_arithmetic
+from grpo_rollout.cli.render import batch_arithmetic
+from grpo_rollout.config import Config
 from grpo_rollout.preflight import validate
-from grpo_rollout.config.checks import _RANGES, check_batch, check_processes, check_sampling_agreement, check_values
+from grpo_rollout.config.checks import _RANGES, check_batch, check_values
+from grpo_rollout.preflight.rollout_kwargs import check_sampling_agreement
+from grpo_rollout.preflight.processes import check_processes
 from grpo_rollout.preflight.paths import check_paths
 from grpo_rollout.config.schema import ENUMS, RewardConfig
 

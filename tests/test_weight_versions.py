@@ -300,7 +300,7 @@ def test_spawn_uses_no_preexec_fn(monkeypatch, tmp_path):
     ("127.0.0.1", None, None), ("localhost", None, None),
 ])
 def test_nccl_dev_mode_beyond_loopback(host, api_key, severity):
-    from grpo_rollout.config.exposure_checks import check_server_exposure
+    from grpo_rollout.generation.server.exposure import check_server_exposure
 
     cfg = Config()
     cfg.vllm.weight_transfer, cfg.vllm.host, cfg.vllm.api_key = "nccl", host, api_key

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List, Optional
 
 from rich.console import Console
 from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from ..config import Config, Problem, batch_arithmetic, to_yaml
+from ..config import Config, Problem, to_yaml
+from ..config.fields import field_at, section_of
 
 
 def _short(value: object, width: int = 40) -> str:
@@ -29,8 +30,17 @@ def problems_table(problems: List[Problem]) -> Table:
     table.add_column("fix", style="green", overflow="fold", ratio=4, min_width=14)
     for p in problems:
         sev = "[red]error[/]" if p.is_error else "[yellow]warning[/]"
-        table.add_row(f"{sev}\n{escape(p.key or '<config>')}", escape(_short(p.value)), escape(p.message), escape(p.fix))
+        doc = key_doc(p.key)
+        problem = escape(p.message) + (f"\n[dim]key: {escape(doc)}[/]" if doc else "")
+        table.add_row(f"{sev}\n{escape(p.key or '<config>')}", escape(_short(p.value)), problem, escape(p.fix))
     return table
+
+
+def key_doc(key: str) -> Optional[str]:
+    """The description of a config key (``rewards[0].weight``, ``logging.report_to[1]`` alike), from the schema's
+    field; ``None`` for anything else (an unknown key, ``<config>``)."""
+    info = field_at(Config, key or "")
+    return info.description if info is not None and section_of(info.annotation) is None else None
 
 
 def print_problems(console: Console, problems: List[Problem]) -> None:
@@ -52,3 +62,18 @@ def print_summary(console: Console, config: Config) -> None:
     for what, count in batch_arithmetic(config).items():
         table.add_row(what, f"{count:,}")
     console.print(table)
+
+
+def batch_arithmetic(config: Config) -> Dict[str, int]:
+    """How a step splits: sequences per step, micro-batches (forward/backward passes) per step, totals."""
+    s, t = config.sampling, config.training
+    seqs = t.prompts_per_step * s.num_generations
+    micro = -(-seqs // max(t.micro_batch_size, 1)) * t.num_iterations
+    return {
+        "prompts per step": t.prompts_per_step,
+        "sequences per step (prompts × num_generations)": seqs,
+        "micro-batches per step (× num_iterations)": micro,
+        "optimizer updates per step": t.num_iterations,
+        "total sequences": seqs * t.max_steps,
+        "total optimizer updates": t.num_iterations * t.max_steps,
+    }

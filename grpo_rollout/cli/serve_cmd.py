@@ -36,7 +36,7 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
     needed = needed_model_len(config.sampling) if config_path else None
     settings = settings_from_config(config, path, max_model_len=max_model_len or config.vllm.max_model_len or needed,
                                     host=host, port=port or None, api_key=api_key, extra_args=extra)
-    from ..config.exposure_checks import dev_mode_exposure
+    from ..generation.server.exposure import dev_mode_exposure
 
     exposed = dev_mode_exposure(settings.weight_transfer, settings.host, settings.api_key)
     if exposed:

@@ -7,10 +7,9 @@ running all of them, live in :mod:`grpo_rollout.preflight`, above it; ``from grp
 
 from __future__ import annotations
 
-from .batch_checks import batch_arithmetic
 from .loading import LoadedConfig, config_dict, config_from_dict, load_config, to_yaml
 from .problems import ConfigError, Problem
 from .schema import Config
 
-__all__ = ["Config", "ConfigError", "LoadedConfig", "Problem", "batch_arithmetic", "config_dict", "config_from_dict",
+__all__ = ["Config", "ConfigError", "LoadedConfig", "Problem", "config_dict", "config_from_dict",
            "load_config", "to_yaml"]

@@ -61,21 +61,3 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                     "set sampling.repetition_penalty: 1.0 to keep both (penalise repetition with a reward instead), "
                     "or accept that a server on stale weights goes unnoticed",
                     depends_on=("sampling.repetition_penalty",))
-
-
-def check_turn_budget(config: Config, problems: List[Problem]) -> None:
-    """A warning when a multi-turn rollout's ``max_turns × max_turn_tokens`` (``rollout.kwargs``, the built-in tool
-    and environment rollouts) already exceeds ``sampling.max_completion_length``: the sampled turns alone do not fit,
-    so episodes end by the budget before ``max_turns`` (the tool/environment replies take tokens too)."""
-    kwargs, budget = config.rollout.kwargs or {}, config.sampling.max_completion_length
-    turns, per_turn = kwargs.get("max_turns"), kwargs.get("max_turn_tokens")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (turns, per_turn, budget)):
-        return
-    if turns * per_turn > budget:
-        add_warning(problems, "sampling.max_completion_length", budget,
-                    f"is less than rollout.kwargs.max_turns × max_turn_tokens = {turns} × {per_turn} = "
-                    f"{turns * per_turn} sampled tokens, before any tool/environment reply: episodes will be cut by "
-                    "the budget before max_turns (see `end_reason` and episodes/cut_by_budget)",
-                    f"raise sampling.max_completion_length to at least {turns * per_turn} plus the replies' tokens, "
-                    "or lower max_turns / max_turn_tokens (docs/multi_turn.md: how the budget is spent)",
-                    depends_on=("sampling.max_completion_length",))

@@ -1,11 +1,10 @@
-"""How a step splits into micro-batches and across training processes, and the settings several servers share."""
+"""How a step splits into micro-batches, and whether the lengths fit the server."""
 
 from __future__ import annotations
 
-import os
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
-from .problems import Problem, add_error as _err, add_warning as _warn
+from .problems import Problem, add_error as _err
 from .schema import Config
 
 
@@ -44,71 +43,9 @@ def check_batch(config: Config, problems: List[Problem]) -> None:
              depends_on=("sampling.max_prompt_length", "sampling.max_completion_length", "vllm.max_model_len"))
 
 
-def world_size() -> int:
-    """How many training processes this run has: torchrun's ``WORLD_SIZE`` (1 without torchrun)."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-def check_processes(config: Config, problems: List[Problem], processes: Optional[int] = None) -> None:
-    """With N training processes each takes ``prompts_per_step / N`` whole groups, split into the same micro-batches
-    one process would make; and the settings for several servers must fit together."""
-    n = processes or world_size()
-    s, t, v = config.sampling, config.training, config.vllm
-    if n > 1 and t.prompts_per_step >= 1 and t.prompts_per_step % n:
-        near = sorted({max(n, t.prompts_per_step - t.prompts_per_step % n), t.prompts_per_step + n - t.prompts_per_step % n})
-        _err(problems, "training.prompts_per_step", t.prompts_per_step,
-             f"is not divisible by the {n} training processes (each trains on whole groups of its own prompts)",
-             f"set training.prompts_per_step to {' or '.join(map(str, near))}, or run {t.prompts_per_step} processes",
-             depends_on=("training.prompts_per_step",))
-    elif n > 1 and t.prompts_per_step >= 1 and s.num_generations >= 1 and t.micro_batch_size >= 1:
-        local = t.prompts_per_step // n * s.num_generations
-        if local % t.micro_batch_size:
-            _err(problems, "training.micro_batch_size", t.micro_batch_size,
-                 f"each of the {n} processes has {t.prompts_per_step // n} × {s.num_generations} = {local} sequences, "
-                 f"not divisible by micro_batch_size {t.micro_batch_size}",
-                 f"use a micro_batch_size that divides {local}", depends_on=_SPLIT_KEYS)
-    if v.num_servers < 1:
-        _err(problems, "vllm.num_servers", v.num_servers, "must be >= 1", "e.g. 2")
-    elif v.server_devices and len(v.server_devices) != v.num_servers:
-        _err(problems, "vllm.server_devices", v.server_devices,
-             f"names devices for {len(v.server_devices)} server(s) but vllm.num_servers is {v.num_servers}",
-             'one entry per server, e.g. ["4,5", "6,7"] for two servers on two GPUs each, or [] to inherit')
-    if v.mode == "attach" and v.num_servers > 1:
-        _warn(problems, "vllm.num_servers", v.num_servers, "is only used by spawn mode; attach uses vllm.url/urls",
-              "list the running servers in vllm.urls")
-    if t.async_generation and v.mode == "off":
-        _err(problems, "training.async_generation", True,
-             "needs a vLLM server: with vllm.mode off the trainer's own model generates, and it cannot sample the "
-             "next step while the same model is being updated", "use vllm.mode: spawn or attach, or set it to false")
-    if v.weight_transfer == "nccl":
-        import torch
-
-        if not torch.cuda.is_available():
-            _err(problems, "vllm.weight_transfer", "nccl", "needs CUDA (an NCCL broadcast from GPU to GPU)",
-                 "use auto (a folder for a server on this machine, HTTP bytes for one elsewhere)")
-
-
 def needed_model_len(sampling: Any) -> Optional[int]:
     """``max_prompt_length + max_completion_length`` of a config's ``sampling`` section (``None`` when prompts are
     not limited): the ``max_model_len`` a server must offer."""
     if not sampling.max_prompt_length:
         return None
     return sampling.max_prompt_length + sampling.max_completion_length
-
-
-def batch_arithmetic(config: Config) -> Dict[str, int]:
-    """How a step splits: sequences per step, micro-batches (forward/backward passes) per step, totals."""
-    s, t = config.sampling, config.training
-    seqs = t.prompts_per_step * s.num_generations
-    micro = -(-seqs // max(t.micro_batch_size, 1)) * t.num_iterations
-    return {
-        "prompts per step": t.prompts_per_step,
-        "sequences per step (prompts × num_generations)": seqs,
-        "micro-batches per step (× num_iterations)": micro,
-        "optimizer updates per step": t.num_iterations,
-        "total sequences": seqs * t.max_steps,
-        "total optimizer updates": t.num_iterations * t.max_steps,
-    }

@@ -1,12 +1,10 @@
-"""How a config key is declared (:func:`setting`) and read back: its section, its allowed values, its range.
-
-Every key of :mod:`grpo_rollout.config.schema` is one pydantic field holding its type, default, range and a one-line
-description; :class:`Rule` adds the text shown when a value is outside the range. Everything else (the range checks,
-the JSON Schema, the README's config reference, the nearest-key suggestions) reads the fields through this module.
-"""
+"""How a config key is declared (:func:`setting`: one pydantic field with its type, default, range, one-line
+description and :class:`Rule`) and read back by the range checks, the JSON Schema, the README's config reference and
+the nearest-key suggestions: its section, allowed values, range, type name."""
 
 from __future__ import annotations
 
+import re
 import typing
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Literal, Optional, Tuple, Type
@@ -18,25 +16,20 @@ from pydantic.fields import FieldInfo
 
 @dataclass(frozen=True)
 class Rule:
-    """What ``validate-config`` says about a value outside the key's range or allowed set.
-
-    Attributes:
-        fix: the suggested fix (default: ``e.g. <default>``).
-        why: appended to the generated ``must be >= 1`` in parentheses.
-        problem: replaces the generated text altogether.
-    """
+    """What ``validate-config`` says about a value outside the key's range or allowed set: ``fix`` (default
+    ``e.g. <default>``) and ``problem`` (default generated from the range: ``must be >= 1``)."""
 
     fix: str = ""
-    why: str = ""
     problem: str = ""
 
 
-def setting(default: Any, doc: str, *, rule: Optional[Rule] = None, **bounds: Any) -> Any:
+def setting(default: Any, doc: str, *, fix: str = "", problem: str = "", **bounds: Any) -> Any:
     """A config key: ``default`` (a list or mapping is copied per config), ``doc`` (one line: what it does, its unit),
-    ``bounds`` (pydantic's ``ge``/``gt``/``le``/``lt``) and the :class:`Rule` for a value outside them."""
+    ``bounds`` (pydantic's ``ge``/``gt``/``le``/``lt``), and the :class:`Rule` (``fix``, ``problem``) for a value
+    outside them."""
     info = Field(default, description=doc, **bounds)
-    if rule is not None:
-        info.metadata.append(rule)
+    if fix or problem:
+        info.metadata.append(Rule(fix, problem))
     return info
 
 
@@ -52,12 +45,8 @@ def rule_of(info: FieldInfo) -> Rule:
 
 def bounds_of(info: FieldInfo) -> Dict[str, float]:
     """The field's numeric bounds as ``{"ge": 0, "lt": 1}`` (empty when it has none)."""
-    out: Dict[str, float] = {}
-    for m in info.metadata:
-        for name in ("ge", "gt", "le", "lt"):
-            if isinstance(m, (at.Ge, at.Gt, at.Le, at.Lt, at.Interval)) and getattr(m, name, None) is not None:
-                out[name] = getattr(m, name)
-    return out
+    return {name: getattr(m, name) for m in info.metadata if isinstance(m, at.BaseMetadata)
+            for name in ("ge", "gt", "le", "lt") if getattr(m, name, None) is not None}
 
 
 def strip_optional(tp: Any) -> Tuple[Any, bool]:
@@ -71,28 +60,24 @@ def strip_optional(tp: Any) -> Tuple[Any, bool]:
 
 def section_of(tp: Any) -> Optional[Type[BaseModel]]:
     """The model of a section (``LoraConfig``) or of a list of sections (``List[RewardConfig]``), else ``None``."""
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return tp
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) is list and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
-        return args[0]
-    return None
+    tp = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def item_type(tp: Any) -> Any:
+    """``X`` for ``X``, ``Optional[X]``, ``List[X]`` and ``Optional[List[X]]``."""
+    tp = strip_optional(tp)[0]
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
 
 
 def allowed_values(tp: Any) -> Optional[tuple]:
     """The values of a ``Literal[...]`` type (or of a list of one), else ``None``."""
-    tp, _ = strip_optional(tp)
-    if typing.get_origin(tp) is list:
-        tp = typing.get_args(tp)[0]
-    return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
+    return typing.get_args(item_type(tp)) if typing.get_origin(item_type(tp)) is Literal else None
 
 
 def is_text(tp: Any) -> bool:
-    """``str``, ``Optional[str]``, a ``Literal`` of strings, or a list of those: keys whose value is text."""
-    tp, _ = strip_optional(tp)
-    if typing.get_origin(tp) is list:
-        tp = typing.get_args(tp)[0]
-    return tp is str or typing.get_origin(tp) is Literal
+    """``str``, a ``Literal`` of strings, or an optional or list of those: keys whose value is text."""
+    return item_type(tp) is str or allowed_values(tp) is not None
 
 
 def type_name(tp: Any) -> str:
@@ -106,25 +91,36 @@ def type_name(tp: Any) -> str:
         return "a mapping"
     if typing.get_origin(tp) is Literal:
         return "str"
-    return getattr(tp, "__name__", str(tp))
+    return "any value" if tp is Any else getattr(tp, "__name__", str(tp))
 
 
 def range_text(info: FieldInfo) -> str:
     """The field's range as text: ``>= 2``, ``> 0``, ``in (0, 1]``; ``""`` when it has none."""
-    b = bounds_of(info)
+    b = {k: str(int(v)) if float(v).is_integer() else str(v) for k, v in bounds_of(info).items()}
     low = ("[", b["ge"]) if "ge" in b else ("(", b["gt"]) if "gt" in b else None
     high = ("]", b["le"]) if "le" in b else (")", b["lt"]) if "lt" in b else None
     if low and high:
-        return f"in {low[0]}{_num(low[1])}, {_num(high[1])}{high[0]}"
-    if low:
-        return f"{'>=' if low[0] == '[' else '>'} {_num(low[1])}"
-    if high:
-        return f"{'<=' if high[0] == ']' else '<'} {_num(high[1])}"
+        return f"in {low[0]}{low[1]}, {high[1]}{high[0]}"
+    if low or high:
+        return {"[": ">=", "(": ">", "]": "<=", ")": "<"}[(low or high)[0]] + " " + (low or high)[1]
     return ""
 
 
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
+def dotted(loc: Tuple[Any, ...]) -> str:
+    """``("rewards", 0, "weight")`` → ``rewards[0].weight``; ``()`` → ``<config>``."""
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return text or "<config>"
+
+
+def value_at(obj: Any, loc: Tuple[Any, ...], default: Any = None) -> Any:
+    """What ``loc`` (``("rewards", 0, "weight")``) points at in a config or section, the very object; ``default``
+    when there is nothing there."""
+    try:
+        for part in loc:
+            obj = obj[part] if isinstance(part, int) else getattr(obj, part)
+        return obj
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return default
 
 
 def walk(model: Type[BaseModel], prefix: str = "") -> Iterator[Tuple[str, FieldInfo]]:
@@ -140,9 +136,7 @@ def walk(model: Type[BaseModel], prefix: str = "") -> Iterator[Tuple[str, FieldI
 
 def field_at(model: Type[BaseModel], dotted: str) -> Optional[FieldInfo]:
     """The field of a dotted key (``rewards[0].weight`` and ``rewards[].weight`` alike), or ``None``."""
-    import re
-
-    key = re.sub(r"\[\d*\]", "[]", dotted)
+    key = re.sub(r"\[\d*\]", "[]", dotted).removesuffix("[]")  # a list item: the list's field
     return next((info for k, info in walk(model) if k == key), None)
 
 
@@ -152,11 +146,5 @@ def enums(model: Type[BaseModel]) -> Dict[str, tuple]:
             if typing.get_origin(info.annotation) is Literal}
 
 
-def defaults(model: Type[BaseModel]) -> Dict[str, Any]:
-    """Dotted key → default, for every key that is not a section."""
-    return {k: info.get_default(call_default_factory=True) for k, info in walk(model)
-            if section_of(info.annotation) is None}
-
-
-__all__ = ["Rule", "allowed_values", "bounds_of", "defaults", "enums", "field_at", "is_text", "range_text",
-           "rule_of", "section", "section_of", "setting", "strip_optional", "type_name", "walk"]
+__all__ = ["Rule", "allowed_values", "bounds_of", "dotted", "enums", "field_at", "is_text", "item_type", "range_text",
+           "rule_of", "section", "section_of", "setting", "strip_optional", "type_name", "value_at", "walk"]

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from .fields import dotted
 from .problems import Problem
 
 _FAILED = object()
@@ -16,12 +17,8 @@ _FIX = "point it at an existing key (`${section.key}`) or a set variable (`${oc.
 
 def resolve(data: Dict[str, Any], defaults: Dict[str, Any], problems: List[Problem]) -> Tuple[Dict[str, Any],
                                                                                                  Dict[str, str]]:
-    """Resolve every string holding ``${`` in ``data`` (plain dicts and lists, as read from YAML).
-
-    Returns:
-        ``(data with the resolved values, {dotted key: the expression written})``; keys whose interpolation failed
-        are left out and reported in ``problems``.
-    """
+    """Resolve every string holding ``${`` in ``data`` (plain dicts and lists, as read from YAML); returns ``(data
+    resolved, {dotted key: the expression written})``, keys that failed left out and reported in ``problems``."""
     if "${" not in repr(data):
         return data, {}
     try:
@@ -40,10 +37,6 @@ def _over(base: Any, top: Any) -> Any:
     return top
 
 
-def _dotted(path: Tuple[Any, ...]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path))
-
-
 def _walk(node: Any, merged: Any, path: Tuple[Any, ...], problems: List[Problem], written: Dict[str, str]) -> Any:
     if isinstance(node, dict):
         items = ((k, _walk(v, merged, path + (k,), problems, written)) for k, v in node.items())
@@ -60,8 +53,8 @@ def _walk(node: Any, merged: Any, path: Tuple[Any, ...], problems: List[Problem]
         if isinstance(value, (DictConfig, ListConfig)):
             value = OmegaConf.to_container(value, resolve=True)
     except Exception as exc:  # noqa: BLE001 - OmegaConf's resolution errors come in several types
-        problems.append(Problem(_dotted(path), node, f"interpolation failed: {str(exc).splitlines()[0]}", _FIX))
+        problems.append(Problem(dotted(path), node, f"interpolation failed: {str(exc).splitlines()[0]}", _FIX))
         return _FAILED
     if value != node:
-        written[_dotted(path)] = node
+        written[dotted(path)] = node
     return value

@@ -1,19 +1,10 @@
-"""The config's JSON Schema (draft 2020-12): pydantic's ``Config.model_json_schema()``, adjusted so that it accepts
-what :func:`~grpo_rollout.config.load_config` accepts and reads the same in draft-07 language servers.
-
-Editors' YAML language servers use it to complete keys, show each key's description and default, and flag misspelled
-keys, wrong types, values outside a fixed set and plain ranges while the config is written; ``grpo-rollout schema``
-prints it. The adjustments:
-
-* sections are inlined (no ``$ref``/``$defs``, which older servers stop at), each with its docstring;
-* every single value may instead be an OmegaConf interpolation (a string holding ``${...}``): the schema cannot know
-  what it resolves to, so the loader checks the result; a whole section or list given as one is not accepted;
-* a text key takes any plain scalar (the loader keeps the text written: ``revision: 0123456``), and where ``off`` is
-  allowed, ``false`` is too (YAML 1.1 reads an unquoted ``off`` as false);
-* ``rewards`` items may be a bare string (the ``- pkg.module:function`` shorthand);
-* each key's description ends with its range and ``Default: <json>.``
-
-Imports, the dataset, rules across keys and resolved interpolations are only checked by ``validate-config``.
+"""The config's JSON Schema (draft 2020-12) for editors' YAML language servers (``grpo-rollout schema``): pydantic's
+``Config.model_json_schema()``, adjusted to accept what :func:`~grpo_rollout.config.load_config` accepts and to read
+the same in draft-07 servers. Sections are inlined (no ``$ref``, which older servers stop at); any single value may be
+an OmegaConf interpolation (a string holding ``${...}``, checked by the loader once resolved); a text key takes any
+plain scalar (the loader keeps the text written) and, where ``off`` is allowed, ``false`` (YAML 1.1's reading of an
+unquoted off); a ``rewards`` item may be a bare string; each description ends with the key's range and default.
+Imports, the dataset and rules across keys are ``validate-config``'s.
 """
 
 from __future__ import annotations
@@ -38,11 +29,8 @@ _SCALAR_TEXT = {"type": ["string", "number", "boolean"]}
 
 
 def config_json_schema() -> Dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a grpo-rollout YAML config, from :class:`Config`'s fields.
-
-    Returns:
-        A JSON-serialisable dict: one ``object`` per section with ``additionalProperties: false``; each key with its
-        type, allowed values (``enum``), range (``minimum``, ``exclusiveMinimum``, ...), default and description.
+    """The JSON Schema (draft 2020-12) of a grpo-rollout YAML config, from :class:`Config`'s fields: one ``object``
+    per section (``additionalProperties: false``), each key with its type, ``enum``, range, default and description.
 
     Raises:
         TypeError: a config field has a type the YAML loader cannot take (the message names the field).
@@ -81,7 +69,7 @@ def _section(node: Dict[str, Any], model: type, prefix: str, keys: Dict[str, Any
         else:
             properties[name] = _leaf(prop, info)
     out = {"type": "object", "additionalProperties": False, "properties": properties}
-    doc = _doc(model)
+    doc = model_doc(model)
     return {**out, "description": doc} if doc else out
 
 
@@ -98,11 +86,9 @@ def _value(prop: Dict[str, Any], tp: Any) -> Dict[str, Any]:
     prop = {k: v for k, v in prop.items() if k not in ("title", "default", "description")}
     inner, optional = strip_optional(tp)
     if optional:
-        value = _value(next(b for b in prop["anyOf"] if b.get("type") != "null"), inner)
-        if isinstance(value.get("type"), list):
-            return {**value, "type": value["type"] + ["null"]}
-        return {"anyOf": value["anyOf"] + [{"type": "null"}]} if "anyOf" in value else {
-            "anyOf": [value, {"type": "null"}]}
+        value = _value(next(b for b in prop["anyOf"] if b.get("type") != "null"), inner)  # a number or text
+        return {**value, "type": value["type"] + ["null"]} if "type" in value else {
+            "anyOf": value["anyOf"] + [{"type": "null"}]}
     if typing.get_origin(tp) is list:
         return {"type": "array", "items": _value(prop.get("items", {}), typing.get_args(tp)[0])}
     if not _scalar(tp):
@@ -117,7 +103,7 @@ def _value(prop: Dict[str, Any], tp: Any) -> Dict[str, Any]:
 
 
 def _scalar(tp: Any) -> bool:
-    return tp in (str, int, float, bool) or typing.get_origin(tp) in (typing.Literal, typing.Annotated)
+    return tp in (str, int, float, bool) or typing.get_origin(tp) is typing.Literal
 
 
 def _check_type(tp: Any, key: str) -> None:
@@ -138,10 +124,10 @@ def _value_schema(tp: Any, key: str, bounds: Dict[str, Any]) -> Dict[str, Any]:
     return _value(TypeAdapter(tp).json_schema(), tp)
 
 
-def _doc(model: type) -> str:
+def model_doc(model: type) -> str:
     """The class docstring as one paragraph per blank-line-separated block, reST roles as Markdown."""
     doc = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", inspect.cleandoc(model.__doc__ or "")).replace("``", "`")
     return "\n\n".join(" ".join(block.split()) for block in doc.split("\n\n"))
 
 
-__all__ = ["INTERPOLATION_PATTERN", "SCHEMA_DIALECT", "config_json_schema"]
+__all__ = ["INTERPOLATION_PATTERN", "SCHEMA_DIALECT", "config_json_schema", "model_doc"]

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import difflib
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 from .fields import walk
 from .sampling_names import SAMPLING_ALIASES
 from .schema import Config
-
-
-def _all_keys() -> List[str]:
-    """Every valid dotted key of the schema (list items of ``rewards`` as ``rewards[].key``)."""
-    return [key for key, _ in walk(Config)]
 
 
 def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
@@ -26,7 +21,7 @@ def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
     close = difflib.get_close_matches(bad_key, same_level, n=1, cutoff=0.6)
     if close:
         return prefix + close[0]
-    everywhere = [k for k in _all_keys() if not k.startswith("rewards[]")]
+    everywhere = [k for k, _ in walk(Config) if not k.startswith("rewards[]")]  # every valid dotted key
     exact = [k for k in everywhere if k.rsplit(".", 1)[-1] == bad_key]
     if exact:
         return exact[0]

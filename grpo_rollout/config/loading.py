@@ -1,11 +1,7 @@
-"""Load a YAML config plus OmegaConf dotlist overrides into a :class:`~grpo_rollout.config.schema.Config`.
-
-OmegaConf reads the YAML, applies the overrides and resolves interpolations (``${sampling.n}``, ``${oc.env:HOME}``);
-pydantic checks the tree against the schema. Every unknown key (with the nearest valid one), every value of the
-wrong type, every bad override and every failed interpolation is recorded as a :class:`Problem`, and the config is
-built from what is left: a rejected key keeps its default. Values outside their range are kept and reported by the
-range checks with the others (:func:`grpo_rollout.preflight.validate`).
-"""
+"""Load a YAML config plus OmegaConf dotlist overrides into a :class:`~grpo_rollout.config.schema.Config`: OmegaConf
+reads the YAML, applies the overrides and resolves interpolations (``${sampling.n}``, ``${oc.env:HOME}``); pydantic
+checks the tree. Every unknown key (with the nearest valid one), wrong type, bad override and failed interpolation is
+a :class:`Problem` and the key keeps its default; a value outside its range is kept for the range checks."""
 
 from __future__ import annotations
 
@@ -20,20 +16,14 @@ from .interpolation import resolve
 from .problems import ConfigError, Problem
 from .reading import _apply_overrides, _plain_scalar_texts, as_written
 from .schema import Config
-from .fields import field_at
-from .translate import Loc, dotted, error_loc, is_value_error, to_problem
+from .fields import dotted, field_at, value_at
+from .translate import VALUE_ERRORS, Loc, error_loc, to_problem
 
 
 @dataclass
 class LoadedConfig:
-    """The result of :func:`load_config`.
-
-    Attributes:
-        config: the resolved config (defaults filled in for anything missing or rejected); ``None`` only when the file
-            could not be read at all.
-        problems: every problem found while loading (unknown keys, wrong types, bad interpolations, bad overrides).
-        path: the config file.
-    """
+    """The result of :func:`load_config`: ``config`` (defaults for anything missing or rejected; ``None`` only when
+    the file could not be read), ``problems`` (unknown keys, wrong types, interpolations, overrides), ``path``."""
 
     config: Optional[Config]
     problems: List[Problem] = field(default_factory=list)
@@ -77,9 +67,19 @@ def _build(data: Any, problems: List[Problem], texts: Optional[Dict[str, str]] =
     written: Dict[str, str] = {}
     if isinstance(data, dict):
         data, written = resolve(data, Config().model_dump(), found)
-        texts = {k: v for k, v in (texts or {}).items() if k not in written}
-        data = as_written(data, Config, "", texts, found)
-    order = _key_order(data)
+        data = as_written(data, Config, "", {k: v for k, v in (texts or {}).items() if k not in written}, found)
+    sections = list(data) if isinstance(data, dict) else []
+    config = _validate(data, written, found)
+    # in the order of the user's sections (within one: the schema's)
+    problems += sorted(found, key=lambda p: sections.index(p.key.split(".")[0].split("[")[0])
+                       if p.key.split(".")[0].split("[")[0] in sections else -1)
+    return config
+
+
+def _validate(data: Any, written: Dict[str, str], found: List[Problem]) -> Config:
+    """Validate until pydantic takes ``data``: a key with a type error is reported and taken out (its default
+    applies); a key with a value error is taken out and put back into the built config unvalidated (the range checks
+    report it, :func:`grpo_rollout.config.ranges.check_values`)."""
     kept: Dict[Loc, Any] = {}
     seen: set = set()
     while True:
@@ -95,27 +95,26 @@ def _build(data: Any, problems: List[Problem], texts: Optional[Dict[str, str]] =
                           reverse=True):  # the last list items first, so that taking one out moves no other
             loc = error_loc(err)
             seen.add((err["type"], loc))
-            if not loc:  # the whole file is not a mapping
-                found.append(to_problem(err, Config, err.get("input")))
-                data = {}
-            elif is_value_error(err):  # reported by the range checks (grpo_rollout.config.ranges), value kept
+            if err["type"] in VALUE_ERRORS and loc:
                 loc = loc[:-1] if isinstance(loc[-1], int) else loc
                 kept.setdefault(loc, _as_type(_take(data, loc), field_at(Config, dotted(loc))))
+                continue
+            problem = to_problem(err, Config, err.get("input"), written)
+            if problem.key not in written or all(p.key != problem.key for p in found):
+                found.append(problem)  # one problem per failed interpolation of a whole section
+            if not loc:  # the whole file is not a mapping
+                data = {}
             else:
-                problem = to_problem(err, Config, err.get("input"), written)
-                if problem.key not in written or all(p.key != problem.key for p in found):
-                    found.append(problem)
-                section_item = isinstance(loc[-1], int) and err["type"] in ("model_type", "model_attributes_type")
-                _take(data, loc, keep_place=section_item)
+                _take(data, loc, keep_place=isinstance(loc[-1], int) and err["type"] == "model_type")
     for loc, value in kept.items():
-        _put(config, loc, value)
-    problems += sorted(found, key=lambda p: _rank(p.key, order))
+        parent = value_at(config, loc[:-1])
+        if parent is not None:
+            setattr(parent, loc[-1], value)
     return config
 
 
 def _as_type(value: Any, info: Any) -> Any:
-    """``value`` converted to its key's type, ignoring the range (``0`` → ``0.0`` for a float); as it is if it
-    cannot be."""
+    """``value`` in its key's type, the range ignored (``0`` → ``0.0`` for a float); as it is if it cannot be."""
     try:
         return TypeAdapter(info.annotation).validate_python(value)
     except (ValidationError, AttributeError, TypeError):
@@ -134,35 +133,6 @@ def _take(data: Any, loc: Loc, keep_place: bool = False) -> Any:
         return node.pop(loc[-1])
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
-
-
-def _put(config: Config, loc: Loc, value: Any) -> None:
-    """Set the attribute at ``loc`` without validating it (a kept value outside its range)."""
-    node: Any = config
-    for part in loc[:-1]:
-        node = node[part] if isinstance(part, int) else getattr(node, part)
-    setattr(node, loc[-1], value)
-
-
-def _key_order(data: Any) -> Dict[str, int]:
-    """Dotted key → its position in the user's tree (the order problems are reported in)."""
-    order: Dict[str, int] = {}
-
-    def visit(node: Any, prefix: str) -> None:
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for k, v in items:
-            key = f"{prefix}[{k}]" if isinstance(node, list) else f"{prefix}.{k}" if prefix else str(k)
-            order.setdefault(key, len(order))
-            visit(v, key)
-
-    visit(data, "")
-    return order
-
-
-def _rank(key: str, order: Dict[str, int]) -> int:
-    while key and key not in order:
-        key = key[:max(key.rfind("."), key.rfind("["), 0)]
-    return order.get(key, -1)
 
 
 def _finish(loaded: LoadedConfig, strict: bool) -> LoadedConfig:

@@ -4,13 +4,12 @@ applied to the raw tree, and the tree with YAML's readings undone where the sche
 from __future__ import annotations
 
 import re
-import typing
 from typing import Any, Dict, List, Sequence, Type
 
 from omegaconf import DictConfig
 from pydantic import BaseModel
 
-from .fields import allowed_values, is_text, section_of, strip_optional, type_name
+from .fields import allowed_values, is_text, item_type, section_of, strip_optional, type_name
 from .problems import Problem
 
 
@@ -80,35 +79,28 @@ def as_written(node: Any, model: Type[BaseModel], prefix: str, texts: Dict[str, 
     out: Dict[Any, Any] = {}
     for key, value in node.items():
         dotted, info = prefix + str(key), model.model_fields.get(str(key))
-        sub = section_of(info.annotation) if info else None
+        tp = strip_optional(info.annotation)[0] if info else None
+        sub = section_of(tp)
         if info is None or value is None:
             out[str(key)] = value
-        elif sub is not None and isinstance(value, list):
+        elif sub is not None and sub is not tp and isinstance(value, list):  # a list of sections: `rewards`
             out[str(key)] = [as_written({"function": v} if isinstance(v, str) else v, sub, f"{dotted}[{i}].", texts,
                                         problems) for i, v in enumerate(value)]
-        elif sub is not None:
+        elif sub is tp:
             out[str(key)] = as_written(value, sub, dotted + ".", texts, problems)
-        elif is_text(info.annotation) and isinstance(value, list):
+        elif is_text(tp) and isinstance(value, list):
             out[str(key)] = [_text(v, f"{dotted}[{i}]", texts) for i, v in enumerate(value)]
-        elif is_text(info.annotation) and not _is_list(info.annotation):
-            value = _text(value, dotted, texts, allowed_values(info.annotation) or ())
-            if isinstance(value, bool):
-                problems.append(Problem(dotted, value, "YAML read this unquoted word as a boolean, not text",
-                                        f'quote it: `{dotted}: "..."`'))
-                continue
-            out[str(key)] = value
-        elif isinstance(value, bool) and strip_optional(info.annotation)[0] in (int, float) or (
-                isinstance(value, float) and strip_optional(info.annotation)[0] is int):
-            name = type_name(info.annotation)
-            problems.append(Problem(dotted, value, f"expected {name}, got {type(value).__name__}",
-                                    f"set `{dotted}` to {name}"))
+        elif is_text(tp) and item_type(tp) is tp:
+            out[str(key)] = _text(value, dotted, texts, allowed_values(tp) or ())
+            if isinstance(out[str(key)], bool):
+                problems.append(Problem(dotted, out.pop(str(key)), "YAML read this unquoted word as a boolean, not "
+                                        "text", f'quote it: `{dotted}: "..."`'))
+        elif isinstance(value, bool) and tp in (int, float) or isinstance(value, float) and tp is int:
+            problems.append(Problem(dotted, value, f"expected {type_name(info.annotation)}, got "
+                                    f"{type(value).__name__}", f"set `{dotted}` to {type_name(info.annotation)}"))
         else:
             out[str(key)] = value
     return out
-
-
-def _is_list(tp: Any) -> bool:
-    return typing.get_origin(strip_optional(tp)[0]) is list
 
 
 def _text(value: Any, dotted: str, texts: Dict[str, str], allowed: tuple = ()) -> Any:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Dict, List, Literal, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from .fields import Rule, enums, section, setting
+from .fields import enums, section, setting
 
 BUILTIN_MODEL_PREFIX = "builtin:"
 
@@ -63,23 +63,20 @@ class LoraConfig(Section):
     ``alpha / r``) on ``target_modules`` train; the base weights stay frozen. Off while ``r`` is 0."""
 
     r: int = setting(0, "LoRA rank; 0 = LoRA off (every weight trains)", ge=0,
-                     rule=Rule("e.g. 8 or 16 to train LoRA adapters, or 0 for full fine-tuning",
-                               "the LoRA rank; 0 = LoRA off, every weight trains"))
-    alpha: float = setting(16.0, "Adapter outputs are scaled by alpha / r", gt=0,
-                           rule=Rule("e.g. 16 (often 2 × r)", "adapter outputs are scaled by alpha / r"))
-    dropout: float = setting(0.0, "PEFT's dropout on the adapters' input in training forward passes (makes log-probs "
-                             "random)", ge=0, lt=1, rule=Rule("0.0 (deterministic log-probs) or e.g. 0.05"))
-    target_modules: Any = setting("all-linear", "`all-linear` (every linear layer but the output head) or a list of "
-                                  "module names, e.g. [q_proj, v_proj]")
+                     fix="e.g. 8 or 16 to train LoRA adapters, or 0 for full fine-tuning")
+    alpha: float = setting(16.0, "Adapter outputs are scaled by alpha / r", gt=0, fix="e.g. 16 (often 2 × r)")
+    dropout: float = setting(0.0, "PEFT's dropout on the adapters' input in training (makes log-probs random)",
+                             ge=0, lt=1, fix="0.0 (deterministic log-probs) or e.g. 0.05")
+    target_modules: Any = setting("all-linear", "`all-linear` (every linear layer but the output head) or a list "
+                                  "of module names, e.g. [q_proj, v_proj]")
 
 
 class ModelConfig(Section):
     """Which model to train, in which compute dtype, and whether with LoRA adapters."""
 
-    name_or_path: str = setting("builtin:smollm2-135m-instruct", "A local folder, a Hugging Face hub id, or "
+    name_or_path: str = setting("builtin:smollm2-135m-instruct", "A local folder, a hub id, or "
                                 "`builtin:smollm2-135m-instruct` (embedded, no download)")
-    dtype: DType = setting("float32", "Compute dtype of the trainer's forward passes and of vLLM; the weights and "
-                           "optimizer state stay float32")
+    dtype: DType = setting("float32", "Compute dtype of the trainer and vLLM; weights and optimizer stay float32")
     revision: Optional[str] = setting(None, "Hub revision (branch, tag or commit); null = the default branch")
     trust_remote_code: bool = setting(False, "Run the model repository's own Python code (transformers' option)")
     lora: LoraConfig = section(LoraConfig, "LoRA adapters instead of training every weight")
@@ -89,26 +86,23 @@ class DataConfig(Section):
     """Where the training prompts come from."""
 
     train: str = setting("", "A .jsonl/.json/.csv/.parquet file, a hub dataset, or `module:function` returning a "
-                         "datasets.Dataset (or a list of dicts)")
+                         "datasets.Dataset or a list of dicts")
     split: str = setting("train", "The split of a hub dataset or of a function's DatasetDict")
-    prompt_column: str = setting("prompt", "The column holding each row's prompt: a string or a list of chat "
-                                 "messages")
+    prompt_column: str = setting("prompt", "The column of each row's prompt: a string or a list of chat messages")
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by training.seed)")
 
 
 class RolloutConfig(Section):
     """The rollout function and the extra keyword arguments passed to it."""
 
-    function: str = setting("", "`pkg.module:function` or `path/file.py:function`; empty = built-in single-turn "
-                            "sampling")
+    function: str = setting("", "`pkg.module:function` or `path/file.py:function`; empty = built-in sampling")
     kwargs: Dict[str, Any] = setting({}, "Extra keyword arguments for the rollout, passed as written")
 
 
 class RewardConfig(Section):
     """One reward function, its weight in the weighted sum, and extra keyword arguments passed to it."""
 
-    function: str = setting("", "`pkg.module:function` or `path/file.py:function` returning one float per "
-                            "completion")
+    function: str = setting("", "`pkg.module:function` or `path/file.py:function`: one float per completion")
     weight: float = setting(1.0, "Its weight in the weighted sum of rewards")
     kwargs: Dict[str, Any] = setting({}, "Extra keyword arguments for the reward function, passed as written")
 
@@ -116,27 +110,25 @@ class RewardConfig(Section):
 class SamplingConfig(Section):
     """Sampling settings, passed to the rollout function as keyword arguments (``n`` = ``num_generations``)."""
 
-    num_generations: int = setting(8, "Completions per prompt: the GRPO group whose rewards are compared", ge=2,
-                                   rule=Rule("set it to 2 or more (4-16 is common)", problem="must be at least 2: "
-                                             "GRPO scores each completion against the others of its group, so a group "
-                                             "of one has zero advantage and learns nothing"))
-    temperature: float = setting(1.0, "Sampling temperature (the trainer's log-probs use it too)", gt=0,
-                                 rule=Rule("use a sampling temperature such as 0.7-1.0", problem="must be > 0: at "
-                                           "temperature 0 all completions of a group are identical, their rewards "
-                                           "equal, and every advantage is zero"))
+    num_generations: int = setting(
+        8, "Completions per prompt: the GRPO group whose rewards are compared", ge=2,
+        fix="set it to 2 or more (4-16 is common)", problem="must be at least 2: GRPO scores each completion against "
+        "the others of its group, so a group of one has zero advantage and learns nothing")
+    temperature: float = setting(
+        1.0, "Sampling temperature (the trainer's log-probs use it too)", gt=0,
+        fix="use a sampling temperature such as 0.7-1.0", problem="must be > 0: at temperature 0 all completions of a "
+        "group are identical, their rewards equal, and every advantage is zero")
     top_p: TopP = setting(1.0, "Nucleus sampling: the smallest set of tokens holding this probability; 1.0 = off",
-                          rule=Rule("use 1.0 to disable nucleus sampling"))
-    top_k: TopK = setting(-1, "Sample among the k most likely tokens; -1 or 0 = off", rule=Rule("use -1 to disable "
-                                                                                                "top-k"))
+                          fix="use 1.0 to disable nucleus sampling")
+    top_k: TopK = setting(-1, "Sample among the k most likely tokens; -1 or 0 = off", fix="use -1 to disable top-k")
     min_p: MinP = setting(0.0, "Drop tokens below min_p × the most likely token's probability; 0.0 = off",
-                          rule=Rule("use 0.0 to disable min-p"))
+                          fix="use 0.0 to disable min-p")
     repetition_penalty: RepetitionPenalty = setting(1.0, "vLLM's penalty on tokens already present; 1.0 = none "
-                                                    "(other values turn the sampler correction off)",
-                                                    rule=Rule("use 1.0 for no penalty"))
-    max_prompt_length: Optional[int] = setting(512, "Prompt tokens kept, cut from the left (tokens); null = no limit",
-                                               ge=1, rule=Rule("use null for no limit"))
-    max_completion_length: int = setting(256, "Tokens a completion may have (a multi-turn episode's whole budget)",
-                                         ge=1, rule=Rule("e.g. 256"))
+                                                    "(others turn the sampler correction off)", fix="use 1.0 for no "
+                                                    "penalty")
+    max_prompt_length: Optional[int] = setting(512, "Prompt tokens kept, cut from the left; null = no limit", ge=1,
+                                               fix="use null for no limit")
+    max_completion_length: int = setting(256, "Tokens a completion may have (a multi-turn episode's budget)", ge=1)
     seed: Optional[int] = setting(None, "Seed of the sampler; null = unseeded")
 
 
@@ -147,7 +139,7 @@ class DynamicSamplingConfig(Section):
 
     enabled: bool = setting(False, "Drop groups with equal rewards and roll out more prompts to refill the step")
     max_rounds: int = setting(3, "Rollout calls per step at most, the first included; then train on what there is",
-                              ge=1, rule=Rule("e.g. 3", "rollout calls per step, the first included"))
+                              ge=1)
 
 
 class TrainingConfig(Section):
@@ -156,68 +148,59 @@ class TrainingConfig(Section):
 
     output_dir: str = setting("outputs/run", "The run folder: checkpoints, metrics, logs (relative to the current "
                               "folder)")
-    max_steps: int = setting(100, "Training steps", ge=1, rule=Rule("e.g. 100"))
-    num_epochs: Optional[float] = setting(None, "Passes over the dataset instead of max_steps: ceil(num_epochs × rows "
-                                          "/ prompts_per_step) steps", gt=0,
-                                          rule=Rule("e.g. 1 or 2.5", "passes over the dataset; null = use "
-                                                    "training.max_steps"))
-    prompts_per_step: int = setting(8, "Prompts rolled out per step, num_generations completions each", ge=1,
-                                    rule=Rule("e.g. 8"))
-    micro_batch_size: int = setting(8, "Sequences per forward/backward pass; gradients accumulate over the step",
-                                    ge=1, rule=Rule("e.g. 8"))
+    max_steps: int = setting(100, "Training steps", ge=1)
+    num_epochs: Optional[float] = setting(None, "Passes over the dataset instead of max_steps: ceil(num_epochs × "
+                                          "rows / prompts_per_step) steps", gt=0, fix="e.g. 1 or 2.5")
+    prompts_per_step: int = setting(8, "Prompts rolled out per step, num_generations completions each", ge=1)
+    micro_batch_size: int = setting(8, "Sequences per forward/backward pass; gradients accumulate over the step", ge=1)
     learning_rate: float = setting(1e-6, "AdamW's learning rate after warm-up; 0 = a diagnostic run", ge=0,
-                                   rule=Rule("1e-6 to 1e-5 is usual for full fine-tuning",
-                                             "0: a diagnostic run that changes no weight"))
-    weight_decay: float = setting(0.0, "AdamW's decoupled weight decay", ge=0, rule=Rule("e.g. 0.0"))
-    warmup_steps: int = setting(0, "Steps of linear learning-rate warm-up from 0", ge=0, rule=Rule("e.g. 0"))
+                                   fix="1e-6 to 1e-5 is usual for full fine-tuning")
+    weight_decay: float = setting(0.0, "AdamW's decoupled weight decay", ge=0)
+    warmup_steps: int = setting(0, "Steps of linear learning-rate warm-up from 0", ge=0)
     lr_scheduler: Literal["constant", "linear", "cosine"] = setting("constant", "The learning-rate schedule after "
                                                                     "warm-up (linear and cosine decay to 0)")
-    max_grad_norm: float = setting(1.0, "Clip the gradient's global L2 norm to this; 0 = no clipping", ge=0,
-                                   rule=Rule("e.g. 1.0", "0 disables clipping"))
-    loss_type: LossType = setting("dapo", "How token losses are averaged: per sequence (grpo), over the step's tokens "
-                                  "(dapo), per micro-batch (bnpo), by a constant (dr_grpo)")
+    max_grad_norm: float = setting(1.0, "Clip the gradient's global L2 norm to this; 0 = no clipping", ge=0)
+    loss_type: LossType = setting("dapo", "How token losses are averaged: per sequence (grpo), over the step's "
+                                  "tokens (dapo), per micro-batch (bnpo), by a constant (dr_grpo)")
     beta: float = setting(0.0, "KL coefficient against a frozen reference model (loaded only when > 0)", ge=0,
-                          rule=Rule("e.g. 0.0 or 0.04", "0 = no KL penalty, no reference model"))
+                          fix="e.g. 0.0 or 0.04")
     epsilon: float = setting(0.2, "Clip range: the importance ratio is clipped to [1 - epsilon, 1 + epsilon_high]",
-                             gt=0, lt=1, rule=Rule("0.2 is the PPO/GRPO default"))
+                             gt=0, lt=1, fix="0.2 is the PPO/GRPO default")
     epsilon_high: Optional[float] = setting(None, "Upper clip range (DAPO's clip-higher); null = epsilon", gt=0,
-                                            rule=Rule("DAPO uses 0.28; null = epsilon"))
+                                            fix="DAPO uses 0.28; null = epsilon")
     importance_level: ImportanceLevel = setting("token", "token: PPO's ratio per token; sequence: GSPO's ratio per "
                                                 "sequence (arXiv:2507.18071)")
     dynamic_sampling: DynamicSamplingConfig = section(DynamicSamplingConfig, "DAPO's dynamic sampling")
-    num_iterations: int = setting(1, "Optimizer updates on each rollout batch (> 1: clipped off-policy updates)", ge=1,
-                                  rule=Rule("1 = one update per generation batch"))
-    scale_rewards: ScaleRewards = setting("group", "Divide advantages by the reward std of the group, of the batch, or "
-                                          "not at all (Dr. GRPO)")
+    num_iterations: int = setting(1, "Optimizer updates on each rollout batch (> 1: clipped off-policy updates)",
+                                  ge=1, fix="1 = one update per generation batch")
+    scale_rewards: ScaleRewards = setting("group", "Divide advantages by the reward std of the group, of the batch, "
+                                          "or not at all (Dr. GRPO)")
     mask_truncated_completions: bool = setting(False, "Leave completions cut by max_completion_length out of the loss")
-    sampler_correction: SamplerCorrection = setting("token_truncate", "Importance weights for the sampler's log-probs "
-                                                    "differing from the trainer's: capped or masked, per token or "
-                                                    "sequence")
+    sampler_correction: SamplerCorrection = setting("token_truncate", "Weights for the sampler's log-probs differing "
+                                                    "from the trainer's: capped or masked, per token or sequence")
     sampler_correction_cap: float = setting(2.0, "The cap (truncate) or threshold (mask) of the sampler's weights")
-    logprob_chunk_size: int = setting(1024, "Positions per chunk when computing log-probs (bounds the logits' "
-                                      "memory)", ge=1, rule=Rule("e.g. 1024"))
+    logprob_chunk_size: int = setting(1024, "Positions per chunk of the log-prob computation (bounds the logits' "
+                                      "memory)", ge=1)
     padding_free: bool = setting(True, "Pack a micro-batch's sequences into shared rows instead of padding them")
-    compile: bool = setting(False, "torch.compile each decoder layer")
+    compile: bool = setting(False, "torch.compile each decoder layer (minutes of compiling, then ~10% faster steps "
+                            "on 2 CPU cores)")
     gradient_checkpointing: bool = setting(False, "Recompute activations in the backward pass to save memory")
     save_steps: int = setting(0, "Save a checkpoint every N steps; 0 = only at the end", ge=0,
-                              rule=Rule("e.g. 50", "0 = only at the end"))
+                              fix="e.g. 50 (0 = only at the end)")
     save_total_limit: Optional[int] = setting(None, "Keep only the newest N checkpoints; null = keep all", ge=1,
-                                              rule=Rule("e.g. 2", "checkpoints kept; null keeps all"))
+                                              fix="e.g. 2")
     save_only_model: bool = setting(False, "Checkpoints without optimizer state (smaller; a resume restarts AdamW)")
     save_merged: bool = setting(False, "With LoRA: also save the adapters merged into a whole model")
-    max_nonfinite_steps: int = setting(3, "Steps in a row with a NaN/inf loss or gradient (each skipped) before the "
-                                       "run stops", ge=1,
-                                       rule=Rule("e.g. 3", "steps in a row with a NaN/inf loss or gradient before "
-                                                 "the run stops"))
+    max_nonfinite_steps: int = setting(3, "Steps in a row with a NaN/inf loss or gradient before the run stops",
+                                       ge=1)
     async_generation: bool = setting(False, "Generate step t+1 while step t trains (one step off-policy; needs vLLM)")
     device: Device = setting("auto", "Where the trainer runs; auto = CUDA when available")
-    logging_steps: int = setting(1, "Log metrics every N steps", ge=1, rule=Rule("e.g. 1"))
-    log_completions: int = setting(4, "Completions shown per logged step (best and worst of the first groups)", ge=0,
-                                   rule=Rule("e.g. 4"))
+    logging_steps: int = setting(1, "Log metrics every N steps", ge=1)
+    log_completions: int = setting(4, "Completions shown per logged step (best and worst of the first groups)", ge=0)
     save_rollouts: Annotated[str, AfterValidator(_save_rollouts)] = setting(
         "off", "every, N or off: each step's token ids, masks and log-probs (for grpo-rollout inspect)",
-        rule=Rule("e.g. every"))
-    seed: int = setting(42, "Seed of the prompt order, dropout and anything else random in the trainer")
+        fix="e.g. every")
+    seed: int = setting(42, "Seed of the prompt order and of the dry run's sampling")
 
     @model_validator(mode="after")
     def _clip_range(self) -> "TrainingConfig":
@@ -236,34 +219,32 @@ class VllmConfig(Section):
     url: Optional[str] = setting(None, "attach: the server's base URL, e.g. http://127.0.0.1:8000")
     urls: List[str] = setting([], "attach: the base URLs of several servers")
     num_servers: int = setting(1, "spawn: how many servers (each its own port and log vllm-<i>.log)")
-    server_devices: List[str] = setting([], "spawn: each server's CUDA_VISIBLE_DEVICES, e.g. [\"4,5\", \"6,7\"]; "
-                                        "empty = inherited")
+    server_devices: List[str] = setting([], 'spawn: each server\'s CUDA_VISIBLE_DEVICES, e.g. ["4,5", "6,7"]; empty '
+                                        "= inherited")
     weight_transfer: WeightTransfer = setting("auto", "folder (this machine), http (bytes, across hosts), nccl (GPU "
                                               "broadcast); auto = folder here, http elsewhere")
     host: str = setting("127.0.0.1", "The address a spawned or served server binds")
-    port: int = setting(8000, "The port of the (first) server; spawn mode picks free ports itself", ge=0, le=65535,
-                        rule=Rule("e.g. 8000", problem="must be a TCP port (0-65535)"))
+    port: int = setting(8000, "The server's port (spawn mode picks free ports itself)", ge=0, le=65535,
+                        fix="e.g. 8000", problem="must be a TCP port (0-65535)")
     api_key: Optional[str] = setting(None, "The API key the server requires and the trainer sends")
     max_model_len: Optional[int] = setting(None, "The server's context length (tokens); null = max_prompt_length + "
-                                           "max_completion_length", ge=1, rule=Rule("e.g. 2048"))
-    gpu_memory_utilization: float = setting(0.9, "The fraction of GPU memory vLLM may take", gt=0, le=1,
-                                            rule=Rule("e.g. 0.9"))
-    kv_cache_space_gib: int = setting(2, "CPU build: the KV cache's size (GiB)", ge=1, rule=Rule("e.g. 2", "GiB"))
+                                           "max_completion_length", ge=1, fix="e.g. 2048")
+    gpu_memory_utilization: float = setting(0.9, "The fraction of GPU memory vLLM may take", gt=0, le=1)
+    kv_cache_space_gib: int = setting(2, "CPU build: the KV cache's size (GiB)", ge=1)
     enforce_eager: bool = setting(True, "Run vLLM without CUDA graphs (starts faster, decodes slower)")
-    startup_timeout_s: float = setting(600.0, "Seconds a spawned server may take to answer", gt=0,
-                                       rule=Rule("e.g. 600", "seconds"))
-    sync_timeout_s: float = setting(600.0, "Seconds a weight sync may wait for a server before the run stops, naming "
-                                    "it", gt=0, rule=Rule("e.g. 600", "seconds"))
-    max_logprob_mismatch: Optional[float] = setting(0.5, "Stop when vLLM's log-probs are this far from the trainer's "
-                                                    "(nats/token: stale weights); null = never")
+    startup_timeout_s: float = setting(600.0, "Seconds a spawned server may take to answer", gt=0)
+    sync_timeout_s: float = setting(600.0, "Seconds a weight sync may wait for a server before the run stops", gt=0)
+    max_logprob_mismatch: Optional[float] = setting(0.5, "Stop when vLLM's log-probs are this far from the "
+                                                    "trainer's (nats/token: stale weights); null = never")
     extra_args: List[str] = setting([], "More vLLM command-line arguments, appended last")
 
 
 class LoggingConfig(Section):
     """Where metrics go besides the console; ``jsonl`` writes ``output_dir/metrics.jsonl``."""
 
-    report_to: List[Logger] = setting(["jsonl"], "Loggers: jsonl, trackio, wandb", rule=Rule(
-        "remove it or use jsonl, trackio or wandb", problem=f"unknown logger; allowed: {', '.join(REPORT_TO)}"))
+    report_to: List[Logger] = setting(["jsonl"], "Loggers: jsonl, trackio, wandb",
+                                      fix="remove it or use jsonl, trackio or wandb",
+                                      problem=f"unknown logger; allowed: {', '.join(REPORT_TO)}")
     project: str = setting("grpo-rollout", "The trackio/wandb project")
     run_name: Optional[str] = setting(None, "The trackio/wandb run name; null = the logger's own")
 

@@ -1,9 +1,7 @@
-"""Pydantic's validation errors as the problem table's rows (key, value, problem, fix).
-
-Two kinds: a *type* error (an unknown key, a word for a number, a section that is not a mapping) is reported while
-loading and the key keeps its default; a *value* error (outside the range or the allowed set, a rule across keys) is
-reported by :func:`grpo_rollout.config.ranges.check_values` with the value kept, as every other check is.
-"""
+"""Pydantic's validation errors as the problem table's rows (key, value, problem, fix). A *type* error (an unknown
+key, a word for a number, a section that is not a mapping) is reported while loading and the key keeps its default; a
+*value* error (outside the range or allowed set, a rule across keys) is reported by
+:func:`grpo_rollout.config.ranges.check_values` with the value kept, as every other check is."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 from pydantic import BaseModel
 
-from .fields import allowed_values, field_at, range_text, rule_of, section_of, strip_optional, type_name
+from .fields import allowed_values, dotted, field_at, range_text, rule_of, section_of, strip_optional, type_name
 from .key_suggestions import suggest_key
 from .problems import Problem
 
@@ -20,24 +18,13 @@ from .problems import Problem
 VALUE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error", "rule",
                 "cross_key"}
 
-Loc = Tuple[Any, ...]
-
-
-def is_value_error(err: Dict[str, Any]) -> bool:
-    """Whether ``err`` (one of ``ValidationError.errors()``) is a value error (see the module docstring)."""
-    return err["type"] in VALUE_ERRORS
+Loc = Tuple[Any, ...]  # a pydantic error's location: ("rewards", 0, "weight")
 
 
 def error_loc(err: Dict[str, Any]) -> Loc:
     """Where the error is: its ``loc``, plus the key a rule across keys names."""
     loc = tuple(err["loc"])
     return loc + (err["ctx"]["key"],) if err["type"] == "cross_key" else loc
-
-
-def dotted(loc: Loc) -> str:
-    """``("rewards", 0, "weight")`` → ``rewards[0].weight``; ``()`` → ``<config>``."""
-    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-    return text or "<config>"
 
 
 def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
@@ -62,7 +49,7 @@ def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
                            f"{type_name(src.annotation if src else model)} ({inner.key}: {inner.message})",
                            "point it at a section of the same kind, or write the keys out")
     if kind == "extra_forbidden":
-        parent = _model_at(model, loc[:-1])
+        parent = section_of(field_at(model, dotted(loc[:-1])).annotation) if loc[:-1] else model
         hint = suggest_key(str(loc[-1]), parent, dotted(loc[:-1]) + "." if loc[:-1] else "")
         return Problem(key, value, "unknown key", f"did you mean `{hint}`?" if hint else
                        f"valid keys here: {', '.join(parent.model_fields)}")
@@ -90,14 +77,6 @@ def _value_problem(err: Dict[str, Any], key: str, value: Any, info: Any) -> Prob
     if err["type"] == "rule":
         message = err["msg"]
     else:
-        message = rule.problem or f"must be {range_text(info)}" + (
-            " or null" if strip_optional(info.annotation)[1] else "") + (f" ({rule.why})" if rule.why else "")
+        message = rule.problem or f"must be {range_text(info)}" + (" or null" if strip_optional(info.annotation)[1]
+                                                                     else "")
     return Problem(key, value, message, rule.fix or f"e.g. {info.default}")
-
-
-def _model_at(model: Type[BaseModel], loc: Loc) -> Type[BaseModel]:
-    """The section model at ``loc`` (list indices skipped)."""
-    for part in loc:
-        if isinstance(part, str):
-            model = section_of(model.model_fields[part].annotation)
-    return model

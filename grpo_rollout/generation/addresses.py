@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config.exposure_checks import is_loopback_host
+from .server.exposure import is_loopback_host
 
 
 def is_local_url(url: str) -> bool:

@@ -82,7 +82,7 @@ class ManagedServer:
         Raises:
             ServerStartError: the settings would expose vLLM's dev-mode routes beyond this machine with no API key.
         """
-        from ..config.exposure_checks import dev_mode_exposure
+        from .server.exposure import dev_mode_exposure
 
         s = self.settings
         exposed = dev_mode_exposure(s.weight_transfer, s.host, s.api_key)

@@ -11,17 +11,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from ..config.batch_checks import check_processes
 from ..config.checks import CONFIG_CHECKS, Check
 from ..config.loading import LoadedConfig, load_config
-from ..config.lora_checks import check_lora
 from ..config.problems import Problem
 from ..config.schema import Config
+from ..generation.server.exposure import check_server_exposure
+from ..generation.server.managed_flags import check_server_args
 from .dataset import check_dataset
 from .functions import check_functions
+from .lora import check_lora
 from .paths import check_paths
+from .processes import check_processes
+from .rollout_kwargs import check_sampling_agreement, check_turn_budget
 
-ALL_STATIC_CHECKS: List[Check] = [*CONFIG_CHECKS, check_paths]
+#: the config's own checks, then the rollout kwargs', the server launcher's flags and exposure, paths and packages
+ALL_STATIC_CHECKS: List[Check] = [*CONFIG_CHECKS, check_turn_budget, check_sampling_agreement, check_server_args,
+                                  check_server_exposure, check_paths]
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,

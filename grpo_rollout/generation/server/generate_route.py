@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any, Dict, List, Optional, Union
+from typing import Annotated, Any, Dict, List, Optional, Union
 
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from ...config.schema import MinP, RepetitionPenalty, TopK, TopP
 from .disconnect import unless_disconnected
 from .state import _State, _state
 
@@ -21,27 +22,21 @@ MAX_SEQUENCES = 16384
 
 
 class GenerateRequest(BaseModel):
-    """Body of ``POST /generate/``. Unknown keys, NaN/inf numbers and out-of-range values are refused (422)."""
+    """Body of ``POST /generate/``. Unknown keys, NaN/inf numbers and out-of-range values are refused (422); the
+    sampling limits are the config's (``TopP``, ``TopK``, ... of :mod:`grpo_rollout.config.schema`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     prompts: List[Prompt] = Field(min_length=1, max_length=MAX_SEQUENCES)
     n: int = Field(1, ge=1, le=MAX_N)
-    temperature: float = Field(1.0, ge=0.0, le=1e4)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, le=2 ** 31 - 1)
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    temperature: float = Field(1.0, ge=0.0, le=1e4)  # 0 (greedy) is fine for evaluation; training needs > 0
+    top_p: TopP = 1.0
+    top_k: Annotated[TopK, Field(le=2 ** 31 - 1)] = -1
+    min_p: MinP = 0.0
     max_tokens: int = Field(16, ge=1, le=2 ** 31 - 1)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=1e4)
+    repetition_penalty: Annotated[RepetitionPenalty, Field(le=1e4)] = 1.0
     seed: Optional[int] = Field(None, ge=-(2 ** 63), le=2 ** 63 - 1)
     stop: Optional[List[str]] = Field(None, max_length=64)
-
-    @field_validator("top_k")
-    @classmethod
-    def _top_k(cls, v: int) -> int:
-        if v < -1:
-            raise ValueError("top_k must be -1 (disabled), 0 (disabled) or >= 1")
-        return v
 
     @field_validator("stop")
     @classmethod

@@ -11,25 +11,31 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...config.batch_checks import needed_model_len  # noqa: F401 - re-exported (serve, spawn)
+from ...config.schema import ModelConfig, VllmConfig, default_of
+
+
+def _vllm(key: str) -> Any:
+    return default_of(VllmConfig, key)
 
 
 @dataclass
 class ServerSettings:
-    """What the server needs. ``model``: a local folder or hub id (``builtin:`` names resolved before)."""
+    """What the server needs; the defaults are the config's (:class:`~grpo_rollout.config.schema.VllmConfig`,
+    ``model.dtype``). ``model``: a local folder or hub id (``builtin:`` names resolved before)."""
 
     model: str
-    host: str = "127.0.0.1"
-    port: int = 8000
-    dtype: str = "float32"
-    max_model_len: Optional[int] = None
-    api_key: Optional[str] = None
-    kv_cache_space_gib: int = 2
-    gpu_memory_utilization: float = 0.9
-    enforce_eager: bool = True
-    extra_args: List[str] = field(default_factory=list)
+    host: str = _vllm("host")
+    port: int = _vllm("port")
+    dtype: str = default_of(ModelConfig, "dtype")
+    max_model_len: Optional[int] = _vllm("max_model_len")
+    api_key: Optional[str] = _vllm("api_key")
+    kv_cache_space_gib: int = _vllm("kv_cache_space_gib")
+    gpu_memory_utilization: float = _vllm("gpu_memory_utilization")
+    enforce_eager: bool = _vllm("enforce_eager")
+    extra_args: List[str] = field(default_factory=lambda: _vllm("extra_args"))
     devices: Optional[str] = None  # CUDA_VISIBLE_DEVICES for this server (None: inherited); TP = how many
     cpu_cores: Optional[str] = None  # CPU build: the cores its worker threads use, e.g. "0-1" (None: vLLM's choice)
-    weight_transfer: str = "auto"  # nccl: start vLLM's weight-transfer engine and its RL routes
+    weight_transfer: str = _vllm("weight_transfer")  # nccl: start vLLM's weight-transfer engine and its RL routes
 
 
 def settings_from_config(config: Any, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,

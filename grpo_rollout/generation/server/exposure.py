@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from .problems import Problem
+from ...config.problems import Problem
 
 
 def is_loopback_host(host: str) -> bool:

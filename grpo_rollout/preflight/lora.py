@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib.util
 from typing import List, Optional
 
-from .batch_checks import world_size
-from .problems import Problem, add_error as _err, add_warning as _warn
-from .schema import Config
+from ..config.problems import Problem, add_error as _err, add_warning as _warn
+from ..config.schema import Config
+from .processes import world_size
 
 
 def check_lora(config: Config, problems: List[Problem], processes: Optional[int] = None) -> None:

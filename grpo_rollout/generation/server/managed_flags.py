@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .batch_checks import needed_model_len
-from .problems import Problem, add_error, add_warning
-from .schema import Config
+from ...config.batch_checks import needed_model_len
+from ...config.problems import Problem, add_error, add_warning
+from ...config.schema import Config
 
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
@@ -50,7 +50,7 @@ def _float(text: str) -> Any:
 
 
 #: flag (as vLLM spells it, dashes) → what the launcher sets; kept in step with ``server_command`` by
-#: ``tests/test_config_checks.py::test_every_flag_the_launcher_sets_is_managed``.
+#: ``tests/test_algorithm_server_checks.py::test_every_flag_the_launcher_sets_is_managed``.
 MANAGED_FLAGS: Dict[str, Managed] = {
     "--model": Managed("model.name_or_path", lambda c: c.model.name_or_path),
     "--served-model-name": Managed("model.name_or_path", lambda c: c.model.name_or_path),

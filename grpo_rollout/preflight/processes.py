@@ -1,0 +1,58 @@
+"""How a step splits across training processes (torchrun's ``WORLD_SIZE``), and the settings several servers or
+NCCL need (CUDA)."""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+from ..config.batch_checks import _SPLIT_KEYS
+from ..config.problems import Problem, add_error as _err, add_warning as _warn
+from ..config.schema import Config
+
+
+def world_size() -> int:
+    """How many training processes this run has: torchrun's ``WORLD_SIZE`` (1 without torchrun)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def check_processes(config: Config, problems: List[Problem], processes: Optional[int] = None) -> None:
+    """With N training processes each takes ``prompts_per_step / N`` whole groups, split into the same micro-batches
+    one process would make; and the settings for several servers must fit together."""
+    n = processes or world_size()
+    s, t, v = config.sampling, config.training, config.vllm
+    if n > 1 and t.prompts_per_step >= 1 and t.prompts_per_step % n:
+        near = sorted({max(n, t.prompts_per_step - t.prompts_per_step % n), t.prompts_per_step + n - t.prompts_per_step % n})
+        _err(problems, "training.prompts_per_step", t.prompts_per_step,
+             f"is not divisible by the {n} training processes (each trains on whole groups of its own prompts)",
+             f"set training.prompts_per_step to {' or '.join(map(str, near))}, or run {t.prompts_per_step} processes",
+             depends_on=("training.prompts_per_step",))
+    elif n > 1 and t.prompts_per_step >= 1 and s.num_generations >= 1 and t.micro_batch_size >= 1:
+        local = t.prompts_per_step // n * s.num_generations
+        if local % t.micro_batch_size:
+            _err(problems, "training.micro_batch_size", t.micro_batch_size,
+                 f"each of the {n} processes has {t.prompts_per_step // n} × {s.num_generations} = {local} sequences, "
+                 f"not divisible by micro_batch_size {t.micro_batch_size}",
+                 f"use a micro_batch_size that divides {local}", depends_on=_SPLIT_KEYS)
+    if v.num_servers < 1:
+        _err(problems, "vllm.num_servers", v.num_servers, "must be >= 1", "e.g. 2")
+    elif v.server_devices and len(v.server_devices) != v.num_servers:
+        _err(problems, "vllm.server_devices", v.server_devices,
+             f"names devices for {len(v.server_devices)} server(s) but vllm.num_servers is {v.num_servers}",
+             'one entry per server, e.g. ["4,5", "6,7"] for two servers on two GPUs each, or [] to inherit')
+    if v.mode == "attach" and v.num_servers > 1:
+        _warn(problems, "vllm.num_servers", v.num_servers, "is only used by spawn mode; attach uses vllm.url/urls",
+              "list the running servers in vllm.urls")
+    if t.async_generation and v.mode == "off":
+        _err(problems, "training.async_generation", True,
+             "needs a vLLM server: with vllm.mode off the trainer's own model generates, and it cannot sample the "
+             "next step while the same model is being updated", "use vllm.mode: spawn or attach, or set it to false")
+    if v.weight_transfer == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            _err(problems, "vllm.weight_transfer", "nccl", "needs CUDA (an NCCL broadcast from GPU to GPU)",
+                 "use auto (a folder for a server on this machine, HTTP bytes for one elsewhere)")

@@ -1,0 +1,89 @@
+"""What moving the config onto pydantic (issue 21) fixed or must keep: each fault found on the way, with its input,
+and the rules the loader adds around pydantic (value errors kept for the range checks, no follow-on errors)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from grpo_rollout.config import Config, config_from_dict, load_config
+from grpo_rollout.config.ranges import check_values
+from grpo_rollout.preflight import validate
+
+
+def test_an_interpolation_omegaconf_cannot_parse_is_a_problem_not_a_traceback():
+    # config_from_dict handed this to OmegaConf.create, which raised GrammarParseError out of the loader
+    config, problems = config_from_dict({"logging": {"run_name": "price ${"}})
+    [p] = problems
+    assert p.message.startswith("interpolation failed") and p.key == "<config>"
+    assert config.logging.run_name == "price ${"  # left as written
+
+
+@pytest.mark.parametrize("value", [-1, "7", 2])
+def test_a_boolean_key_takes_only_booleans(value):
+    # OmegaConf took -1 and "7" for `data.shuffle` (as true); pydantic reads only true/false, 0/1 and yes/no words
+    config, problems = config_from_dict({"data": {"shuffle": value}})
+    [p] = problems
+    assert (p.key, p.value, p.message) == ("data.shuffle", value, f"expected bool, got {type(value).__name__}")
+    assert config.data.shuffle is True
+
+
+def test_loading_warns_nothing_for_values_it_converts(tmp_path):
+    # OmegaConf's structured configs warned "Implicit conversion from str to int ... is deprecated" for these
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  num_generations: '8'\nmodel:\n  name_or_path: 5\n  revision: 0123456\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = load_config(path)
+    assert loaded.problems == []
+    assert (loaded.config.sampling.num_generations, loaded.config.model.name_or_path) == (8, "5")
+    assert loaded.config.model.revision == "0123456"
+
+
+def test_a_failed_interpolation_inside_a_list_item_names_its_key(monkeypatch):
+    # it was reported at `<config>` ("fix the key named above", no key named) and the whole rewards list was lost
+    monkeypatch.delenv("GRPO_TEST_UNSET", raising=False)
+    config, problems = config_from_dict({"rewards": [{"function": "m:f", "weight": "${oc.env:GRPO_TEST_UNSET}"}]})
+    [p] = problems
+    assert (p.key, p.value) == ("rewards[0].weight", "${oc.env:GRPO_TEST_UNSET}")
+    assert "GRPO_TEST_UNSET" in p.message
+    assert [(r.function, r.weight) for r in config.rewards] == [("m:f", 1.0)]
+
+
+def test_a_section_interpolated_from_another_kind_is_one_problem():
+    config, problems = config_from_dict({"rollout": "${model}"})
+    [p] = problems
+    assert (p.key, p.value) == ("rollout", "${model}")
+    assert p.message.startswith("interpolation failed: what it resolved to is not RolloutConfig")
+    assert config.rollout == Config().rollout
+
+
+def test_a_value_outside_its_range_is_kept_in_its_type_and_reported_once(project):
+    cfg = project.baseline()
+    cfg["sampling"]["temperature"] = 0  # a YAML int for a float key, outside the range
+    config, load_problems = config_from_dict(cfg)
+    assert load_problems == []  # ranges are the range checks' job, as before
+    assert type(config.sampling.temperature) is float and config.sampling.temperature == 0.0
+    found = [p for p in validate(config, project.root, known=load_problems) if p.key == "sampling.temperature"]
+    assert len(found) == 1 and found[0].value == 0.0
+
+
+def test_a_rule_across_keys_of_a_section_skips_a_key_with_its_own_error():
+    config, _ = config_from_dict({"training": {"epsilon": 0.0, "epsilon_high": 0.1}})
+    problems = []
+    check_values(config, problems)
+    assert [p.key for p in problems] == ["training.epsilon"]  # not also "epsilon_high is below epsilon"
+    config, _ = config_from_dict({"training": {"epsilon": 0.3, "epsilon_high": 0.1}})
+    problems = []
+    check_values(config, problems)
+    assert [(p.key, p.message) for p in problems] == [("training.epsilon_high", "is below training.epsilon (0.3)")]
+
+
+def test_a_config_changed_in_python_is_checked_as_it_is_now():
+    config = Config()
+    config.sampling.temperature = "hot"  # no validation on assignment: validate() sees it
+    problems = []
+    check_values(config, problems)
+    assert [(p.key, p.value, p.message) for p in problems] == [
+        ("sampling.temperature", "hot", "expected float, got str")]
