@@ -80,6 +80,9 @@ RANGE_CASES = {
     "vllm.kv_cache_space_gib": ([0], [1, 4]),
     "vllm.startup_timeout_s": ([0.0, -1.0], [0.5, 600.0]),
     "vllm.sync_timeout_s": ([0.0, -5.0], [0.5, 600.0]),
+    "vllm.num_servers": ([0, -2], [1, 4]),
+    "training.sampler_correction_cap": ([0.0, -1.0, math.nan, -math.inf], [0.5, 2.0]),
+    "vllm.max_logprob_mismatch": ([0.0, -1.0, math.nan], [None, 0.5]),
 }
 
 

@@ -87,3 +87,72 @@ def test_a_config_changed_in_python_is_checked_as_it_is_now():
     check_values(config, problems)
     assert [(p.key, p.value, p.message) for p in problems] == [
         ("sampling.temperature", "hot", "expected float, got str")]
+
+
+# --- found by a new user trying to break validate-config (issue 21) -----------------------------------------------
+
+def test_an_interpolation_omegaconf_cannot_parse_in_a_file_names_its_key(project, errs):
+    # it was "<config>: not valid YAML: no viable alternative at input '${'", fix "at the line named" (none named)
+    loaded = load_config(project.write_config('training:\n  output_dir: "price ${"\n'))
+    [p] = errs(loaded.problems)
+    assert p.key == "training.output_dir" and p.message.startswith("interpolation OmegaConf cannot parse")
+    assert "\\${" in p.fix
+
+
+def test_a_yaml_error_names_its_line_and_column(project, errs):
+    [p] = errs(load_config(project.write_config("sampling:\n  temperature: 0.5\n  top_p: [0.5,\n")).problems)
+    assert p.message.startswith("not valid YAML (line 4, column 1)")
+
+
+@pytest.mark.parametrize("text, key", [(".nan", "sampling.temperature"), (".inf", "sampling.temperature"),
+                                       ("-.inf", "training.learning_rate"), (".inf", "training.num_epochs")])
+def test_nan_and_infinity_are_refused_as_not_finite(project, errs, text, key):
+    # `.nan` got "must be > 0: at temperature 0 ..." (the wrong reason) and `.inf` passed everywhere
+    [p] = errs(project.check(project.baseline(), [f"{key}={text}"]))
+    assert p.key == key and p.message.startswith("must be a finite number")
+
+
+def test_top_k_zero_is_named_as_allowed():
+    config, _ = config_from_dict({"sampling": {"top_k": -5}})
+    problems = []
+    check_values(config, problems)
+    assert [p.message for p in problems] == ["must be -1 or 0 (disabled) or >= 1"]
+
+
+def test_the_same_name_in_another_section_beats_a_close_one_here(project, errs):
+    # `training.num_generations` suggested `training.num_iterations`
+    [p] = errs(project.check(project.baseline(), ["training.num_generations=8"]))
+    assert p.fix == "did you mean `sampling.num_generations`?"
+
+
+def test_an_override_of_a_shorthand_reward_keeps_its_function(project, errs):
+    # `rewards: [rewards.py:accuracy]` with `rewards.0.weight=2` replaced the entry: "empty reward function"
+    cfg = project.baseline()
+    cfg["rewards"] = ["rewards.py:accuracy"]
+    loaded = load_config(project.write_config(cfg), ["rewards.0.weight=2"])
+    assert loaded.problems == []
+    assert [(r.function, r.weight) for r in loaded.config.rewards] == [("rewards.py:accuracy", 2.0)]
+
+
+@pytest.mark.parametrize("change, overrides, key", [
+    ({"rewards": {"function": "rewards.py:accuracy"}}, [], "rewards"),           # no "no reward function configured"
+    ({"rewards": [5]}, [], "rewards[0]"),                                         # no "empty reward function"
+    ({}, ["vllm.mode=attach", "vllm.urls=http://x:8000"], "vllm.urls"),           # no "no server URL is set"
+    ({}, ["vllm.num_servers=abc", 'vllm.server_devices=["0","1"]'], "vllm.num_servers"),  # no "num_servers is 1"
+])
+def test_one_mistake_gives_one_error(project, errs, change, overrides, key):
+    cfg = {**project.baseline(), **change}
+    [p] = errs(project.check(cfg, overrides))
+    assert p.key == key
+
+
+def test_a_missing_data_file_names_each_folder_once(project, errs):
+    cfg = project.baseline()
+    cfg["data"]["train"] = "nope.jsonl"
+    [p] = errs(project.check(cfg))  # the project's folder is both the current one and the config's
+    assert p.message.count(str(project.root.resolve())) == 1
+
+
+def test_a_top_level_list_gets_a_fix_that_says_what_to_write(project, errs):
+    [p] = errs(load_config(project.write_config("- a\n- b\n")).problems)
+    assert p.fix.startswith("write the config as a mapping of sections, such as model, data, rollout")

@@ -11,20 +11,20 @@ from .schema import Config
 
 
 def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
-    """Nearest valid key for an unknown ``prefix + bad_key``: a close name in the same section first, then the same
-    or a close name in another section. Returns the full dotted key, or ``None``."""
+    """Nearest valid key for an unknown ``prefix + bad_key``: the same name in another section first, then a close
+    name in the same section, then a close one elsewhere. Returns the full dotted key, or ``None``."""
     same_level = list(cls.model_fields)
     # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
 
     if cls.__name__ == "SamplingConfig" and bad_key in SAMPLING_ALIASES:
         return prefix + SAMPLING_ALIASES[bad_key]
+    everywhere = [k for k, _ in walk(Config) if not k.startswith("rewards[]")]  # every valid dotted key
+    exact = [k for k in everywhere if k.rsplit(".", 1)[-1] == bad_key]  # the very name, in another section
+    if exact:
+        return exact[0]
     close = difflib.get_close_matches(bad_key, same_level, n=1, cutoff=0.6)
     if close:
         return prefix + close[0]
-    everywhere = [k for k, _ in walk(Config) if not k.startswith("rewards[]")]  # every valid dotted key
-    exact = [k for k in everywhere if k.rsplit(".", 1)[-1] == bad_key]
-    if exact:
-        return exact[0]
     leaf_names = {k.rsplit(".", 1)[-1]: k for k in everywhere}
     close = difflib.get_close_matches(bad_key, list(leaf_names), n=1, cutoff=0.75)
     if close:

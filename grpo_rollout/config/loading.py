@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import GrammarParseError
 from pydantic import TypeAdapter, ValidationError
 
 from .interpolation import resolve
@@ -49,12 +50,22 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = 
         return _finish(LoadedConfig(None, problems, path), strict)
     try:
         raw = OmegaConf.load(path)
+    except GrammarParseError as exc:  # a `${` OmegaConf cannot parse, at the key it names
+        problems.append(Problem(exc.full_key or "<config>", None, f"interpolation OmegaConf cannot parse: "
+                                f"{str(exc).splitlines()[0]}", "close it (`${section.key}`), or write a literal `$` "
+                                "followed by `{` as `\\${`"))
+        return _finish(LoadedConfig(None, problems, path), strict)
     except Exception as exc:  # noqa: BLE001 - YAML errors come in several types
-        problems.append(Problem("<config>", str(path), f"not valid YAML: {str(exc).splitlines()[0]}",
-                                "fix the YAML syntax at the line named"))
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problems.append(Problem("<config>", str(path), f"not valid YAML{where}: {str(exc).splitlines()[0]}",
+                                "fix the YAML syntax there"))
         return _finish(LoadedConfig(None, problems, path), strict)
     texts = _plain_scalar_texts(path.read_text())
     if isinstance(raw, DictConfig):
+        if "rewards" in raw and not OmegaConf.is_interpolation(raw, "rewards") and isinstance(raw.rewards, ListConfig):
+            raw.rewards = [{"function": r} if isinstance(r, str) and "${" not in r else r  # `- pkg.module:function`
+                           for r in OmegaConf.to_container(raw.rewards, resolve=False)]  # as a mapping: overrides add
         _apply_overrides(raw, overrides, problems, texts)
     data = OmegaConf.to_container(raw, resolve=False) if isinstance(raw, (DictConfig, ListConfig)) else raw
     return _finish(LoadedConfig(_build({} if data is None else data, problems, texts), problems, path), strict)

@@ -30,17 +30,8 @@ class Problem:
 
 
 def flagged(problems: Sequence[Problem], keys: Iterable[str]) -> bool:
-    """Whether ``problems`` already hold an error at one of ``keys`` or inside one (``rewards[0]`` covers
-    ``rewards[0].function``; ``sampling`` covers every ``sampling.*`` key).
-
-    Args:
-        problems: the problems found so far (loading problems included, see
-            :func:`grpo_rollout.preflight.validate`).
-        keys: dotted config keys.
-
-    Returns:
-        ``True`` if any error's key is one of ``keys`` or lies under one.
-    """
+    """Whether ``problems`` (so far, loading's included) hold an error at one of the dotted ``keys`` or under one
+    (``rewards[0]`` covers ``rewards[0].function``; ``sampling`` covers every ``sampling.*`` key)."""
     keys = tuple(keys)
     return any(p.is_error and (p.key in keys or p.key.startswith(tuple(k + sep for k in keys for sep in ".[")))
                for p in problems)

@@ -43,11 +43,9 @@ def _plain_scalar_texts(yaml_text: str) -> Dict[str, str]:
 def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[Problem],
                      texts: Dict[str, str]) -> None:
     """Apply each ``key=value`` override to ``raw`` in place (list items as ``rewards.0.weight=2``); one that cannot be
-    parsed or applied (bad YAML value, missing list index) is recorded as a problem, the others still apply. The text
-    of an unquoted value goes into ``texts`` (replacing the YAML file's), so a ``str`` key keeps it as written.
-
-    Hydra's ``+key=value`` (add a key) is accepted as ``key=value``: free-form maps such as ``rollout.kwargs`` take
-    new keys anyway, and a new key anywhere else is reported as unknown like any other."""
+    parsed or applied (bad YAML value, missing list index) is a problem, the others still apply. The text of an
+    unquoted value goes into ``texts``, so a ``str`` key keeps it as written. Hydra's ``+key=value`` is taken as
+    ``key=value``: free-form maps (``rollout.kwargs``) take new keys anyway; elsewhere a new key is unknown."""
     for item in overrides:
         item = item[1:] if item.startswith("+") and not item.startswith("++") else item
         if "=" not in item or item.startswith("="):

@@ -35,7 +35,7 @@ DTYPES, LOSS_TYPES, IMPORTANCE_LEVELS, SCALE_REWARDS, VLLM_MODES, WEIGHT_TRANSFE
 
 def _top_k(value: int) -> int:
     if value < -1:
-        raise PydanticCustomError("rule", "must be -1 (disabled) or >= 1")
+        raise PydanticCustomError("rule", "must be -1 or 0 (disabled) or >= 1")
     return value
 
 
@@ -53,9 +53,9 @@ RepetitionPenalty = Annotated[float, Field(gt=0)]
 
 
 class Section(BaseModel):
-    """A section: unknown keys are errors; a number for a text key is taken as its text."""
+    """A section: unknown keys are errors, a number for a text key is taken as its text, NaN and inf are refused."""
 
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, allow_inf_nan=False)
 
 
 class LoraConfig(Section):
@@ -67,8 +67,8 @@ class LoraConfig(Section):
     alpha: float = setting(16.0, "Adapter outputs are scaled by alpha / r", gt=0, fix="e.g. 16 (often 2 × r)")
     dropout: float = setting(0.0, "PEFT's dropout on the adapters' input in training (makes log-probs random)",
                              ge=0, lt=1, fix="0.0 (deterministic log-probs) or e.g. 0.05")
-    target_modules: Any = setting("all-linear", "`all-linear` (every linear layer but the output head) or a list "
-                                  "of module names, e.g. [q_proj, v_proj]")
+    target_modules: Any = setting("all-linear", "`all-linear` (every linear layer but the output head) or a "
+                                  "non-empty list of module names, e.g. [q_proj, v_proj]")
 
 
 class ModelConfig(Section):
@@ -178,7 +178,8 @@ class TrainingConfig(Section):
     mask_truncated_completions: bool = setting(False, "Leave completions cut by max_completion_length out of the loss")
     sampler_correction: SamplerCorrection = setting("token_truncate", "Weights for the sampler's log-probs differing "
                                                     "from the trainer's: capped or masked, per token or sequence")
-    sampler_correction_cap: float = setting(2.0, "The cap (truncate) or threshold (mask) of the sampler's weights")
+    sampler_correction_cap: float = setting(2.0, "The cap (truncate) or threshold (mask) of the sampler's weights",
+                                            gt=0)
     logprob_chunk_size: int = setting(1024, "Positions per chunk of the log-prob computation (bounds the logits' "
                                       "memory)", ge=1)
     padding_free: bool = setting(True, "Pack a micro-batch's sequences into shared rows instead of padding them")
@@ -218,7 +219,7 @@ class VllmConfig(Section):
     mode: VllmMode = setting("spawn", "spawn managed servers, attach to url/urls, or off (transformers generates)")
     url: Optional[str] = setting(None, "attach: the server's base URL, e.g. http://127.0.0.1:8000")
     urls: List[str] = setting([], "attach: the base URLs of several servers")
-    num_servers: int = setting(1, "spawn: how many servers (each its own port and log vllm-<i>.log)")
+    num_servers: int = setting(1, "spawn: how many servers (each its own port and log vllm-<i>.log)", ge=1)
     server_devices: List[str] = setting([], 'spawn: each server\'s CUDA_VISIBLE_DEVICES, e.g. ["4,5", "6,7"]; empty '
                                         "= inherited")
     weight_transfer: WeightTransfer = setting("auto", "folder (this machine), http (bytes, across hosts), nccl (GPU "
@@ -235,7 +236,7 @@ class VllmConfig(Section):
     startup_timeout_s: float = setting(600.0, "Seconds a spawned server may take to answer", gt=0)
     sync_timeout_s: float = setting(600.0, "Seconds a weight sync may wait for a server before the run stops", gt=0)
     max_logprob_mismatch: Optional[float] = setting(0.5, "Stop when vLLM's log-probs are this far from the "
-                                                    "trainer's (nats/token: stale weights); null = never")
+                                                    "trainer's (nats/token: stale weights); null = never", gt=0)
     extra_args: List[str] = setting([], "More vLLM command-line arguments, appended last")
 
 

@@ -16,7 +16,7 @@ from .problems import Problem
 
 #: pydantic error types that are about a value, not its type (``rule``/``cross_key``: raised by the schema)
 VALUE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "literal_error", "rule",
-                "cross_key"}
+                "cross_key", "finite_number"}
 
 Loc = Tuple[Any, ...]  # a pydantic error's location: ("rewards", 0, "weight")
 
@@ -59,7 +59,8 @@ def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
     if sub is not None and kind in ("model_type", "model_attributes_type", "dict_type"):
         keys = ", ".join(list(sub.model_fields)[:3])
         return Problem(key, value, f"expected a mapping of {sub.__name__} keys",
-                       f"write `{key if loc else ''}:` followed by indented keys such as {keys}")
+                       f"write `{key}:` followed by indented keys such as {keys}" if loc else
+                       f"write the config as a mapping of sections, such as {keys}")
     if sub is not None and kind == "list_type":
         return Problem(key, value, "expected a list", f"write `{key}:` followed by `- function: pkg.module:func` "
                        "entries")
@@ -74,8 +75,8 @@ def _value_problem(err: Dict[str, Any], key: str, value: Any, info: Any) -> Prob
     if err["type"] == "literal_error" and not (rule and rule.problem):
         allowed = ", ".join(str(v) for v in allowed_values(info.annotation))
         return Problem(key, value, f"must be one of {allowed}", f"set `{key}` to one of {allowed}")
-    if err["type"] == "rule":
-        message = err["msg"]
+    if err["type"] in ("rule", "finite_number"):  # NaN or inf, or a validator's own text
+        message = err["msg"] if err["type"] == "rule" else " ".join(["must be a finite number", range_text(info)]).strip()
     else:
         message = rule.problem or f"must be {range_text(info)}" + (" or null" if strip_optional(info.annotation)[1]
                                                                      else "")

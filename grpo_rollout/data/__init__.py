@@ -40,7 +40,8 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
         for path in (Path(spec).expanduser(), (base_dir or Path.cwd()) / spec):
             if path.is_file():
                 return "file", path
-        raise DatasetError(f"data file `{spec}` not found (looked in {Path.cwd()} and {base_dir or Path.cwd()})")
+        folders = " and ".join(dict.fromkeys(str(f.resolve()) for f in (Path.cwd(), base_dir or Path.cwd())))
+        raise DatasetError(f"data file `{spec}` not found (looked in {folders})")
     if ":" in spec:
         return "function", spec
     if "/" in spec or "." not in spec:

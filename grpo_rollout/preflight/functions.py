@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -44,17 +43,16 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
     extras = _rollout_extras(rollout) if rollout is not None else None  # unknown: already reported
     if not config.rewards:
         _err(problems, "rewards", [], "no reward function configured",
-             "add `rewards: [{function: my_module:my_reward}]`")
+             "add `rewards: [{function: my_module:my_reward}]`", depends_on=("rewards",))  # not after "expected a list"
     for i, r in enumerate(config.rewards):
         key = f"rewards[{i}].function"
-        if not r.function:
-            _err(problems, key, r.function, "empty reward function", "name it as `package.module:function`")
+        if not r.function:  # (not reported when the entry itself was refused: it holds the defaults)
+            _err(problems, key, r.function, "empty reward function", "name it as `package.module:function`",
+                 depends_on=(f"rewards[{i}]",))
             continue
         fn = _resolve(r.function, key, base_dir, problems)
         if fn is None:
             continue
-        if not math.isfinite(r.weight):
-            _err(problems, f"rewards[{i}].weight", r.weight, "must be a finite number", "e.g. 1.0")
         _check_reward_signature(fn, i, r.function, r.kwargs, extras, dataset_columns, problems)
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import List
 
-from ..config.problems import Problem, add_error as _err
+from ..config.problems import Problem, add_error as _err, flagged
 from ..config.schema import BUILTIN_MODEL_PREFIX, Config
 
 
@@ -22,7 +22,7 @@ def check_paths(config: Config, problems: List[Problem]) -> None:
              f"cannot write there ({existing} is {'not a folder' if not existing.is_dir() else 'not writable'})",
              "choose a folder you can write to")
     v = config.vllm
-    if v.mode == "attach" and not v.url and not v.urls:
+    if v.mode == "attach" and not v.url and not v.urls and not flagged(problems, ("vllm.url", "vllm.urls")):
         _err(problems, "vllm.url", v.url, "vllm.mode is attach but no server URL is set",
              "set vllm.url (e.g. http://127.0.0.1:8000) or vllm.urls, or use vllm.mode: spawn to start one")
     if v.mode == "spawn" and importlib.util.find_spec("vllm") is None:

@@ -37,12 +37,11 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
                  f"each of the {n} processes has {t.prompts_per_step // n} × {s.num_generations} = {local} sequences, "
                  f"not divisible by micro_batch_size {t.micro_batch_size}",
                  f"use a micro_batch_size that divides {local}", depends_on=_SPLIT_KEYS)
-    if v.num_servers < 1:
-        _err(problems, "vllm.num_servers", v.num_servers, "must be >= 1", "e.g. 2")
-    elif v.server_devices and len(v.server_devices) != v.num_servers:
+    if v.server_devices and isinstance(v.num_servers, int) and len(v.server_devices) != v.num_servers:
         _err(problems, "vllm.server_devices", v.server_devices,
              f"names devices for {len(v.server_devices)} server(s) but vllm.num_servers is {v.num_servers}",
-             'one entry per server, e.g. ["4,5", "6,7"] for two servers on two GPUs each, or [] to inherit')
+             'one entry per server, e.g. ["4,5", "6,7"] for two servers on two GPUs each, or [] to inherit',
+             depends_on=("vllm.num_servers",))
     if v.mode == "attach" and v.num_servers > 1:
         _warn(problems, "vllm.num_servers", v.num_servers, "is only used by spawn mode; attach uses vllm.url/urls",
               "list the running servers in vllm.urls")
