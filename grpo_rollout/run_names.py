@@ -131,3 +131,23 @@ DS_ROUNDS = "dynamic_sampling/rounds"
 DS_GROUPS_DROPPED = "dynamic_sampling/groups_dropped"
 DS_GROUPS_TRAINED = "dynamic_sampling/groups_trained"
 DS_FILLED = "dynamic_sampling/filled"
+
+# -- held-out evaluation (evaluation.*): every metric of a step's evaluation is eval/ + a name above or below ----------
+EVAL_PREFIX = "eval/"                  # eval/reward, eval/rewards/<name>/mean, eval/completions/mean_length, ...
+EVAL_DIR = "eval"                      # eval/step_<k>.jsonl: one line per held-out prompt (step 0: before training)
+EVAL_PROMPTS = "eval/prompts"          # held-out prompts evaluated
+
+
+def eval_metric(name: str) -> str:
+    """``eval/<name>``: a training metric's name (``reward``, ``completions/mean_length``) for the evaluation."""
+    return EVAL_PREFIX + name
+
+
+def pass_at(k: int) -> str:
+    """``eval/pass@<k>``: the chance that one of ``k`` completions of a held-out prompt succeeds (Chen et al. 2021)."""
+    return f"{EVAL_PREFIX}pass@{k}"
+
+
+def mean_at(n: int) -> str:
+    """``eval/mean@<n>``: the share of the ``n`` completions of a held-out prompt that succeed, over prompts."""
+    return f"{EVAL_PREFIX}mean@{n}"

@@ -506,3 +506,36 @@ def test_special_token_text_in_a_tool_answer_cannot_fake_a_turn(tool_model):
     assert inserted.count(start) == 2 and inserted.count(end) == 2
     plain = conv.insertion_ids([{"role": "tool", "content": "12"}])
     assert plain == tokenizer(END + "\n" + _tool_text("12"), add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.model  # builds a model from the embedded GGUF's tokenizer
+def test_evaluation_calls_the_tool_calling_rollout_and_logs_tool_metrics(tool_model, tmp_path):
+    """Held-out evaluation (issue 22) through the built-in tool-calling rollout: the tools are called, and the tool
+    metrics and each reward are logged under eval/."""
+    from grpo_rollout.config import config_from_dict
+    from grpo_rollout.trainer.eval_run import evaluate
+    from grpo_rollout.trainer.progress import RichReporter
+
+    model, tokenizer = tool_model
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "data.jsonl").write_text('{"prompt": "Multiply 3 and 4."}\n')
+    (tmp_path / "held_out.jsonl").write_text('{"prompt": "Multiply 3 and 4."}\n{"prompt": "Break it."}\n')
+    cfg, problems = config_from_dict({
+        "model": {"name_or_path": str(tmp_path / "model")},
+        "data": {"train": str(tmp_path / "data.jsonl"), "eval": str(tmp_path / "held_out.jsonl")},
+        "rollout": {"function": "grpo_rollout.rollouts.tool_calling:tool_calling_rollout",
+                    "kwargs": {"tools": [f"{__file__}:{t.__name__}" for t in TOOLS], "system_prompt": SYSTEM,
+                               "tool_timeout_s": 1.0, "max_turns": 3}},
+        "rewards": [{"function": "grpo_rollout.rewards.tools:tool_call_validity"}],
+        "sampling": {"max_completion_length": 120, "seed": 0},
+        "training": {"output_dir": str(tmp_path / "out")},
+        "evaluation": {"num_generations": 1, "temperature": 0.0},
+        "logging": {"report_to": ["jsonl"]},
+        "vllm": {"mode": "off"},
+    })
+    assert not problems, [str(p) for p in problems]
+    m = evaluate(cfg, tmp_path, reporter=RichReporter(quiet=True)).metrics
+    assert m["eval/prompts"] == 2 and m["eval/tools/calls"] >= 2  # the scripted multiply call, and explode's
+    assert m["eval/tools/multiply/calls"] >= 1 and m["eval/rewards/tool_call_validity/mean"] == 1.0
+    assert m["eval/pass@1"] == 1.0  # validity 1.0 >= the default success threshold 1.0

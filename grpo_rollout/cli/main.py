@@ -120,6 +120,20 @@ def train(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = OVERRIDES_
     raise typer.Exit(run_train(console, config, overrides or [], resume))
 
 
+@app.command(name="eval")
+def eval_command(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = OVERRIDES_ARG,
+                 checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="A checkpoint folder (full "
+                                                          "model or LoRA adapter), or [cyan]latest[/] in "
+                                                          "training.output_dir; default: model.name_or_path."),
+                 as_json: bool = typer.Option(False, "--json", help="Print only the metrics, as JSON."),
+                 ) -> None:
+    """Evaluate a model or checkpoint on data.eval as the config's evaluation section says: pass@k, rewards,
+    lengths (the same numbers a run's evaluation logs under eval/)."""
+    from .eval_cmd import run_eval
+
+    raise typer.Exit(run_eval(console, config, overrides or [], checkpoint, as_json))
+
+
 @app.command()
 def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML config; its model and vllm sections "
                                                              "are used.", show_default=False),

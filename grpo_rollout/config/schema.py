@@ -90,6 +90,10 @@ class DataConfig(Section):
     split: str = setting("train", "The split of a hub dataset or of a function's DatasetDict")
     prompt_column: str = setting("prompt", "The column of each row's prompt: a string or a list of chat messages")
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by training.seed)")
+    eval: str = setting("", "Held-out prompts for `evaluation` (the same sources as train); empty = none")
+    eval_split: str = setting("test", "The split of data.eval for a hub dataset or a function's DatasetDict")
+    task_kwargs: Dict[str, Any] = setting({}, "For `reasoning_gym:<task>` sources: create_dataset's arguments "
+                                          "(size, seed, ...); data.eval's rows never repeat data.train's")
 
 
 class RolloutConfig(Section):
@@ -212,6 +216,32 @@ class TrainingConfig(Section):
         return self
 
 
+class EvaluationConfig(Section):
+    """Held-out evaluation on ``data.eval`` with the run's own rollout and rewards and the current weights: pass@k
+    (Chen et al. 2021, arXiv:2107.03374) of the success reward, each reward's mean, lengths. It changes nothing of
+    training (weights, optimizer, prompt order, random state)."""
+
+    every_steps: int = setting(0, "Evaluate every N steps; 0 = only at_start/at_end", ge=0)
+    at_start: bool = setting(False, "Evaluate the model before step 1 (logged as step 0)")
+    at_end: bool = setting(False, "Evaluate after the last step")
+    num_generations: int = setting(1, "Completions per held-out prompt (the n of pass@k)", ge=1)
+    temperature: float = setting(0.0, "Sampling temperature of the evaluation; 0 = greedy", ge=0)
+    max_prompts: Optional[int] = setting(None, "Held-out prompts used, the first N; null = all", ge=1)
+    success_reward: Optional[str] = setting(None, "The reward (its name in rewards/<name>) that decides success; "
+                                            "null = the weighted total")
+    success_threshold: float = setting(1.0, "A completion succeeds when that reward is at least this")
+    pass_k: List[int] = setting([], "More k's for pass@k besides 1, 2, 4, ... and num_generations")
+
+    @model_validator(mode="after")
+    def _k_within_n(self) -> "EvaluationConfig":
+        if any(k > self.num_generations or k < 1 for k in self.pass_k):
+            raise PydanticCustomError("cross_key", f"asks for k > num_generations ({self.num_generations}) or k < 1",
+                                      {"key": "pass_k", "depends_on": ("num_generations", "pass_k"),
+                                       "fix": f"raise evaluation.num_generations to {max(self.pass_k)}, or keep "
+                                              f"k between 1 and {self.num_generations}"})
+        return self
+
+
 class VllmConfig(Section):
     """How generation reaches vLLM: ``spawn`` managed servers, ``attach`` to running ones, or ``off``
     (transformers in-process)."""
@@ -259,6 +289,7 @@ class Config(Section):
     rewards: List[RewardConfig] = setting([], "Reward functions, summed with their weights (at least one)")
     sampling: SamplingConfig = section(SamplingConfig, "Sampling settings")
     training: TrainingConfig = section(TrainingConfig, "Optimisation settings")
+    evaluation: EvaluationConfig = section(EvaluationConfig, "Held-out evaluation")
     vllm: VllmConfig = section(VllmConfig, "The generation servers")
     logging: LoggingConfig = section(LoggingConfig, "Metric loggers")
 

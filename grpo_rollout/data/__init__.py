@@ -4,14 +4,15 @@
 - a local ``.jsonl``/``.json``/``.csv``/``.parquet`` file (relative to the current directory, or else to the config
   file's folder),
 - a dotted path or ``file.py:function`` naming a function that returns a ``datasets.Dataset`` (or a list of dicts),
-- a hub dataset name (``org/name``), loaded with ``datasets.load_dataset(name, split=data.split)``.
+- a hub dataset name (``org/name``), loaded with ``datasets.load_dataset(name, split=data.split)``,
+- ``reasoning_gym:<task>``: a reasoning-gym task, made offline (:mod:`.reasoning_gym`).
 """
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple
 
 from ..user_code import ImportSpecError, resolve_callable
 
@@ -27,7 +28,8 @@ class DatasetError(ValueError):
 
 
 def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, Any]:
-    """Decide what kind of source ``spec`` is: ``("file", Path)``, ``("function", spec)`` or ``("hub", spec)``.
+    """Decide what kind of source ``spec`` is: ``("file", Path)``, ``("function", spec)``, ``("reasoning_gym",
+    task)`` or ``("hub", spec)``.
 
     Raises:
         DatasetError: for an empty spec or a data file that does not exist.
@@ -42,6 +44,8 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
                 return "file", path
         folders = " and ".join(dict.fromkeys(str(f.resolve()) for f in (Path.cwd(), base_dir or Path.cwd())))
         raise DatasetError(f"data file `{spec}` not found (looked in {folders})")
+    if spec.startswith("reasoning_gym:"):  # a reasoning-gym task by name (data/reasoning_gym.py)
+        return "reasoning_gym", spec.split(":", 1)[1].strip()
     if ":" in spec:
         return "function", spec
     if "/" in spec or "." not in spec:
@@ -49,8 +53,11 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
     return "function", spec
 
 
-def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path] = None):
-    """Load ``data.train`` as a ``datasets.Dataset`` (rows of named columns).
+def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path] = None,
+                       task_kwargs: Optional[Mapping[str, Any]] = None, held_out: bool = False):
+    """Load ``data.train`` (or ``data.eval``) as a ``datasets.Dataset`` (rows of named columns); a
+    ``reasoning_gym:<task>`` source is made with ``task_kwargs`` (``held_out``: the rows that never overlap the
+    training ones, :mod:`.reasoning_gym`).
 
     Raises:
         DatasetError: the file is missing or unreadable, the function fails or returns something else, or the hub
@@ -61,7 +68,11 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
     datasets.disable_progress_bars()
     kind, target = classify_source(spec, base_dir)
     try:
-        if kind == "file":
+        if kind == "reasoning_gym":
+            from .reasoning_gym import task_rows
+
+            ds = datasets.Dataset.from_list(task_rows(target, task_kwargs or {}, held_out))
+        elif kind == "file":
             ds = datasets.load_dataset(FILE_BUILDERS[target.suffix.lower()], data_files=str(target), split="train")
         elif kind == "function":
             try:

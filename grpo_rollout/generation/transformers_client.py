@@ -53,11 +53,17 @@ class TransformersClient(GenerationClient):
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
                  max_tokens: int = 256, seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
                  truncate: bool = True, affinity: Optional[Hashable] = None) -> GenerationResult:
-        """See :meth:`GenerationClient.generate`. Batches of ``batch_size`` sequences, left-padded."""
-        if temperature <= 0:
-            raise ValueError("temperature must be > 0 for sampling")
+        """See :meth:`GenerationClient.generate`. Batches of ``batch_size`` sequences, left-padded. ``temperature``
+        0: greedy decoding (one completion a prompt, repeated ``n`` times)."""
+        if temperature < 0:
+            raise ValueError("temperature must be >= 0 (0: greedy)")
         prompts = self.cut_prompts(prompt_ids, truncate)
         with self._lock:
+            if temperature == 0:
+                one = self._generate_locked(prompts, 1, 0.0, 1.0, -1, 0.0, repetition_penalty, max_tokens, seed, stop)
+                rep = lambda xs: [x for x in xs for _ in range(n)]  # noqa: E731
+                return GenerationResult(one.prompt_ids, rep(one.completion_ids), rep(one.logprobs),
+                                        rep(one.finish_reasons))
             return self._generate_locked(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
                                          max_tokens, seed, stop)
 
@@ -99,8 +105,9 @@ class TransformersClient(GenerationClient):
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
-        kwargs = dict(do_sample=True, num_return_sequences=n, temperature=temperature, top_p=top_p,
-                      top_k=top_k if top_k and top_k > 0 else None, min_p=min_p or None,
+        greedy = temperature == 0
+        kwargs = dict(do_sample=not greedy, num_return_sequences=n, temperature=None if greedy else temperature,
+                      top_p=None if greedy else top_p, top_k=top_k if top_k and top_k > 0 else None, min_p=min_p or None,
                       repetition_penalty=repetition_penalty, max_new_tokens=max_tokens, output_scores=True,
                       return_dict_in_generate=True, synced_gpus=False, pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids))
         if stop:

@@ -20,7 +20,7 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
              "set a .jsonl/.csv/.parquet file, a hub dataset, or `module:function` returning a datasets.Dataset")
         return None
     try:
-        ds = load_train_dataset(config.data.train, config.data.split, base_dir)
+        ds = load_train_dataset(config.data.train, config.data.split, base_dir, config.data.task_kwargs)
     except DatasetError as exc:
         _err(problems, "data.train", config.data.train, str(exc), "fix the path/name, or the function named")
         return None

@@ -147,14 +147,15 @@ class Dist:
         """Leave the process group (when this object created it).
 
         ``wait_for_all``: first wait until every rank got here (a barrier; only on a run that finished on every rank:
-        after Ctrl-C or an error the others may never come). Without it rank 0 could tear the group down while another
-        rank's last collective (the checkpoint path's broadcast) was still in flight, which aborted a gloo process
-        now and then ("terminate called without an active exception", SIGABRT)."""
-        if self._owns_group:
-            import torch.distributed as dist
+        after Ctrl-C or an error the others may never come), also in a group the caller created and tears down
+        itself. Without it rank 0 could tear the group down, or return and let its caller do so, while another rank's
+        last collective (the checkpoint path's broadcast) was still in flight, which aborted a gloo process now and
+        then ("terminate called without an active exception", SIGABRT)."""
+        import torch.distributed as dist
 
+        if wait_for_all and self.world_size > 1 and dist.is_initialized():
+            dist.barrier()
+        if self._owns_group:
             if dist.is_initialized():
-                if wait_for_all:
-                    dist.barrier()
                 dist.destroy_process_group()
             self._owns_group = False

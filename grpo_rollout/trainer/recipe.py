@@ -45,6 +45,7 @@ from .batch import CompletionScores, ScoredBatch, StepTimes
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .distributed import Dist
 from .dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
+from .evaluation import EvalResult, Evaluator, evaluation_on, write_eval_records
 from .guards import NonFiniteGuard, check_sampler_mismatch
 from .policy import full_state_dict, optimizer_state, whole_weights
 from .precision import Precision
@@ -72,6 +73,7 @@ class GRPORecipe:
         random.seed(t.seed)
         torch.manual_seed(t.seed)
         self.rollouts = RolloutStage(config, base_dir, dist)  # data and functions first: no model for a bad config
+        self.evaluator = Evaluator(config, base_dir, dist, self.rollouts) if evaluation_on(config) else None
         self.output_dir = Path(t.output_dir).expanduser()
         if dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -186,6 +188,15 @@ class GRPORecipe:
         lag = None if self.rollouts.client.shares_weights else self.rollouts.sampler_lag
         metrics, samples = step_metrics(whole, batch.step_advantages, result, times, g, lag)
         return {**metrics, **(refill.metrics() if refill is not None else {})}, samples
+
+    def evaluate(self, done: int) -> EvalResult:
+        """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes
+        ``eval/step_<done>.jsonl``. It reads the weights and changes nothing of training (:mod:`.evaluation`)."""
+        with whole_weights(self.policy) if self.rollouts.client.shares_weights else nullcontext():
+            result = self.evaluator.run()
+        if self.dist.is_main:
+            write_eval_records(self.output_dir, done, result)
+        return result
 
     def keeps_rollouts(self, step: int) -> bool:
         """Whether step ``step`` (0-based) writes its token-level records (``training.save_rollouts``)."""

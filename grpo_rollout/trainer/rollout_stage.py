@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..user_code import resolve_callable
@@ -46,7 +46,7 @@ class RolloutStage:
     def __init__(self, config: Config, base_dir: Path, dist: Dist):
         self.cfg, self.base_dir, self.dist = config, base_dir, dist
         t = config.training
-        self.dataset = load_train_dataset(config.data.train, config.data.split, base_dir)
+        self.dataset = load_train_dataset(config.data.train, config.data.split, base_dir, config.data.task_kwargs)
         self.rollout_fn = resolve_callable(config.rollout.function, base_dir) if config.rollout.function \
             else builtin_rollout()
         fns = [resolve_callable(r.function, base_dir) for r in config.rewards]
@@ -76,18 +76,22 @@ class RolloutStage:
                 "max_completion_length": s.max_completion_length,
                 "seed": None if s.seed is None else s.seed + step}
 
-    def generate_and_score(self, step: int, rows: List[Dict[str, Any]]) -> ScoredBatch:
+    def generate_and_score(self, step: int, rows: List[Dict[str, Any]],
+                           sampling: Optional[Dict[str, Any]] = None) -> ScoredBatch:
         """This rank's rollout and rewards for its ``rows`` (its ``rollout.weight_version``: the oldest one the
-        servers' answers carried).
+        servers' answers carried); ``sampling``: the rollout's sampling settings (default :meth:`sampling_kwargs`;
+        the evaluation passes its own ``n`` and ``temperature``).
 
         Raises:
             RolloutError / RewardError: a user function broke its contract or raised.
         """
-        cfg, g = self.cfg, self.cfg.sampling.num_generations
+        cfg = self.cfg
+        sampling = sampling or self.sampling_kwargs(step)
+        g = sampling["n"]
         prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
         started = self.current_version()  # what the servers held when it started (if no answer says otherwise)
         with record_versions() as seen:
-            out = call_rollout(self.rollout_fn, prompts, self.sampling_kwargs(step), dict(cfg.rollout.kwargs),
+            out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs),
                                {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
                                 "base_dir": str(self.base_dir)},
                                self.vocab_size)
@@ -99,7 +103,7 @@ class RolloutStage:
         per_completion_prompts = shown_prompts(prompts, out.extras, g, n)  # what the model saw (env: reset's)
         completions = [[{"role": "assistant", "content": text}] if isinstance(p, list) else text
                        for p, text in zip(per_completion_prompts, texts)]
-        columns = {c: [rows[i // g][c] for i in range(n)] for c in self.dataset.column_names
+        columns = {c: [rows[i // g][c] for i in range(n)] for c in (rows[0] if rows else ())
                    if c != cfg.data.prompt_column}
         scored = compute_rewards(self.rewards, prompts=per_completion_prompts, completions=completions,
                                  completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)

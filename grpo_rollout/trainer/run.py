@@ -7,7 +7,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import Config, ConfigError, config_dict
 from ..preflight import validate
@@ -17,6 +17,7 @@ from ..rewards.calling import RewardError
 from ..rollouts.contract import RolloutError
 from ..run_names import REWARD
 from .checkpoint import checkpoint_step, find_checkpoint
+from .evaluation import eval_summary
 from .distributed import Dist, RankError
 from .guards import NonFiniteError, StaleWeightsError
 from .metrics import MetricsLogger
@@ -32,13 +33,15 @@ class TrainResult:
     Attributes:
         output_dir: the run folder. checkpoint: the final checkpoint folder (model + tokenizer + trainer state).
         history: one metrics dict per step run in this process (resumed runs: only the new steps).
-        steps: the step counter at the end.
+        steps: the step counter at the end. evaluations: ``(completed steps, eval/ metrics)`` of each held-out
+        evaluation of this session (``evaluation:``), in order.
     """
 
     output_dir: Path
     checkpoint: Optional[Path]
     steps: int
     history: List[Dict[str, Any]] = field(default_factory=list)
+    evaluations: List[Tuple[int, Dict[str, float]]] = field(default_factory=list)
 
     def mean_reward(self, first: bool, k: int = 5) -> float:
         """Mean of ``reward`` over the first (or last) ``k`` steps of ``history``."""
@@ -96,7 +99,7 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
             raise ConfigError(problems)
     if config.training.num_epochs is not None:  # the run's length in steps, from the dataset's size
         config = copy.deepcopy(config)
-        rows = len(load_train_dataset(config.data.train, config.data.split, base_dir))
+        rows = len(load_train_dataset(config.data.train, config.data.split, base_dir, config.data.task_kwargs))
         config.training.max_steps = steps_for_epochs(config.training.num_epochs, rows,
                                                      config.training.prompts_per_step)
     t = config.training
@@ -112,15 +115,22 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
                            config.logging.project, config.logging.run_name, config=config_dict(config),
                            write=dist.is_main)
     history: List[Dict[str, Any]] = []
+    evaluations: List[Tuple[int, Dict[str, float]]] = []
     done = 0
     last_saved: Optional[Path] = None
     try:
         done = run.setup(resume)
         logger.truncate_after(done)
+        if run.evaluator is not None and done == 0 and run.evaluator.due(0, False):
+            evaluations.append((0, _evaluate(run, 0, reporter)))
+            logger.log(0, evaluations[-1][1])
         reporter.start(t.max_steps, done, steps_per_epoch=len(run.dataset) / t.prompts_per_step)
         for step in range(done, t.max_steps):
             metrics, samples = run.train_step(step)
             done = step + 1
+            if run.evaluator is not None and run.evaluator.due(done, done == t.max_steps):
+                evaluations.append((done, _evaluate(run, done, reporter)))
+                metrics = {**metrics, **evaluations[-1][1]}
             history.append(metrics)
             logger.log(done, metrics)
             logger.log_completions(done, samples)
@@ -143,7 +153,16 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
         reporter.stop()
         run.cleanup()
         logger.close()
-    return TrainResult(run.output_dir, last_saved, done, history)
+    return TrainResult(run.output_dir, last_saved, done, history, evaluations)
+
+
+def _evaluate(run: GRPORecipe, done: int, reporter: RichReporter) -> Dict[str, float]:
+    """The held-out evaluation after ``done`` steps, said in one line; its ``eval/`` metrics."""
+    with reporter.status(f"Held-out evaluation after step {done}" if done else "Held-out evaluation before step 1"):
+        metrics = run.evaluate(done).metrics
+    reporter.message(f"Held-out evaluation {'after step ' + str(done) if done else 'before step 1'}: "
+                     + eval_summary(metrics))
+    return metrics
 
 
 def _save_on_stop(run: GRPORecipe, last_saved: Optional[Path], reporter: RichReporter) -> None:

@@ -1,0 +1,45 @@
+"""``evaluation:`` against what it names: the held-out prompts load and have the prompt column, and the success
+reward is one of the run's rewards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from ..config.problems import Problem, add_error as _err, add_warning as _warn
+from ..config.schema import Config
+from ..user_code import resolve_callable
+
+
+def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, load_data: bool = True) -> None:
+    """Problems of the evaluation settings (none when no evaluation is asked for)."""
+    from ..data import DatasetError, load_train_dataset
+    from ..rewards.calling import unique_names
+
+    e = config.evaluation
+    asked = e.at_start or e.at_end or e.every_steps > 0
+    if asked and not config.data.eval:
+        _warn(problems, "data.eval", "", "is empty, so evaluation.at_start/at_end/every_steps evaluate nothing",
+              "set data.eval to held-out prompts (a file, hub dataset, function or reasoning_gym:<task>)")
+        return
+    if not config.data.eval:
+        return
+    if e.success_reward is not None:
+        try:
+            names = unique_names([resolve_callable(r.function, base_dir) for r in config.rewards])
+        except Exception:  # noqa: BLE001 - an import error is reported by check_functions
+            names = None
+        if names is not None and e.success_reward not in names:
+            _err(problems, "evaluation.success_reward", e.success_reward, "is not one of the run's rewards "
+                 f"({', '.join(names) or 'none'})", "name one of them (as in rewards/<name>), or null for the total")
+    if not load_data:
+        return
+    try:
+        ds = load_train_dataset(config.data.eval, config.data.eval_split, base_dir, config.data.task_kwargs,
+                                held_out=True)
+    except DatasetError as exc:
+        _err(problems, "data.eval", config.data.eval, str(exc), "fix the path/name, or the function named")
+        return
+    if config.data.prompt_column not in ds.column_names:
+        _err(problems, "data.eval", config.data.eval, f"has no column `{config.data.prompt_column}` (columns: "
+             f"{', '.join(ds.column_names)})", "give the held-out rows the training rows' prompt column")
