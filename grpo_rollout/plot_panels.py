@@ -2,7 +2,7 @@
 ``metrics.jsonl`` are in :mod:`grpo_rollout.plotting`).
 
 A :class:`Panel` names the metrics it draws; :data:`DEFAULT_PANELS` is the default figure, top to bottom: reward,
-completion length, truncation, KL, clipping, sampler drift, tool success, multi-turn episodes (turns; how episodes
+the held-out evaluation (pass@k, its reward), completion length, truncation, KL, clipping, sampler drift, tool success, multi-turn episodes (turns; how episodes
 ended: done, ``max_turns``, cut by the token budget) and time per step.
 """
 
@@ -57,6 +57,12 @@ def _reward_keys(keys: List[str]) -> List[str]:
     return fixed(rn.REWARD)(keys) + [k for k in keys if rn.reward_fn_of_mean(k) is not None]
 
 
+def _eval_keys(keys: List[str]) -> List[str]:
+    """The held-out evaluation's pass@k (k ascending) and its mean reward."""
+    passes = sorted((k for k in keys if k.startswith(rn.EVAL_PREFIX + "pass@")), key=lambda k: int(k.split("@")[1]))
+    return passes + fixed(rn.eval_metric(rn.REWARD))(keys)
+
+
 def _ended_keys(keys: List[str]) -> List[str]:
     """How episodes ended: the ``episodes/ended/<reason>`` shares, or ``extras/env_done`` for older runs."""
     ended = [k for k in keys if k.startswith(rn.ENDED_PREFIX)]
@@ -66,6 +72,7 @@ def _ended_keys(keys: List[str]) -> List[str]:
 DEFAULT_PANELS: List[Panel] = [
     Panel("Reward: mean ± std, and each reward function's mean", rn.REWARD, _reward_keys,
           band=(rn.REWARD, rn.REWARD_STD)),
+    Panel("Held-out evaluation: pass@k and mean reward (step 0: before training)", "eval/*", _eval_keys),
     Panel("Completion length: mean and max", "completions/*_length (tokens)",
           fixed(rn.MEAN_LENGTH, rn.MAX_LENGTH)),
     Panel("Truncated completions (cut at max_completion_length)", rn.TRUNCATED_FRACTION,

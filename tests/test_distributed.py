@@ -93,6 +93,17 @@ def _torchrun(args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProces
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def _with_evaluation(config: Path) -> Path:
+    """``config`` with 7 held-out prompts, evaluated before the first and after the last step."""
+    cfg = yaml.safe_load(config.read_text())
+    (config.parent / "held_out.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}."}) + "\n"
+                                                          for i in range(50, 57)))
+    cfg["data"]["eval"] = "held_out.jsonl"
+    cfg["evaluation"] = {"at_start": True, "at_end": True, "num_generations": 2, "success_threshold": 0.3}
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return config
+
+
 def _metrics(config: Path):
     return [json.loads(line) for line in (config.parent / "out" / "metrics.jsonl").read_text().splitlines()]
 
@@ -106,6 +117,8 @@ def test_two_processes_update_like_one(tmp_path, tiny_model):
 
     two = [_project(tmp_path / "two", tiny_model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
     one = [_project(tmp_path / "one", tiny_model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
+    two.append(_with_evaluation(_project(tmp_path / "two", tiny_model, "evaluated")))  # after the variants: the
+    one.append(_with_evaluation(_project(tmp_path / "one", tiny_model, "evaluated")))  # loop below skips it
     (tmp_path / "driver.py").write_text(DRIVER)
     proc = _torchrun([str(tmp_path / "driver.py"), *map(str, two)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -136,6 +149,16 @@ def test_two_processes_update_like_one(tmp_path, tiny_model):
                        for x, y in zip(ra["trainer_logprobs"], rb["trainer_logprobs"]))
             assert ma[1]["dynamic_sampling/groups_trained"] == 8 and ma[1]["dynamic_sampling/rounds"] == 1
     assert any(m["kl"] > 0 for m in _metrics(two[list(VARIANTS).index("kl_iterations_batch")]))  # the variant with a reference model really used it
+    # held-out evaluation (issue 22): 7 prompts split 4 + 3 over the ranks, gathered: the same numbers and records as
+    # one process (the rollout is deterministic), logged once, and training as without it
+    ea, eb = _metrics(two[-1]), _metrics(one[-1])
+    assert [m["step"] for m in ea] == [0, 1, 2] and ea[0]["eval/prompts"] == 7
+    for x, y in zip(ea, eb):
+        assert {k: v for k, v in x.items() if k.startswith("eval/")} == pytest.approx(
+            {k: v for k, v in y.items() if k.startswith("eval/")}, rel=1e-6), x["step"]
+    records = [(two[-1].parent / "out" / "eval" / f"step_{k}.jsonl").read_text() for k in (0, 2)]
+    assert records == [(one[-1].parent / "out" / "eval" / f"step_{k}.jsonl").read_text() for k in (0, 2)]
+    assert [json.loads(x)["index"] for x in records[0].splitlines()] == list(range(7))
 
 
 @pytest.mark.multiproc

@@ -83,7 +83,7 @@ def test_reasoning_gym_reward_agrees_with_the_tasks_own_scorer():
     for task in ("basic_arithmetic", "chain_sum"):
         dataset = reasoning_gym.create_dataset(task, size=6, seed=5)
         rows = task_rows(task, {"size": 6, "seed": 5})
-        assert [r["prompt"] for r in rows] == [e["question"] for e in dataset]
+        assert [r["prompt"] for r in rows] == [[{"role": "user", "content": e["question"]}] for e in dataset]
         answers = [e["answer"] for e in dataset] + ["<answer>" + dataset[0]["answer"] + "</answer>", "-999999"]
         entries = [r["task_entry"] for r in rows] + [rows[0]["task_entry"]] * 2
         expected = [dataset.score_answer(a, e) for a, e in zip(answers, list(dataset) + [dataset[0]] * 2)]
@@ -98,7 +98,8 @@ def test_reasoning_gym_held_out_rows_never_repeat_training_ones():
     train_rows = load_train_dataset("reasoning_gym:basic_arithmetic", task_kwargs={"size": 200, "seed": 1})
     held = load_train_dataset("reasoning_gym:basic_arithmetic", task_kwargs={"size": 200, "seed": 1}, held_out=True)
     assert len(train_rows) == 200 and len(held) > 150
-    assert not set(train_rows["prompt"]) & set(held["prompt"])
+    questions = lambda ds: {p[0]["content"] for p in ds["prompt"]}  # noqa: E731
+    assert not questions(train_rows) & questions(held)
     assert set(held.column_names) == {"prompt", "answer", "task", "task_entry"}
 
 
@@ -189,3 +190,41 @@ def test_evaluation_runs_a_multi_turn_environment_and_logs_its_metrics(tmp_path,
     assert m["eval/extras/num_turns"] >= 1.0  # episodes were played turn by turn
     assert any(k.startswith("eval/episodes/ended/") for k in m)
     assert all(len(r["completions"]) == 2 for r in result.records)
+
+
+# --- the final panel and the plot ------------------------------------------------------------------------------------
+
+def _summary(history, evaluations, tmp_path):
+    from rich.console import Console
+
+    from grpo_rollout.cli.train_cmd import _print_summary
+    from grpo_rollout.trainer.run import TrainResult
+
+    console = Console(record=True, width=200)
+    _print_summary(console, TrainResult(tmp_path, tmp_path / "checkpoint-4", 4, history, evaluations))
+    return console.export_text()
+
+
+def test_the_final_panel_shows_held_out_change_and_warns_of_reward_hacking(tmp_path):
+    rising = [{"reward": r} for r in (0.2, 0.4, 0.6, 0.8)]
+    text = _summary(rising, [(0, {"eval/pass@1": 0.5}), (4, {"eval/pass@1": 0.25})], tmp_path)
+    assert "held-out pass@1 (step 0 → 4): 0.500 → 0.250  ▼ -0.250" in text
+    assert "the training reward rose while held-out success fell" in text
+    text = _summary(rising, [(0, {"eval/pass@1": 0.5}), (4, {"eval/pass@1": 0.75})], tmp_path)
+    assert "0.500 → 0.750  ▲ +0.250" in text and "reward hacking" not in text
+    assert "held-out" not in _summary(rising, [], tmp_path)
+
+
+def test_plot_draws_the_held_out_panel(tmp_path):
+    import json as _json
+
+    from grpo_rollout.plotting import plot_runs
+
+    rows = [{"step": 0, "eval/pass@1": 0.4, "eval/pass@2": 0.5, "eval/reward": 0.3}] + [
+        {"step": s, "reward": 0.1 * s} for s in (1, 2)] + [{"step": 3, "reward": 0.3, "eval/pass@1": 0.6,
+                                                            "eval/pass@2": 0.7, "eval/reward": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    figure = plot_runs([tmp_path])
+    [ax] = [ax for ax in figure.axes if ax.get_title().startswith("Held-out evaluation")]
+    assert [line.get_label() for line in ax.get_lines()] == ["eval/pass@1", "eval/pass@2", "eval/reward"]
+    assert list(ax.get_lines()[0].get_xdata()) == [0, 3]

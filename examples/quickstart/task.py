@@ -23,3 +23,17 @@ def addition_problems(num_rows: int = 256, seed: int = 0):
         rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
                      "answer": str(a + b)})
     return Dataset.from_list(rows)
+
+
+def held_out_additions(num_rows: int = 32, seed: int = 1):
+    """Held-out prompts for the quickstart's evaluation: the same question with a two-digit first number (A in
+    10..29, B in 1..9), so no held-out sum is one the model trained on."""
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(num_rows):
+        a, b = rng.randint(10, 29), rng.randint(1, 9)
+        rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
+                     "answer": str(a + b)})
+    return Dataset.from_list(rows)

@@ -91,6 +91,7 @@ def _print_summary(console: Console, result: TrainResult) -> int:
         lines.append(f"reward (mean of first {steps}{where}): {start:.3f}")
         lines.append(f"reward (mean of last {steps}):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
                      else f"reward (mean of last {steps}):  {end:.3f}")
+    lines += _held_out_lines(result, end - start)
     times = {k: [m.get(key) or 0.0 for m in result.history]
              for k, key in (("step", rn.TIME_STEP), ("generation", rn.TIME_GENERATION), ("training", rn.TIME_TRAINING),
                             ("sync", rn.TIME_SYNC))}
@@ -109,3 +110,23 @@ def _print_summary(console: Console, result: TrainResult) -> int:
         lines.append(f"token-level rollouts: {out}/{rn.ROLLOUTS_DIR}  ([cyan]grpo-rollout inspect {out}[/])")
     console.print(Panel("\n".join(lines), title="[bold green]Training finished", expand=False))
     return 0
+
+
+def _held_out_lines(result: TrainResult, train_delta: float) -> List[str]:
+    """The held-out evaluation's pass@1 from the first to the last evaluation of the session, beside the training
+    reward's change, and a warning when the training reward rose while held-out success fell (reward hacking)."""
+    key = rn.pass_at(1)
+    evals = [(step, m[key]) for step, m in result.evaluations if key in m]
+    if not evals:
+        return []
+    (s0, v0), (s1, v1) = evals[0], evals[-1]
+    if len(evals) == 1:
+        return [f"held-out pass@1 after step {s0}: {v0:.3f}"]
+    delta = v1 - v0
+    arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
+    lines = [f"held-out pass@1 (step {s0} → {s1}): {v0:.3f} → {v1:.3f}  {arrow} {delta:+.3f}"]
+    if math.isfinite(train_delta) and train_delta > 0 and delta < 0:
+        lines.append("[yellow]the training reward rose while held-out success fell: the policy may be gaming the "
+                     "reward (reward hacking); read the held-out answers in eval/step_<k>.jsonl[/]")
+    return lines
+

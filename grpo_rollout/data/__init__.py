@@ -54,10 +54,11 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
 
 
 def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path] = None,
-                       task_kwargs: Optional[Mapping[str, Any]] = None, held_out: bool = False):
+                       task_kwargs: Optional[Mapping[str, Any]] = None, held_out: bool = False,
+                       task_instruction: str = ""):
     """Load ``data.train`` (or ``data.eval``) as a ``datasets.Dataset`` (rows of named columns); a
-    ``reasoning_gym:<task>`` source is made with ``task_kwargs`` (``held_out``: the rows that never overlap the
-    training ones, :mod:`.reasoning_gym`).
+    ``reasoning_gym:<task>`` source is made with ``task_kwargs`` and ``task_instruction`` (``held_out``: the rows that
+    never overlap the training ones, :mod:`.reasoning_gym`).
 
     Raises:
         DatasetError: the file is missing or unreadable, the function fails or returns something else, or the hub
@@ -71,7 +72,7 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
         if kind == "reasoning_gym":
             from .reasoning_gym import task_rows
 
-            ds = datasets.Dataset.from_list(task_rows(target, task_kwargs or {}, held_out))
+            ds = datasets.Dataset.from_list(task_rows(target, task_kwargs or {}, held_out, task_instruction))
         elif kind == "file":
             ds = datasets.load_dataset(FILE_BUILDERS[target.suffix.lower()], data_files=str(target), split="train")
         elif kind == "function":
@@ -99,6 +100,17 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
     if len(ds) == 0:
         raise DatasetError(f"`{spec}` has no rows")
     return ds
+
+
+def load_section(data: Any, base_dir: Optional[Path] = None, held_out: bool = False):
+    """A config's ``data`` section's training rows (``held_out``: its ``data.eval`` rows, split ``eval_split``), as
+    :func:`load_train_dataset` loads them.
+
+    Raises:
+        DatasetError: they do not load (the message says why).
+    """
+    spec, split = (data.eval, data.eval_split) if held_out else (data.train, data.split)
+    return load_train_dataset(spec, split, base_dir, data.task_kwargs, held_out, data.task_instruction)
 
 
 def prompt_format(prompt: Any) -> Tuple[Optional[str], Optional[str]]:

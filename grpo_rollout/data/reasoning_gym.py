@@ -4,7 +4,7 @@
 
 The held-out rows (``data.eval`` naming the same task) come from ``seed + size`` (reasoning-gym seeds item ``i`` with
 ``seed + i``, so these are the items after the training ones), with every question the training rows hold taken out,
-so the two never overlap. Each row has ``prompt`` (the question), ``answer``, and ``task_entry`` (the
+so the two never overlap. Each row has ``prompt`` (the question as a user message), ``answer``, and ``task_entry`` (the
 whole reasoning-gym entry as JSON), which :func:`grpo_rollout.rewards.tasks.reasoning_gym_score` hands to the task's
 own scorer.
 """
@@ -18,9 +18,11 @@ PREFIX = "reasoning_gym:"
 DEFAULT_SIZE = 500
 
 
-def task_rows(task: str, task_kwargs: Mapping[str, Any], held_out: bool = False) -> List[Dict[str, Any]]:
+def task_rows(task: str, task_kwargs: Mapping[str, Any], held_out: bool = False,
+              instruction: str = "") -> List[Dict[str, Any]]:
     """The rows of reasoning-gym task ``task`` (``task_kwargs``: ``create_dataset``'s size, seed and the task's own
-    settings; ``held_out``: from ``seed + size``, without the training rows' questions).
+    settings; ``held_out``: from ``seed + size``, without the training rows' questions; ``instruction``: text put
+    after each question in the prompt, e.g. "Reply with only the number.").
 
     Raises:
         ValueError: reasoning-gym does not know ``task`` or its settings (its own message).
@@ -30,12 +32,13 @@ def task_rows(task: str, task_kwargs: Mapping[str, Any], held_out: bool = False)
     kwargs = {"size": DEFAULT_SIZE, "seed": 0, **task_kwargs}
     train = reasoning_gym.create_dataset(task, **kwargs)
     if not held_out:
-        return [_row(task, entry) for entry in train]
+        return [_row(task, entry, instruction) for entry in train]
     seen = {entry["question"] for entry in train}
     held = reasoning_gym.create_dataset(task, **{**kwargs, "seed": kwargs["seed"] + kwargs["size"]})
-    return [_row(task, entry) for entry in held if entry["question"] not in seen]
+    return [_row(task, entry, instruction) for entry in held if entry["question"] not in seen]
 
 
-def _row(task: str, entry: Mapping[str, Any]) -> Dict[str, Any]:
-    return {"prompt": entry["question"], "answer": str(entry["answer"]), "task": task,
+def _row(task: str, entry: Mapping[str, Any], instruction: str) -> Dict[str, Any]:
+    text = f"{entry['question']} {instruction}".strip()
+    return {"prompt": [{"role": "user", "content": text}], "answer": str(entry["answer"]), "task": task,
             "task_entry": json.dumps(entry, default=str)}

@@ -13,14 +13,14 @@ from ..config.schema import Config
 def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:
     """Load the dataset and check the prompt of every row (well-formed, one format throughout); returns the column
     names (``None`` if it failed)."""
-    from ..data import CHAT_ROLES, DatasetError, load_train_dataset, prompt_problems
+    from ..data import CHAT_ROLES, DatasetError, load_section, prompt_problems
 
     if not config.data.train:
         _err(problems, "data.train", "", "no training data given",
              "set a .jsonl/.csv/.parquet file, a hub dataset, or `module:function` returning a datasets.Dataset")
         return None
     try:
-        ds = load_train_dataset(config.data.train, config.data.split, base_dir, config.data.task_kwargs)
+        ds = load_section(config.data, base_dir)
     except DatasetError as exc:
         _err(problems, "data.train", config.data.train, str(exc), "fix the path/name, or the function named")
         return None

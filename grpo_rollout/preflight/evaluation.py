@@ -13,7 +13,7 @@ from ..user_code import resolve_callable
 
 def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, load_data: bool = True) -> None:
     """Problems of the evaluation settings (none when no evaluation is asked for)."""
-    from ..data import DatasetError, load_train_dataset
+    from ..data import DatasetError, load_section
     from ..rewards.calling import unique_names
 
     e = config.evaluation
@@ -35,8 +35,7 @@ def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, lo
     if not load_data:
         return
     try:
-        ds = load_train_dataset(config.data.eval, config.data.eval_split, base_dir, config.data.task_kwargs,
-                                held_out=True)
+        ds = load_section(config.data, base_dir, held_out=True)
     except DatasetError as exc:
         _err(problems, "data.eval", config.data.eval, str(exc), "fix the path/name, or the function named")
         return

@@ -39,7 +39,9 @@ def math_accuracy(completions: Sequence[Any], answer: Sequence[Any], **kwargs: A
 
 def reasoning_gym_score(completions: Sequence[Any], task_entry: Sequence[str], **kwargs: Any) -> List[float]:
     """The task's own score (0.0 to 1.0) of each completion's answer: the text inside ``<answer>...</answer>``
-    when there is one (reasoning-gym's convention), else the whole completion, stripped.
+    when there is one (reasoning-gym's convention), else what follows the last ``=`` (``5 - 3 = 2``), else the
+    whole completion; stripped, and one candidate only (scoring several and keeping the best would reward a list of
+    guesses).
 
     Args:
         completions: ``N`` completions. task_entry: ``N`` reasoning-gym entries as JSON (the ``task_entry`` column
@@ -52,7 +54,7 @@ def reasoning_gym_score(completions: Sequence[Any], task_entry: Sequence[str], *
     for completion, raw in zip(completions, task_entry):
         entry = json.loads(raw)
         text = completion_text(completion)
-        answer = extract_answer(text) if "<answer>" in text else text.strip()
+        answer = extract_answer(text) if "<answer>" in text else text.rsplit("=", 1)[-1].strip()
         score = reasoning_gym.get_score_answer_fn(entry["metadata"]["source_dataset"])(answer or "", entry)
         scores.append(float(score))
     return scores

@@ -21,7 +21,7 @@ import torch
 
 from .. import run_names as rn
 from ..config import Config
-from ..data import load_train_dataset
+from ..data import load_section
 from ..rewards.calling import RewardResult
 from .batch import CompletionScores
 from .distributed import Dist
@@ -52,8 +52,7 @@ def load_eval_dataset(config: Config, base_dir: Path) -> Any:
     Raises:
         DatasetError: it does not load (the message says why).
     """
-    ds = load_train_dataset(config.data.eval, config.data.eval_split, base_dir, held_out=True,
-                            task_kwargs=config.data.task_kwargs)
+    ds = load_section(config.data, base_dir, held_out=True)
     limit = config.evaluation.max_prompts
     return ds.select(range(min(limit, len(ds)))) if limit else ds
 

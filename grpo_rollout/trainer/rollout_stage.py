@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..user_code import resolve_callable
-from ..data import load_train_dataset
+from ..data import load_section
 from ..generation.versions import record_versions
 from ..rewards.calling import RewardFunction, compute_rewards, unique_names
 from ..rollouts import builtin_rollout
@@ -46,7 +46,7 @@ class RolloutStage:
     def __init__(self, config: Config, base_dir: Path, dist: Dist):
         self.cfg, self.base_dir, self.dist = config, base_dir, dist
         t = config.training
-        self.dataset = load_train_dataset(config.data.train, config.data.split, base_dir, config.data.task_kwargs)
+        self.dataset = load_section(config.data, base_dir)
         self.rollout_fn = resolve_callable(config.rollout.function, base_dir) if config.rollout.function \
             else builtin_rollout()
         fns = [resolve_callable(r.function, base_dir) for r in config.rewards]

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import Config, ConfigError, config_dict
 from ..preflight import validate
-from ..data import load_train_dataset
+from ..data import load_section
 from ..generation.vllm_client import ServerError
 from ..rewards.calling import RewardError
 from ..rollouts.contract import RolloutError
@@ -99,7 +99,7 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
             raise ConfigError(problems)
     if config.training.num_epochs is not None:  # the run's length in steps, from the dataset's size
         config = copy.deepcopy(config)
-        rows = len(load_train_dataset(config.data.train, config.data.split, base_dir, config.data.task_kwargs))
+        rows = len(load_section(config.data, base_dir))
         config.training.max_steps = steps_for_epochs(config.training.num_epochs, rows,
                                                      config.training.prompts_per_step)
     t = config.training
