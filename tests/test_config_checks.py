@@ -1,4 +1,5 @@
-"""Every static check of :mod:`grpo_rollout.config.checks`: one config that fails it and one that passes."""
+"""Every static check of a config (:data:`grpo_rollout.preflight.validate.ALL_STATIC_CHECKS`): one config that fails it
+and one that passes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from grpo_rollout.cli.render import batch_arithmetic
 from grpo_rollout.config import Config
 from grpo_rollout.preflight import validate
-from grpo_rollout.config.checks import _RANGES, check_batch, check_values
+from grpo_rollout.config.batch_checks import check_batch
+from grpo_rollout.config.ranges import _RANGES, check_values
 from grpo_rollout.preflight.rollout_kwargs import check_sampling_agreement
 from grpo_rollout.preflight.processes import check_processes
 from grpo_rollout.preflight.paths import check_paths
@@ -536,7 +538,7 @@ def test_async_generation_needs_a_server(tmp_path):
 
 
 def test_importance_level_sequence_warnings():
-    from grpo_rollout.config.checks import check_importance_level
+    from grpo_rollout.config.algorithm_checks import check_importance_level
 
     assert run(check_importance_level, Config()) == []  # token level: nothing to say
     # sequence with the defaults: epsilon 0.2 is the token-level range, and num_iterations 1 makes every ratio 1
@@ -591,7 +593,7 @@ def test_processes_split_is_not_reported_twice_for_one_cause():
 
 
 def test_flagged_matches_whole_keys_and_what_lies_under_them():
-    from grpo_rollout.config.checks import flagged
+    from grpo_rollout.config.problems import flagged
     from grpo_rollout.config.problems import Problem
 
     problems = [Problem("rewards[0].function", "x", "cannot import"),

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from grpo_rollout.cli.main import app
 from grpo_rollout.config import load_config
-from grpo_rollout.config.checks import _RANGES, range_bounds
+from grpo_rollout.config.ranges import _RANGES, range_bounds
 from grpo_rollout.config.json_schema import SCHEMA_DIALECT, config_json_schema
 from grpo_rollout.config.schema import ENUMS, REPORT_TO, Config
 

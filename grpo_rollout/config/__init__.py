@@ -1,8 +1,7 @@
 """Config: the YAML schema (pydantic models), loading with overrides, and the checks of a config on its own.
 
-This package imports nothing else of grpo-rollout (an import-linter contract in the tests keeps it so). The checks
-that need the environment, and :func:`~grpo_rollout.preflight.validate`/:func:`~grpo_rollout.preflight.check_config`
-running all of them, live in :mod:`grpo_rollout.preflight`, above it; ``from grpo_rollout import check_config`` too.
+It imports nothing else of grpo-rollout (an import-linter contract keeps it so); the checks that need more than the
+config, and ``validate``/``check_config`` running them all, live above it in :mod:`grpo_rollout.preflight`.
 """
 
 from __future__ import annotations
@@ -11,5 +10,5 @@ from .loading import LoadedConfig, config_dict, config_from_dict, load_config, t
 from .problems import ConfigError, Problem
 from .schema import Config
 
-__all__ = ["Config", "ConfigError", "LoadedConfig", "Problem", "config_dict", "config_from_dict",
-           "load_config", "to_yaml"]
+__all__ = ["Config", "ConfigError", "LoadedConfig", "Problem", "config_dict", "config_from_dict", "load_config",
+           "to_yaml"]

@@ -17,19 +17,22 @@ from pydantic.fields import FieldInfo
 @dataclass(frozen=True)
 class Rule:
     """What ``validate-config`` says about a value outside the key's range or allowed set: ``fix`` (default
-    ``e.g. <default>``) and ``problem`` (default generated from the range: ``must be >= 1``)."""
+    ``e.g. <default>``) and ``problem`` (default generated from the range: ``must be >= 1``); ``aliases``: other
+    names of the key in rollout and reward kwargs (``n``, ``max_tokens``)."""
 
     fix: str = ""
     problem: str = ""
+    aliases: Tuple[str, ...] = ()
 
 
-def setting(default: Any, doc: str, *, fix: str = "", problem: str = "", **bounds: Any) -> Any:
+def setting(default: Any, doc: str, *, fix: str = "", problem: str = "", aliases: Tuple[str, ...] = (),
+            **bounds: Any) -> Any:
     """A config key: ``default`` (a list or mapping is copied per config), ``doc`` (one line: what it does, its unit),
     ``bounds`` (pydantic's ``ge``/``gt``/``le``/``lt``), and the :class:`Rule` (``fix``, ``problem``) for a value
     outside them."""
     info = Field(default, description=doc, **bounds)
-    if fix or problem:
-        info.metadata.append(Rule(fix, problem))
+    if fix or problem or aliases:
+        info.metadata.append(Rule(fix, problem, aliases))
     return info
 
 
@@ -140,11 +143,12 @@ def field_at(model: Type[BaseModel], dotted: str) -> Optional[FieldInfo]:
     return next((info for k, info in walk(model) if k == key), None)
 
 
+def aliases(model: Type[BaseModel]) -> Dict[str, str]:
+    """Every name a key of section ``model`` goes by (its own, and its :class:`Rule`'s aliases) → the key."""
+    return {name: key for key, info in model.model_fields.items() for name in (key, *rule_of(info).aliases)}
+
+
 def enums(model: Type[BaseModel]) -> Dict[str, tuple]:
     """Dotted key → allowed values, for every key typed ``Literal[...]`` (lists of them excluded)."""
     return {k: typing.get_args(info.annotation) for k, info in walk(model)
             if typing.get_origin(info.annotation) is Literal}
-
-
-__all__ = ["Rule", "allowed_values", "bounds_of", "dotted", "enums", "field_at", "is_text", "item_type", "range_text",
-           "rule_of", "section", "section_of", "setting", "strip_optional", "type_name", "value_at", "walk"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Optional, Tuple
 
-from .fields import walk
-from .sampling_names import SAMPLING_ALIASES
+from .fields import aliases, walk
 from .schema import Config
 
 
@@ -16,8 +15,8 @@ def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:
     same_level = list(cls.model_fields)
     # e.g. `sampling.max_tokens` → `sampling.max_completion_length`
 
-    if cls.__name__ == "SamplingConfig" and bad_key in SAMPLING_ALIASES:
-        return prefix + SAMPLING_ALIASES[bad_key]
+    if bad_key in aliases(cls):  # another name of a key here: `sampling.max_tokens`
+        return prefix + aliases(cls)[bad_key]
     everywhere = [k for k, _ in walk(Config) if not k.startswith("rewards[]")]  # every valid dotted key
     exact = [k for k in everywhere if k.rsplit(".", 1)[-1] == bad_key]  # the very name, in another section
     if exact:

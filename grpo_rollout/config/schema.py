@@ -88,7 +88,7 @@ class SamplingConfig(Section):
 
     num_generations: int = setting(
         8, "Completions per prompt: the GRPO group whose rewards are compared", ge=2,
-        fix="set it to 2 or more (4-16 is common)", problem="must be at least 2: GRPO scores each completion against "
+        aliases=("n", "num_return_sequences"), fix="set it to 2 or more (4-16 is common)", problem="must be at least 2: GRPO scores each completion against "
         "the others of its group, so a group of one has zero advantage and learns nothing")
     temperature: float = setting(
         1.0, "Sampling temperature (the trainer's log-probs use it too)", gt=0,
@@ -104,7 +104,8 @@ class SamplingConfig(Section):
                                                     "penalty")
     max_prompt_length: Optional[int] = setting(512, "Prompt tokens kept, cut from the left; null = no limit", ge=1,
                                                fix="use null for no limit")
-    max_completion_length: int = setting(256, "Tokens a completion may have (a multi-turn episode's budget)", ge=1)
+    max_completion_length: int = setting(256, "Tokens a completion may have (a multi-turn episode's budget)", ge=1,
+                                         aliases=("max_tokens", "max_new_tokens"))
     seed: Optional[int] = setting(None, "Seed of the sampler; null = unseeded")
 
 

@@ -8,8 +8,8 @@ import math
 from typing import Any, Iterable, List, Tuple
 
 from ..config.problems import Problem, add_error as _err, add_warning
-from ..config.sampling_names import SAMPLING_ALIASES
 from ..config.schema import Config
+from ..rollouts.contract import SAMPLING_ALIASES
 
 
 def _sampling_mentions(mapping: Any, prefix: str) -> Iterable[Tuple[str, str, Any]]:

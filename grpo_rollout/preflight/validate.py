@@ -1,4 +1,4 @@
-"""Every check that can run without model weights: the config's own (:mod:`grpo_rollout.config.checks`) and those
+"""Every check that can run without model weights: the config's own (:data:`CONFIG_CHECKS`) and those
 that need the environment (paths, the dataset, the named functions). Each check appends :class:`Problem` objects;
 nothing raises.
 
@@ -9,11 +9,13 @@ or load a file and run them with :func:`check_config`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from ..config.checks import CONFIG_CHECKS, Check
+from ..config.algorithm_checks import check_algorithm, check_importance_level
+from ..config.batch_checks import check_batch
 from ..config.loading import LoadedConfig, load_config
 from ..config.problems import Problem
+from ..config.ranges import check_values
 from ..config.schema import Config
 from ..generation.server.exposure import check_server_exposure
 from ..generation.server.managed_flags import check_server_args
@@ -26,6 +28,11 @@ from .processes import check_processes
 from .rollout_kwargs import check_sampling_agreement, check_turn_budget
 
 #: the config's own checks, then the rollout kwargs', the server launcher's flags and exposure, paths and packages
+Check = Callable[[Config, List[Problem]], None]
+
+#: the checks of a config on its own (grpo_rollout.config: values and ranges, algorithm, the micro-batch split), in the
+#: order they report
+CONFIG_CHECKS: List[Check] = [check_values, check_importance_level, check_algorithm, check_batch]
 ALL_STATIC_CHECKS: List[Check] = [*CONFIG_CHECKS, check_turn_budget, check_sampling_agreement, check_server_args,
                                   check_server_exposure, check_paths]
 

@@ -37,7 +37,15 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..config.sampling_names import SAMPLING_ALIASES, SAMPLING_ARGS  # noqa: F401 - part of the rollout contract
+from ..config.fields import aliases
+from ..config.schema import SamplingConfig
+
+#: Sampling settings every rollout receives as keyword arguments, mapped to their ``sampling.*`` key.
+SAMPLING_ARGS: Dict[str, str] = {"n": "num_generations", **{k: k for k in (
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_completion_length", "seed")}}
+#: Names under which a sampling setting may appear in rollout/reward kwargs (each key's own and its aliases in the
+#: schema), mapped to the ``sampling.*`` key.
+SAMPLING_ALIASES: Dict[str, str] = aliases(SamplingConfig)
 
 #: Objects passed only to rollout functions that name them.
 CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir")
