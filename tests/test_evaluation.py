@@ -228,3 +228,18 @@ def test_plot_draws_the_held_out_panel(tmp_path):
     [ax] = [ax for ax in figure.axes if ax.get_title().startswith("Held-out evaluation")]
     assert [line.get_label() for line in ax.get_lines()] == ["eval/pass@1", "eval/pass@2", "eval/reward"]
     assert list(ax.get_lines()[0].get_xdata()) == [0, 3]
+
+
+@pytest.mark.model
+def test_eval_of_a_lora_checkpoint_equals_the_runs_last_evaluation(tmp_path, tiny_model):
+    """LoRA (adapters on the frozen base): `grpo-rollout eval --checkpoint latest` loads the adapters and gives the
+    numbers the run's at_end evaluation logged."""
+    cfg = _eval_config(tmp_path, tiny_model, at_end=True, temperature=0.0, num_generations=1)
+    cfg.model.lora.r, cfg.model.lora.alpha = 4, 8.0
+    cfg.training.learning_rate = 5e-2  # the adapters must move for the check to mean something
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    [(done, logged)] = result.evaluations
+    alone = evaluate(cfg, tmp_path, checkpoint="latest", reporter=RichReporter(quiet=True))
+    base = evaluate(cfg, tmp_path, reporter=RichReporter(quiet=True))
+    assert done == 2 and alone.metrics == pytest.approx(logged)
+    assert [r["completions"] for r in alone.records] != [r["completions"] for r in base.records]  # adapters applied
