@@ -14,26 +14,22 @@ import random
 def addition_problems(num_rows: int = 256, seed: int = 0):
     """A ``datasets.Dataset`` of ``num_rows`` chat prompts "What is A + B? ..." (A, B in 1..9) with an ``answer``
     column holding A + B as a string."""
-    from datasets import Dataset
-
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(num_rows):
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
-                     "answer": str(a + b)})
-    return Dataset.from_list(rows)
+    return _additions(num_rows, seed, (1, 9))
 
 
 def held_out_additions(num_rows: int = 32, seed: int = 1):
     """Held-out prompts for the quickstart's evaluation: the same question with a two-digit first number (A in
     10..29, B in 1..9), so no held-out sum is one the model trained on."""
+    return _additions(num_rows, seed, (10, 29))
+
+
+def _additions(num_rows: int, seed: int, first: tuple):
     from datasets import Dataset
 
     rng = random.Random(seed)
     rows = []
     for _ in range(num_rows):
-        a, b = rng.randint(10, 29), rng.randint(1, 9)
+        a, b = rng.randint(*first), rng.randint(1, 9)
         rows.append({"prompt": [{"role": "user", "content": f"What is {a} + {b}? Reply with only the number."}],
                      "answer": str(a + b)})
     return Dataset.from_list(rows)
