@@ -74,21 +74,22 @@ class Evaluator:
         return (done == 0 and e.at_start) or (last and e.at_end) or (done > 0 and e.every_steps > 0
                                                                        and done % e.every_steps == 0)
 
-    def run(self) -> EvalResult:
-        """Evaluate (a collective: every rank calls it); every rank gets the whole result.
+    def run(self, done: int = 0) -> EvalResult:
+        """Evaluate after ``done`` completed steps (the ``step`` a rollout or reward that names it receives; a
+        collective: every rank calls it); every rank gets the whole result.
 
         Raises:
             RolloutError / RewardError: the rollout or a reward broke its contract on a held-out prompt.
         """
         e, dist = self.cfg.evaluation, self.dist
         mine = list(range(dist.rank, len(self.dataset), dist.world_size))
-        sampling = {**self.stage.sampling_kwargs(0), "n": e.num_generations, "temperature": e.temperature,
-                    "seed": self.cfg.training.seed}
+        sampling = {**self.stage.sampling_kwargs(done), "n": e.num_generations, "temperature": e.temperature,
+                    "seed": self.cfg.training.seed}  # the same seed every time: step 0 equals `grpo-rollout eval`
         batch, error = None, None
         with _own_random_state(self.cfg.training.seed):
             try:
                 rows = [self.dataset[i] for i in mine]
-                batch = self.stage.generate_and_score(0, rows, sampling).scores if rows else None
+                batch = self.stage.generate_and_score(done, rows, sampling).scores if rows else None
             except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
                 error = exc
         dist.agree(error)

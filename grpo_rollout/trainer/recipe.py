@@ -193,7 +193,7 @@ class GRPORecipe:
         """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes
         ``eval/step_<done>.jsonl``. It reads the weights and changes nothing of training (:mod:`.evaluation`)."""
         with whole_weights(self.policy) if self.rollouts.client.shares_weights else nullcontext():
-            result = self.evaluator.run()
+            result = self.evaluator.run(done)
         if self.dist.is_main:
             write_eval_records(self.output_dir, done, result)
         return result
