@@ -243,3 +243,49 @@ def test_eval_of_a_lora_checkpoint_equals_the_runs_last_evaluation(tmp_path, tin
     base = evaluate(cfg, tmp_path, reporter=RichReporter(quiet=True))
     assert done == 2 and alone.metrics == pytest.approx(logged)
     assert [r["completions"] for r in alone.records] != [r["completions"] for r in base.records]  # adapters applied
+
+
+# --- found by a new user trying to break the evaluation ---------------------------------------------------------------
+
+def test_held_out_rows_without_a_column_a_reward_takes_are_refused(project, errs):
+    # validate-config passed, and the run trained every step, then failed at its evaluation
+    project.write_jsonl("no_answer.jsonl", [{"prompt": "What is 1+1?"}])
+    cfg = project.baseline()
+    cfg["data"]["eval"] = "no_answer.jsonl"
+    cfg["evaluation"] = {"at_end": True}
+    [p] = errs(project.check(cfg))
+    assert (p.key, p.value) == ("data.eval", "no_answer.jsonl")
+    assert p.message.startswith("has no column `answer`, which the reward `accuracy` takes from the training rows")
+
+
+@pytest.mark.model
+def test_a_failing_evaluation_still_logs_its_step(tmp_path, tiny_model):
+    from grpo_rollout.rewards.calling import RewardError
+
+    source = "def needs_level(completion_ids, level, **kw):\n    return [float(v) for v in level]\n"
+    (tmp_path / "held_out.jsonl").write_text('{"prompt": "Count to 3."}\n')
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}.", "level": 1}) + "\n"
+                                                 for i in range(8)))
+    cfg = tiny_config(tmp_path, tiny_model, rewards_source=source, reward="needs_level",
+                      data={"train": str(tmp_path / "rows.jsonl"), "eval": str(tmp_path / "held_out.jsonl")},
+                      evaluation={"at_end": True}, training={"max_steps": 1})
+    with pytest.raises(RewardError):
+        train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True), check=False)
+    [row] = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert row["step"] == 1 and "reward" in row  # the step trained and was logged before the evaluation failed
+    assert (tmp_path / "out" / "checkpoint-1").is_dir()
+
+
+def test_a_k_below_1_gets_a_fix_that_makes_sense(tmp_path):
+    config, problems = config_from_dict({"evaluation": {"pass_k": [0]}})
+    [p] = [p for p in validate(config, tmp_path, load_data=False, known=problems) if p.key == "evaluation.pass_k"]
+    assert p.fix == "use k's from 1 to 1"
+
+
+def test_reasoning_gym_held_out_rows_are_distinct():
+    from grpo_rollout.data.reasoning_gym import task_rows
+
+    held = task_rows("basic_arithmetic", {"size": 400, "seed": 0, "min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                          "max_digits": 1}, held_out=True)
+    questions = [r["prompt"][0]["content"] for r in held]
+    assert len(questions) == len(set(questions)) > 100

@@ -42,7 +42,11 @@ def test_quickstart_two_steps_in_spawn_mode(tmp_path):
     assert proc.returncode == 0, out
     assert "Training finished" in out and "Traceback" not in out
     metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [1, 2]
+    # step 0: the quickstart's held-out evaluation before training (evaluation.at_start), through the vLLM server
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    at_start, metrics = metrics[0], metrics[1:]
+    assert all(k == "step" or k.startswith("eval/") for k in at_start) and at_start["eval/prompts"] == 32
+    assert 0.0 <= at_start["eval/pass@1"] <= 1.0 and "eval/pass@1" in metrics[-1]  # at_end: in the last step's row
     # vLLM sampled from the trainer's weights: after the sync its log-probs agree with the trainer's
     assert all(m["sampler/logprob_abs_diff"] < 0.01 for m in metrics), [m["sampler/logprob_abs_diff"] for m in metrics]
     assert all(m["time/sync"] > 0 for m in metrics)
@@ -58,7 +62,10 @@ def test_ctrl_c_saves_finished_steps_and_stops_the_server(tmp_path):
     proc = _train(tmp_path / "run", "training.max_steps=20")
     metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 900
-    while not (metrics.exists() and metrics.read_text().strip()) and time.monotonic() < deadline:
+    def a_step_finished() -> bool:  # a row of step >= 1 (step 0 is the evaluation before training)
+        return metrics.exists() and any(json.loads(x)["step"] >= 1 for x in metrics.read_text().splitlines())
+
+    while not a_step_finished() and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(2)
     proc.send_signal(signal.SIGINT)

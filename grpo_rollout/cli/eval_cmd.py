@@ -46,7 +46,7 @@ def run_eval(console: Console, config_path: Path, overrides: List[str], checkpoi
         shown.print(Panel(escape(str(exc)), title=f"[red]{type(exc).__name__}", border_style="red"))
         return 1
     if as_json:
-        print(json.dumps(result.metrics, indent=2, sort_keys=True))
+        print(json.dumps(result.metrics, indent=2))  # in the evaluation's order: pass@1, @2, @4, ...
         return 0
     table = Table(title=f"Held-out evaluation of {escape(checkpoint or loaded.config.model.name_or_path)}")
     table.add_column("metric")

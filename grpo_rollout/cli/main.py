@@ -189,7 +189,8 @@ def plot(run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", show_defa
                                                     "panels, one panel each, e.g. "
                                                     "[cyan]reward,grad_norm,time/step[/]."),
          ) -> None:
-    """Plot runs' metrics: reward, completion length, KL, clipping, sampler drift, tools, time per step."""
+    """Plot runs' metrics: reward, held-out evaluation, completion length, KL, clipping, sampler drift, tools, time
+    per step."""
     from rich.markup import escape
 
     from ..plotting import PlotError, default_output_path, plot_runs, save_figure

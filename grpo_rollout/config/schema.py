@@ -88,8 +88,9 @@ class SamplingConfig(Section):
 
     num_generations: int = setting(
         8, "Completions per prompt: the GRPO group whose rewards are compared", ge=2,
-        aliases=("n", "num_return_sequences"), fix="set it to 2 or more (4-16 is common)", problem="must be at least 2: GRPO scores each completion against "
-        "the others of its group, so a group of one has zero advantage and learns nothing")
+        aliases=("n", "num_return_sequences"), fix="set it to 2 or more (4-16 is common)",
+        problem="must be at least 2: GRPO scores each completion against the others of its group, so a group of one "
+        "has zero advantage and learns nothing")
     temperature: float = setting(
         1.0, "Sampling temperature (the trainer's log-probs use it too)", gt=0,
         fix="use a sampling temperature such as 0.7-1.0", problem="must be > 0: at temperature 0 all completions of a "
@@ -199,7 +200,7 @@ class EvaluationConfig(Section):
     at_end: bool = setting(False, "Evaluate after the last step")
     num_generations: int = setting(1, "Completions per held-out prompt (the n of pass@k)", ge=1)
     temperature: float = setting(0.0, "Sampling temperature of the evaluation; 0 = greedy", ge=0)
-    max_prompts: Optional[int] = setting(None, "Held-out prompts used, the first N; null = all", ge=1)
+    max_prompts: Optional[int] = setting(None, "Held-out prompts used, the first N; null = all", ge=1, fix="e.g. 64")
     success_reward: Optional[str] = setting(None, "The reward (its name in rewards/<name>) that decides success; "
                                             "null = the weighted total")
     success_threshold: float = setting(1.0, "A completion succeeds when that reward is at least this")
@@ -210,8 +211,8 @@ class EvaluationConfig(Section):
         if any(k > self.num_generations or k < 1 for k in self.pass_k):
             raise PydanticCustomError("cross_key", f"asks for k > num_generations ({self.num_generations}) or k < 1",
                                       {"key": "pass_k", "depends_on": ("num_generations", "pass_k"),
-                                       "fix": f"raise evaluation.num_generations to {max(self.pass_k)}, or keep "
-                                              f"k between 1 and {self.num_generations}"})
+                                       "fix": f"use k's from 1 to {self.num_generations}" if min(self.pass_k) < 1
+                                       else f"raise evaluation.num_generations to {max(self.pass_k)}"})
         return self
 
 
@@ -272,5 +273,4 @@ def default_of(model: type, key: str) -> Any:
     return model.model_fields[key].get_default(call_default_factory=True)
 
 
-#: Allowed values of the keys that take one of a fixed set (from their ``Literal`` types).
-ENUMS: Dict[str, tuple] = enums(Config)
+ENUMS: Dict[str, tuple] = enums(Config)  #: allowed values of the keys that take one of a fixed set (their Literals)

@@ -3,10 +3,10 @@
 ``reasoning_gym.create_dataset(task, **data.task_kwargs)``.
 
 The held-out rows (``data.eval`` naming the same task) come from ``seed + size`` (reasoning-gym seeds item ``i`` with
-``seed + i``, so these are the items after the training ones), with every question the training rows hold taken out,
-so the two never overlap. Each row has ``prompt`` (the question as a user message), ``answer``, and ``task_entry`` (the
-whole reasoning-gym entry as JSON), which :func:`grpo_rollout.rewards.tasks.reasoning_gym_score` hands to the task's
-own scorer.
+``seed + i``, so these are the items after the training ones), with every question the training rows hold (and every
+repeat) taken out, so the two never overlap. Each row has ``prompt`` (the question as a user message), ``answer``,
+and ``task_entry`` (the whole reasoning-gym entry as JSON), which
+:func:`grpo_rollout.rewards.tasks.reasoning_gym_score` hands to the task's own scorer.
 """
 
 from __future__ import annotations
@@ -34,8 +34,12 @@ def task_rows(task: str, task_kwargs: Mapping[str, Any], held_out: bool = False,
     if not held_out:
         return [_row(task, entry, instruction) for entry in train]
     seen = {entry["question"] for entry in train}
-    held = reasoning_gym.create_dataset(task, **{**kwargs, "seed": kwargs["seed"] + kwargs["size"]})
-    return [_row(task, entry, instruction) for entry in held if entry["question"] not in seen]
+    rows = []
+    for entry in reasoning_gym.create_dataset(task, **{**kwargs, "seed": kwargs["seed"] + kwargs["size"]}):
+        if entry["question"] not in seen:  # neither a training question nor one already held out
+            seen.add(entry["question"])
+            rows.append(_row(task, entry, instruction))
+    return rows
 
 
 def _row(task: str, entry: Mapping[str, Any], instruction: str) -> Dict[str, Any]:

@@ -61,7 +61,7 @@ def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = 
     check_lora(config, problems, processes)
     columns = check_dataset(config, problems, base_dir) if load_data else None  # None: columns unknown
     check_functions(config, problems, base_dir, columns)
-    check_evaluation(config, problems, base_dir, load_data)
+    check_evaluation(config, problems, base_dir, load_data, columns)
     return problems[len(known):]
 
 

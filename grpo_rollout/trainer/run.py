@@ -128,15 +128,21 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
         for step in range(done, t.max_steps):
             metrics, samples = run.train_step(step)
             done = step + 1
+            failed = None
             if run.evaluator is not None and run.evaluator.due(done, done == t.max_steps):
-                evaluations.append((done, _evaluate(run, done, reporter)))
-                metrics = {**metrics, **evaluations[-1][1]}
+                try:
+                    evaluations.append((done, _evaluate(run, done, reporter)))
+                    metrics = {**metrics, **evaluations[-1][1]}
+                except (RolloutError, RewardError) as exc:  # log the step first: its update is in the weights
+                    failed = exc
             history.append(metrics)
             logger.log(done, metrics)
             logger.log_completions(done, samples)
             log_now = done % t.logging_steps == 0 or done == t.max_steps
             reporter.step(done, metrics, log_now, pick_samples(samples, config.sampling.num_generations,
                                                                t.log_completions))
+            if failed is not None:
+                raise failed
             if t.save_steps and done % t.save_steps == 0 and done < t.max_steps:
                 last_saved = run.save_checkpoint(done)
                 reporter.message(f"Saved {last_saved}")
