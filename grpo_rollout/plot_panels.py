@@ -3,7 +3,7 @@
 
 A :class:`Panel` names the metrics it draws; :data:`DEFAULT_PANELS` is the default figure, top to bottom: reward,
 the held-out evaluation (pass@k, its reward), completion length, truncation, KL, clipping, sampler drift, tool success, multi-turn episodes (turns; how episodes
-ended: done, ``max_turns``, cut by the token budget) and time per step.
+ended: done, ``max_turns``, cut by the token budget), memory and time per step.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ def _eval_keys(keys: List[str]) -> List[str]:
     return passes + fixed(rn.eval_metric(rn.REWARD))(keys)
 
 
+def _memory_keys(keys: List[str]) -> List[str]:
+    """The memory metrics a run logged (``memory/cuda_peak_gib`` only on CUDA)."""
+    return [k for k in (rn.MEMORY_RSS, rn.MEMORY_PEAK_RSS, rn.MEMORY_CUDA_PEAK) if k in keys]
+
+
 def _ended_keys(keys: List[str]) -> List[str]:
     """How episodes ended: the ``episodes/ended/<reason>`` shares, or ``extras/env_done`` for older runs."""
     ended = [k for k in keys if k.startswith(rn.ENDED_PREFIX)]
@@ -91,6 +96,8 @@ DEFAULT_PANELS: List[Panel] = [
           zero_note="no episode was cut by sampling.max_completion_length"),
     Panel("Multi-turn: turns cut by max_turn_tokens (unfinished answers)", f"{rn.TURNS_CAPPED} (turns)",
           fixed(rn.TURNS_CAPPED), zero_note="no sampled turn was cut by max_turn_tokens"),
+    Panel("Memory: the trainer's resident set (now, peak) and CUDA's peak of the step", "memory/* (GiB)",
+          _memory_keys),
     Panel("Time per step, by phase", "time/* (seconds)",
           fixed(rn.TIME_GENERATION, rn.TIME_REWARDS, rn.TIME_TRAINING, rn.TIME_SYNC)),
 ]

@@ -151,3 +151,8 @@ def pass_at(k: int) -> str:
 def mean_at(n: int) -> str:
     """``eval/mean@<n>``: the share of the ``n`` completions of a held-out prompt that succeed, over prompts."""
     return f"{EVAL_PREFIX}mean@{n}"
+
+# -- memory (GiB) ------------------------------------------------------------------------------------------------------
+MEMORY_RSS = "memory/rss_gib"              # the trainer process's resident set after the step
+MEMORY_PEAK_RSS = "memory/peak_rss_gib"    # its peak resident set so far (the OS's high-water mark)
+MEMORY_CUDA_PEAK = "memory/cuda_peak_gib"  # on CUDA: the step's peak of allocated tensor memory

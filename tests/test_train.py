@@ -165,3 +165,16 @@ def test_sequence_importance_level_trains(tmp_path, tiny_model):
     before = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
     after = AutoModelForCausalLM.from_pretrained(result.checkpoint).state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_steps_log_the_trainers_memory(tmp_path, tiny_model):
+    """memory/* (GiB, issue 23): the resident set after each step and the process's peak, which never falls."""
+    import resource
+
+    result = train(_config(tmp_path, tiny_model, max_steps=2), base_dir=tmp_path, reporter=_quiet())
+    first, second = result.history
+    for m in result.history:
+        assert 0.1 < m["memory/rss_gib"] <= m["memory/peak_rss_gib"] < 64
+        assert "memory/cuda_peak_gib" not in m  # CPU only here
+    assert first["memory/peak_rss_gib"] <= second["memory/peak_rss_gib"]
+    assert second["memory/peak_rss_gib"] <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2 + 1e-9

@@ -47,6 +47,7 @@ from .distributed import Dist
 from .dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
 from .evaluation import EvalResult, Evaluator, evaluation_on, write_eval_records
 from .guards import NonFiniteGuard, check_sampler_mismatch
+from .memory import memory_metrics, start_step
 from .policy import full_state_dict, optimizer_state, whole_weights
 from .precision import Precision
 from .progress import RichReporter
@@ -119,6 +120,7 @@ class GRPORecipe:
         """Run step ``step`` (0-based; logs and checkpoints count from 1) on every rank; return the whole step's
         metrics and one sample record per completion."""
         times = StepTimes(time.perf_counter())
+        start_step(self.dist.device)
         batch, refill = self.collect(step, times)
         result = self.update(step, batch, times)
         self.sync(result, times)
@@ -187,7 +189,8 @@ class GRPORecipe:
                 save_rollouts(self.output_dir, step + 1, whole, batch.step_advantages, tokens, self.tokenizer, g)
         lag = None if self.rollouts.client.shares_weights else self.rollouts.sampler_lag
         metrics, samples = step_metrics(whole, batch.step_advantages, result, times, g, lag)
-        return {**metrics, **(refill.metrics() if refill is not None else {})}, samples
+        memory = {k: max(v) for k, v in _by_key(dist.gather(memory_metrics(dist.device))).items()}  # the largest rank
+        return {**metrics, **(refill.metrics() if refill is not None else {}), **memory}, samples
 
     def evaluate(self, done: int) -> EvalResult:
         """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes
@@ -234,3 +237,13 @@ class GRPORecipe:
         if self.weights is not None:
             self.weights.close()
         self.rollouts.close()
+
+
+def _by_key(parts: List[Dict[str, float]]) -> Dict[str, List[float]]:
+    """Every rank's value of each key (a key only some ranks have keeps theirs)."""
+    out: Dict[str, List[float]] = {}
+    for part in parts:
+        for k, v in part.items():
+            out.setdefault(k, []).append(v)
+    return out
+
