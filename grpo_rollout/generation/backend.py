@@ -134,6 +134,7 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
             check_server(one, vocab, needed)
         say(f"Attached to vLLM at {', '.join(urls)}")
         return client
+    from .server.gpu_share import shared_gpu_share
     from .server.launch import settings_from_config
     from .spawn import ManagedServer
 
@@ -147,6 +148,10 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         share = cores[i * len(cores) // k:(i + 1) * len(cores) // k]  # CPU build: the cores split among servers
         if share:
             settings.cpu_cores = ",".join(map(str, share))
+        gpu = shared_gpu_share(config, model, settings.max_model_len or 0, settings.devices)
+        if gpu is not None:  # on the trainer's own GPU: only what the server needs, not 0.9 of it
+            settings.gpu_memory_utilization = gpu.share
+            say(gpu.text())
         servers.append(ManagedServer(settings, Path(output_dir) / server_log(i, k)))
     logs = servers[0].log_path if k == 1 else Path(output_dir) / "vllm-*.log"
     try:
