@@ -25,6 +25,7 @@ KL_TITLE = "KL to the reference model"
 CLIP_TITLE = "Clipped tokens (importance ratio outside 1 ± epsilon)"
 SAMPLER_TITLE = "Sampler vs trainer log-probs: mean |Δlogp| per token"
 TOOLS_TITLE = "Tool calls that succeeded"
+MEMORY_TITLE = "Memory: the trainer's resident set (now, peak) and CUDA's peak of the step"  # issue 23
 TIME_TITLE = "Time per step, by phase"
 TIME_KEYS = ["time/generation", "time/rewards", "time/training", "time/sync"]
 
@@ -102,7 +103,7 @@ def test_plot_of_a_real_run(trained_run):
 
     # no tools in this run: that panel is left out, the others are there in order
     assert [ax.get_title() for ax in fig.axes] == [REWARD_TITLE, LENGTH_TITLE, TRUNC_TITLE, KL_TITLE, CLIP_TITLE,
-                                                   SAMPLER_TITLE, TIME_TITLE]
+                                                   SAMPLER_TITLE, MEMORY_TITLE, TIME_TITLE]
     axes = by_title(fig)
     assert all(ax.get_xlabel() == "step" for ax in fig.axes)
     steps = [1, 2, 3]
