@@ -37,7 +37,7 @@ def run_eval(console: Console, config_path: Path, overrides: List[str], checkpoi
         shown.print("[red]Not evaluating: fix the errors above.[/]")
         return 1
     try:
-        result = evaluate(loaded.config, loaded.base_dir, checkpoint, RichReporter(shown, quiet=quiet))
+        result = evaluate(loaded.config, loaded.base_dir, checkpoint, RichReporter(shown, quiet=quiet), check=False)
     except ConfigError as exc:
         print_problems(shown, exc.problems)
         return 1

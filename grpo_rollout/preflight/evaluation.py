@@ -12,6 +12,13 @@ from ..signatures import required_params
 from ..user_code import resolve_callable
 
 
+def evaluation_asked(config: Config) -> bool:
+    """Whether ``evaluation:`` asks for any evaluation (at_start, at_end or every_steps), with or without
+    ``data.eval``."""
+    e = config.evaluation
+    return e.at_start or e.at_end or e.every_steps > 0
+
+
 def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, load_data: bool = True,
                      train_columns: Optional[List[str]] = None) -> None:
     """Problems of the evaluation settings (none when no evaluation is asked for); ``train_columns``: the training
@@ -20,8 +27,7 @@ def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, lo
     from ..rewards.calling import unique_names
 
     e = config.evaluation
-    asked = e.at_start or e.at_end or e.every_steps > 0
-    if asked and not config.data.eval:
+    if evaluation_asked(config) and not config.data.eval:
         _warn(problems, "data.eval", "", "is empty, so evaluation.at_start/at_end/every_steps evaluate nothing",
               "set data.eval to held-out prompts (a file, hub dataset, function or reasoning_gym:<task>)")
         return

@@ -22,9 +22,10 @@ from .weight_sync import WeightSync
 
 
 def evaluate(config: Config, base_dir: Optional[Path] = None, checkpoint: Optional[str] = None,
-             reporter: Optional[RichReporter] = None) -> EvalResult:
+             reporter: Optional[RichReporter] = None, check: bool = True) -> EvalResult:
     """Evaluate ``model.name_or_path`` (or ``checkpoint``: a folder, or ``latest`` in ``training.output_dir``) on
-    ``data.eval`` as ``evaluation:`` says.
+    ``data.eval`` as ``evaluation:`` says (``check``: run :func:`grpo_rollout.preflight.validate` first; callers
+    that just did may skip it).
 
     Raises:
         ConfigError: the config has errors, or no ``data.eval``. FileNotFoundError: no such checkpoint.
@@ -32,7 +33,7 @@ def evaluate(config: Config, base_dir: Optional[Path] = None, checkpoint: Option
         user function broke its contract.
     """
     base_dir = Path(base_dir or Path.cwd())
-    problems = [p for p in validate(config, base_dir) if p.is_error]
+    problems = [p for p in validate(config, base_dir) if p.is_error] if check else []
     if not config.data.eval:
         problems.append(Problem("data.eval", "", "no held-out prompts to evaluate on",
                                 "set data.eval to a file, hub dataset, function or reasoning_gym:<task>"))

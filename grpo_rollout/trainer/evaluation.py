@@ -22,6 +22,7 @@ import torch
 from .. import run_names as rn
 from ..config import Config
 from ..data import load_section
+from ..preflight.evaluation import evaluation_asked
 from ..rewards.calling import RewardResult
 from .batch import CompletionScores
 from .distributed import Dist
@@ -42,8 +43,7 @@ class EvalResult:
 def evaluation_on(config: Config) -> bool:
     """Whether the config asks for any evaluation (``data.eval`` set, and at least one of at_start, at_end,
     every_steps)."""
-    e = config.evaluation
-    return bool(config.data.eval) and (e.at_start or e.at_end or e.every_steps > 0)
+    return bool(config.data.eval) and evaluation_asked(config)
 
 
 def load_eval_dataset(config: Config, base_dir: Path) -> Any:
