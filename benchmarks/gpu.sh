@@ -37,24 +37,28 @@ else
 fi
 
 # 4. one GPU shared by the trainer and its spawned server (issue 23): the quickstart on MODEL in bf16 on GPU 0 only,
-#    the server's memory share chosen from the model and the batch (generation/server/gpu_share.py); one line: the
-#    share said at start, the step time, the trainer's CUDA peak and held-out pass@1 before and after
-CUDA_VISIBLE_DEVICES=0 .venv/bin/grpo-rollout train configs/quickstart.yaml model.name_or_path="$MODEL" \
-  model.dtype=bfloat16 training.device=cuda training.max_steps=8 training.output_dir="$OUT/shared" \
-  >"$OUT/shared.log" 2>&1
-$PY - "$OUT" <<'PY' | tee "$OUT/shared.md"
+#    the server's memory share chosen from the model and the batch (generation/server/gpu_share.py), without and with
+#    vllm.sleep_during_training; one line each: the share said at start, the step time, the trainer's CUDA peak, the
+#    sleep/wake seconds per step and held-out pass@1 before and after
+for SLEEP in false true; do
+  CUDA_VISIBLE_DEVICES=0 .venv/bin/grpo-rollout train configs/quickstart.yaml model.name_or_path="$MODEL" \
+    model.dtype=bfloat16 training.device=cuda training.max_steps=8 training.output_dir="$OUT/shared-sleep-$SLEEP" \
+    vllm.sleep_during_training=$SLEEP >"$OUT/shared-sleep-$SLEEP.log" 2>&1
+  $PY - "$OUT" "$SLEEP" <<'PY' | tee -a "$OUT/shared.md"
 import json, re, sys
 from pathlib import Path
-out = Path(sys.argv[1])
-log = (out / "shared.log").read_text()
+out, sleep = Path(sys.argv[1]), sys.argv[2]
+log = (out / f"shared-sleep-{sleep}.log").read_text()
+metrics = out / f"shared-sleep-{sleep}" / "metrics.jsonl"
 share = re.search(r"gpu_memory_utilization (\d\.\d+)", log)
-rows = [json.loads(x) for x in (out / "shared" / "metrics.jsonl").read_text().splitlines()] if \
-    (out / "shared" / "metrics.jsonl").exists() else []
+rows = [json.loads(x) for x in metrics.read_text().splitlines()] if metrics.exists() else []
 steps = [r for r in rows if r["step"] >= 1]
 evals = [r["eval/pass@1"] for r in rows if "eval/pass@1" in r]
-print(f"| one GPU shared | server share {share.group(1) if share else '?'} | "
-      f"{sum(r['time/step'] for r in steps) / max(len(steps), 1):.2f} s/step | "
+mean = lambda key: sum(r.get(key, 0) for r in steps) / max(len(steps), 1)
+print(f"| one GPU shared, sleep {sleep} | server share {share.group(1) if share else '?'} | "
+      f"{mean('time/step'):.2f} s/step | sleep+wake {mean('time/sleep_wake'):.2f} s/step | "
       f"trainer CUDA peak {max((r.get('memory/cuda_peak_gib', 0) for r in steps), default=0):.2f} GiB | "
       f"held-out pass@1 {' -> '.join(f'{e:.3f}' for e in evals) or '?'} | "
-      f"{'finished' if 'Training finished' in log else 'FAILED: see shared.log'} |")
+      f"{'finished' if 'Training finished' in log else f'FAILED: see shared-sleep-{sleep}.log'} |")
 PY
+done

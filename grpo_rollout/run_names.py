@@ -125,6 +125,7 @@ TIME_REWARDS = "time/rewards"
 TIME_TRAINING = "time/training"
 TIME_SYNC = "time/sync"
 TIME_STEP = "time/step"
+TIME_SLEEP_WAKE = "time/sleep_wake"  # vllm.sleep_during_training: putting the servers to sleep and waking them
 
 # -- dynamic sampling ------------------------------------------------------------------------------------------------
 DS_ROUNDS = "dynamic_sampling/rounds"

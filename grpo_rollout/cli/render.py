@@ -62,6 +62,11 @@ def print_summary(console: Console, config: Config) -> None:
     for what, count in batch_arithmetic(config).items():
         table.add_row(what, f"{count:,}")
     console.print(table)
+    from ..generation.server.gpu_share import planned_split
+
+    split = planned_split(config)
+    if split:
+        console.print(escape(split))
 
 
 def batch_arithmetic(config: Config) -> Dict[str, int]:

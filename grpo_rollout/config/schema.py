@@ -234,7 +234,10 @@ class VllmConfig(Section):
     api_key: Optional[str] = setting(None, "The API key the server requires and the trainer sends")
     max_model_len: Optional[int] = setting(None, "The server's context length (tokens); null = max_prompt_length + "
                                            "max_completion_length", ge=1, fix="e.g. 2048")
-    gpu_memory_utilization: float = setting(0.9, "The fraction of GPU memory vLLM may take", gt=0, le=1)
+    gpu_memory_utilization: float = setting(0.9, "The fraction of GPU memory vLLM may take; unset with a spawned "
+                                            "server on the trainer's GPU: what it needs", gt=0, le=1)
+    sleep_during_training: bool = setting(False, "Put the server to sleep (KV cache freed, weights offloaded; vLLM "
+                                          "sleep level 1) while the trainer computes; wake it to sync and generate")
     kv_cache_space_gib: int = setting(2, "CPU build: the KV cache's size (GiB)", ge=1)
     enforce_eager: bool = setting(True, "Run vLLM without CUDA graphs (starts faster, decodes slower)")
     startup_timeout_s: float = setting(600.0, "Seconds a spawned server may take to answer", gt=0)

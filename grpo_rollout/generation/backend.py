@@ -17,11 +17,12 @@ class BackendError(RuntimeError):
     """The configured backend cannot be used (the message says why and what to change)."""
 
 
-def check_server(client: VllmClient, vocab_size: int, needed_len: Optional[int]) -> dict:
-    """Check an attached server: healthy, serving a model with ``vocab_size`` tokens, and long enough.
+def check_server(client: VllmClient, vocab_size: int, needed_len: Optional[int], sleep: bool = False) -> dict:
+    """Check an attached server: healthy, serving a model with ``vocab_size`` tokens, long enough, and (``sleep``:
+    ``vllm.sleep_during_training``) started with vLLM's sleep mode.
 
     Raises:
-        BackendError: unreachable, other vocabulary, or ``max_model_len`` below ``needed_len``.
+        BackendError: unreachable, other vocabulary, ``max_model_len`` below ``needed_len``, or no sleep mode.
     """
     try:
         info = client.health()
@@ -34,6 +35,10 @@ def check_server(client: VllmClient, vocab_size: int, needed_len: Optional[int])
     if needed_len and info.get("max_model_len", 0) < needed_len:
         raise BackendError(f"the server's max_model_len is {info.get('max_model_len')}, but max_prompt_length + "
                            f"max_completion_length = {needed_len}; restart it with --max-model-len {needed_len}")
+    if sleep and not info.get("sleep_mode"):
+        raise BackendError(f"vllm.sleep_during_training is true but the server at {client.url} was started without "
+                           "vLLM's sleep mode; restart it with `grpo-rollout serve CONFIG` from this config (it adds "
+                           "--enable-sleep-mode), or set vllm.sleep_during_training: false")
     return info
 
 
@@ -131,7 +136,7 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         urls = attach_urls(config)
         client = connect(urls, config, tokenizer, max_prompt)
         for one in getattr(client, "clients", [client]):
-            check_server(one, vocab, needed)
+            check_server(one, vocab, needed, v.sleep_during_training)
         say(f"Attached to vLLM at {', '.join(urls)}")
         return client
     from .server.gpu_share import shared_gpu_share

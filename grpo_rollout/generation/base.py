@@ -94,6 +94,13 @@ class GenerationClient(ABC):
         :func:`~grpo_rollout.generation.weight_files.weights_for_sync` prepares them). A no-op when the client
         shares the trainer's model (``shares_weights``)."""
 
+    def sleep(self) -> None:
+        """Have the server give its GPU memory back while the trainer computes (``vllm.sleep_during_training``;
+        KV cache freed, weights offloaded). Nothing is generated until :meth:`wake_up`. A no-op without a server."""
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep` (weights and KV cache back on the GPU). A no-op without a server."""
+
     def close(self) -> None:
         """Release the backend (stop a spawned server)."""
 

@@ -147,6 +147,21 @@ class MultiServerClient(GenerationClient):
         self._keys_per_server = [0] * len(self.clients)
         self.last_sync_seconds = time.perf_counter() - start
 
+    def sleep(self) -> None:
+        """Every server to sleep, concurrently (:meth:`VllmClient.sleep`)."""
+        self._each("sleep")
+
+    def wake_up(self) -> None:
+        """Every server awake, concurrently (:meth:`VllmClient.wake_up`)."""
+        self._each("wake_up")
+
+    def _each(self, method: str) -> None:
+        with ThreadPoolExecutor(max_workers=len(self.clients)) as pool:
+            errors = [f.exception() for f in [pool.submit(getattr(c, method)) for c in self.clients]]
+        failed = [e for e in errors if e is not None]
+        if failed:
+            raise failed[0] if isinstance(failed[0], ServerError) else ServerError(str(failed[0]))
+
     def health(self) -> List[Dict[str, Any]]:
         """Every server's ``/health/`` answer, in order."""
         return [c.health() for c in self.clients]

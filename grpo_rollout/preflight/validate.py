@@ -24,7 +24,7 @@ from .evaluation import check_evaluation
 from .functions import check_functions
 from .lora import check_lora
 from .paths import check_paths
-from .processes import check_processes
+from .processes import check_processes, check_sleep
 from .rollout_kwargs import check_sampling_agreement, check_turn_budget
 
 #: the config's own checks, then the rollout kwargs', the server launcher's flags and exposure, paths and packages
@@ -34,7 +34,7 @@ Check = Callable[[Config, List[Problem]], None]
 #: order they report
 CONFIG_CHECKS: List[Check] = [check_values, check_importance_level, check_algorithm, check_batch]
 ALL_STATIC_CHECKS: List[Check] = [*CONFIG_CHECKS, check_turn_budget, check_sampling_agreement, check_server_args,
-                                  check_server_exposure, check_paths]
+                                  check_server_exposure, check_sleep, check_paths]
 
 
 def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = True,

@@ -114,16 +114,19 @@ class ScoredBatch:
 @dataclass
 class StepTimes:
     """``time.perf_counter()`` marks of one step (seconds): start, generation done, rewards and advantages done,
-    update done, weight sync done."""
+    update done, weight sync done; and ``sleep_wake``, the seconds spent putting the servers to sleep (within
+    training) and waking them (within the sync), ``None`` without ``vllm.sleep_during_training``."""
 
     start: float
     generated: float = 0.0
     scored: float = 0.0
     trained: float = 0.0
     synced: float = 0.0
+    sleep_wake: Optional[float] = None
 
     def metrics(self) -> Dict[str, float]:
         """The ``time/*`` metrics (seconds)."""
-        return {rn.TIME_GENERATION: self.generated - self.start, rn.TIME_REWARDS: self.scored - self.generated,
-                rn.TIME_TRAINING: self.trained - self.scored, rn.TIME_SYNC: self.synced - self.trained,
-                rn.TIME_STEP: self.synced - self.start}
+        out = {rn.TIME_GENERATION: self.generated - self.start, rn.TIME_REWARDS: self.scored - self.generated,
+               rn.TIME_TRAINING: self.trained - self.scored, rn.TIME_SYNC: self.synced - self.trained,
+               rn.TIME_STEP: self.synced - self.start}
+        return out if self.sleep_wake is None else {**out, rn.TIME_SLEEP_WAKE: self.sleep_wake}

@@ -8,6 +8,9 @@ each a method a reader can jump to, passing typed data (:mod:`.batch`)::
     sync(result)                   # the new weights to every server, which confirms the version
     log(step, batch, result)       # metrics, sample records, token-level records
 
+With ``vllm.sleep_during_training`` the servers sleep between ``collect`` and ``update`` and wake before ``sync``
+(:meth:`GRPORecipe.rest_servers`): a server on the trainer's GPU leaves it the memory while it computes.
+
 Step convention (:mod:`grpo_rollout.run_names`): ``step`` is 0-based in every stage of the recipe; logs, messages,
 ``rollouts/step_<k>.jsonl`` and ``checkpoint-<k>`` count from 1 (``k = step + 1``: steps completed), and a method
 that takes or gives the 1-based count says so.
@@ -122,7 +125,9 @@ class GRPORecipe:
         times = StepTimes(time.perf_counter())
         start_step(self.dist.device)
         batch, refill = self.collect(step, times)
+        self.rest_servers(True, times)  # vllm.sleep_during_training: the GPU is the trainer's while it computes
         result = self.update(step, batch, times)
+        self.rest_servers(False, times)
         self.sync(result, times)
         return self.log(step, batch, result, refill, times)
 
@@ -170,6 +175,13 @@ class GRPORecipe:
                                   "unchanged")
         times.trained = time.perf_counter()
         return result
+
+    def rest_servers(self, asleep: bool, times: StepTimes) -> None:
+        """With ``vllm.sleep_during_training``, put the servers to sleep (``asleep``: after the step's generation,
+        before the update) or wake them (before the sync, which loads the new weights into the woken model);
+        the seconds go to ``time/sleep_wake``."""
+        if self.cfg.vllm.sleep_during_training and not self.rollouts.client.shares_weights:
+            times.sleep_wake = (times.sleep_wake or 0.0) + self.weights.rest(asleep)
 
     def sync(self, result: UpdateResult, times: StepTimes) -> None:
         """Send the updated weights to the servers (none to send with shared weights or after no update)."""

@@ -65,6 +65,27 @@ class WeightSync:
         self.version = self.dist.broadcast(getattr(sender, "weight_version", self.version + 1))
         confirm_version(self.client, self.version)  # other ranks' and NCCL's clients did not sync themselves
 
+    def rest(self, asleep: bool) -> float:
+        """``vllm.sleep_during_training``: rank 0 puts every server to sleep (``asleep``) or wakes it up; every rank
+        learns whether that worked. Call it after every rank finished generating (a collective has run since).
+
+        Returns:
+            The seconds it took (rank 0's, the same on every rank).
+
+        Raises:
+            ServerError (one process) / RankError (several): a server could not sleep or wake up.
+        """
+        import time
+
+        start, error = time.perf_counter(), None
+        if self.dist.is_main:
+            try:
+                self.client.sleep() if asleep else self.client.wake_up()
+            except ServerError as exc:
+                error = exc
+        self.dist.agree(error)
+        return self.dist.broadcast(time.perf_counter() - start)
+
     def close(self) -> None:
         """Close the NCCL channel, if any."""
         if self.nccl is not None:

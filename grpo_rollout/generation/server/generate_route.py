@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ...config.schema import MinP, RepetitionPenalty, TopK, TopP
 from .disconnect import unless_disconnected
-from .state import _State, _state
+from .state import _State, _state, awake
 
 Prompt = Union[str, List[StrictInt], List[Dict[str, Any]]]  # StrictInt: `true` is not token id 1
 
@@ -76,6 +76,7 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
     from vllm.sampling_params import RequestOutputKind
 
     state = _state(request)
+    awake(state, "generation")
     version = state.weight_version  # the weights this request samples from (an update waits for it to finish)
     if len(body.prompts) * body.n > MAX_SEQUENCES:
         raise HTTPException(400, f"{len(body.prompts)} prompts × n={body.n} is more than {MAX_SEQUENCES} sequences in "

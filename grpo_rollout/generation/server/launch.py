@@ -36,6 +36,7 @@ class ServerSettings:
     devices: Optional[str] = None  # CUDA_VISIBLE_DEVICES for this server (None: inherited); TP = how many
     cpu_cores: Optional[str] = None  # CPU build: the cores its worker threads use, e.g. "0-1" (None: vLLM's choice)
     weight_transfer: str = _vllm("weight_transfer")  # nccl: start vLLM's weight-transfer engine and its RL routes
+    sleep_mode: bool = _vllm("sleep_during_training")  # --enable-sleep-mode: /sleep/ and /wake_up/ work
 
 
 def settings_from_config(config: Any, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,
@@ -48,7 +49,7 @@ def settings_from_config(config: Any, model: str, *, max_model_len: Optional[int
                           dtype=config.model.dtype, max_model_len=max_model_len, api_key=api_key or v.api_key,
                           kv_cache_space_gib=v.kv_cache_space_gib, gpu_memory_utilization=v.gpu_memory_utilization,
                           enforce_eager=v.enforce_eager, extra_args=list(v.extra_args) + list(extra_args),
-                          devices=devices, weight_transfer=v.weight_transfer)
+                          devices=devices, weight_transfer=v.weight_transfer, sleep_mode=v.sleep_during_training)
 
 
 def on_cpu() -> bool:
@@ -74,6 +75,8 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
         argv.append("--enforce-eager")
     if s.api_key:
         argv += ["--api-key", s.api_key]
+    if s.sleep_mode:
+        argv.append("--enable-sleep-mode")
     env = dict(os.environ)
     env["VLLM_PLUGINS"] = ",".join(filter(None, [env.get("VLLM_PLUGINS", ""), "grpo_rollout"]))
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",

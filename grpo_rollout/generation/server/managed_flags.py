@@ -65,6 +65,8 @@ MANAGED_FLAGS: Dict[str, Managed] = {
                                         _float),
     "--enforce-eager": Managed("vllm.enforce_eager", lambda c: c.vllm.enforce_eager, lambda v: True, False),
     "--no-enforce-eager": Managed("vllm.enforce_eager", lambda c: c.vllm.enforce_eager, lambda v: False, False),
+    "--enable-sleep-mode": Managed("vllm.sleep_during_training", lambda c: c.vllm.sleep_during_training,
+                                   lambda v: True, False),
     "--weight-transfer-config": Managed("vllm.weight_transfer",
                                         lambda c: '{"backend": "nccl"}' if c.vllm.weight_transfer == "nccl" else None),
 }

@@ -19,7 +19,11 @@ plus ``max_tokens`` beyond ``max_model_len``, more than :data:`MAX_N` samples or
 token ids outside the vocabulary, malformed chat messages) with 400 and the reason.
 - ``POST /upload_weights/?version=V``: the same, for a trainer on another host: the body is the bytes of one
   safetensors file (streamed), the ``x-sha256`` header its checksum; the file goes to this server's memory folder.
-- ``GET /health/``: ``status``, ``model``, ``weight_version``, ``max_model_len``, ``vocab_size``.
+- ``POST /sleep/`` and ``POST /wake_up/`` (a server started with ``--enable-sleep-mode``): vLLM's sleep level 1 (KV
+  cache freed, weights offloaded to CPU memory) and back; while asleep ``/generate/`` and the weight routes answer
+  409. Behind the API key like every route here, unlike vLLM's own dev-mode ``/sleep``.
+- ``GET /health/``: ``status``, ``model``, ``weight_version``, ``max_model_len``, ``vocab_size``, ``sleep_mode``,
+  ``asleep``.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, Dict, List
 
 from fastapi import APIRouter, FastAPI, Request
 
-from . import generate_route, weight_routes
+from . import generate_route, sleep_routes, weight_routes
 from .generate_route import MAX_N, MAX_SEQUENCES, GenerateRequest, Prompt
 from .state import _State, _state
 from .weight_layout import _served_layout
@@ -41,11 +45,13 @@ router = APIRouter()
 async def health(request: Request) -> Dict[str, Any]:
     state = _state(request)
     return {"status": "ok", "model": state.model, "weight_version": state.weight_version,
-            "max_model_len": state.max_model_len, "vocab_size": state.vocab_size}
+            "max_model_len": state.max_model_len, "vocab_size": state.vocab_size, "sleep_mode": state.sleep_mode,
+            "asleep": state.asleep}
 
 
 router.include_router(generate_route.router)
 router.include_router(weight_routes.router)
+router.include_router(sleep_routes.router)
 
 
 def _api_keys(args: Any) -> List[str]:
@@ -75,7 +81,8 @@ class GrpoRolloutPlugin:
         tied = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
         state.grpo_rollout = _State(engine_client, tokenizer, getattr(args, "served_model_name", None) and
                                     args.served_model_name[0] or args.model, model_config.max_model_len,
-                                    model_config.get_vocab_size(), _api_keys(args), _served_layout(args.model), tied)
+                                    model_config.get_vocab_size(), _api_keys(args), _served_layout(args.model), tied,
+                                    bool(getattr(model_config, "enable_sleep_mode", False)))
 
 
 __all__ = ["GenerateRequest", "GrpoRolloutPlugin", "MAX_N", "MAX_SEQUENCES", "Prompt", "UpdateWeightsRequest",

@@ -1,6 +1,7 @@
 """What the grpo-rollout routes share: the engine, tokenizer, limits and weight version of the server (kept on
 vLLM's ``app.state`` by the plugin), and the lookup every route starts with (503 without an engine, 401 without the
-API key)."""
+API key). ``sleep_mode``: the engine was started with ``--enable-sleep-mode``; ``asleep``: it is asleep now (no
+generation, no weight update until ``/wake_up/``)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from fastapi import HTTPException, Request
 
 class _State:
     def __init__(self, engine: Any, tokenizer: Any, model: str, max_model_len: int, vocab_size: int,
-                 api_keys: List[str], layout: Optional[Dict[str, tuple]] = None, tied: bool = False):
+                 api_keys: List[str], layout: Optional[Dict[str, tuple]] = None, tied: bool = False,
+                 sleep_mode: bool = False):
         self.engine, self.tokenizer, self.model, self.api_keys = engine, tokenizer, model, api_keys
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.layout, self.tied = layout, tied
         self.weight_version = 0
+        self.sleep_mode, self.asleep = sleep_mode, False
         self.lock = asyncio.Lock()
 
 
@@ -27,3 +30,9 @@ def _state(request: Request) -> _State:
     if state.api_keys and request.headers.get("authorization", "") not in {f"Bearer {k}" for k in state.api_keys}:
         raise HTTPException(401, "missing or wrong API key (send `Authorization: Bearer KEY`)")
     return state
+
+
+def awake(state: _State, what: str) -> None:
+    """Refuse ``what`` (409) while the server is asleep: its weights are offloaded and its KV cache freed."""
+    if state.asleep:
+        raise HTTPException(409, f"the server is asleep (vllm.sleep_during_training): no {what} until POST /wake_up/")

