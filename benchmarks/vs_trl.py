@@ -140,14 +140,17 @@ def work_grpo(args, out: dict, mode: str) -> None:
 
 
 ROOT = Path(__file__).resolve().parent.parent
+#: runs that are spawn mode with one training setting changed
+SPAWN_VARIANTS = {"grpo-async": {"async_generation": True}, "grpo-compile": {"compile": True},
+                  "grpo-ckpt": {"gradient_checkpointing": True}, "grpo-no-ckpt": {"gradient_checkpointing": False}}
 
 
 def worker(args) -> None:
     out: dict = {}
     if args.worker == "trl":
         work_trl(args, out)
-    elif args.worker in ("grpo-async", "grpo-compile"):  # spawn with async_generation / compiled decoder layers
-        extra = {"async_generation": True} if args.worker == "grpo-async" else {"compile": True}
+    elif args.worker in SPAWN_VARIANTS:  # spawn with one training setting changed
+        extra = SPAWN_VARIANTS[args.worker]
         args.training = json.dumps({**json.loads(args.training or "{}"), **extra})
         work_grpo(args, out, "spawn")
     else:
@@ -182,8 +185,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--model", default="builtin:smollm2-135m-instruct")
     parser.add_argument("--only", default="trl,grpo-off,grpo-spawn,grpo-async",
-                        help="which runs, comma-separated (grpo-async / grpo-compile: spawn with "
-                             "training.async_generation / training.compile)")
+                        help="which runs, comma-separated (grpo-async / grpo-compile / grpo-ckpt / grpo-no-ckpt: "
+                             "spawn with training.async_generation / compile / gradient_checkpointing on / off)")
     parser.add_argument("--json", default=None, help="also write every run's raw per-step numbers to this file")
     parser.add_argument("--training", default=None, help="JSON of extra training settings for grpo-rollout")
     parser.add_argument("--vllm", default=None, help="JSON of extra vllm settings for grpo-rollout")
