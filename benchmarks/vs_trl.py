@@ -132,7 +132,9 @@ def work_grpo(args, out: dict, mode: str) -> None:
         "vllm": {"mode": mode, **json.loads(args.vllm or "{}")},
     })
     assert not [p for p in problems if p.is_error], problems
+    start = time.perf_counter()
     result = train(cfg, base_dir=ROOT, reporter=RichReporter(quiet=True))
+    out["setup"] = time.perf_counter() - start - sum(m["time/step"] for m in result.history)  # + the final save
     out["steps"] = [{"step": m["time/step"], "generation": m["time/generation"], "training": m["time/training"],
                      "sync": m["time/sync"], "gen_tokens": m["completions/mean_length"] * BATCH["prompts"] * BATCH["n"],
                      "forward_tokens": m["tokens/forward"], "padded_tokens": m["tokens/padded"]}
@@ -141,8 +143,10 @@ def work_grpo(args, out: dict, mode: str) -> None:
 
 ROOT = Path(__file__).resolve().parent.parent
 #: runs that are spawn mode with one training setting changed
-SPAWN_VARIANTS = {"grpo-async": {"async_generation": True}, "grpo-compile": {"compile": True},
-                  "grpo-ckpt": {"gradient_checkpointing": True}, "grpo-no-ckpt": {"gradient_checkpointing": False}}
+SPAWN_VARIANTS = {"grpo-async": {"training": {"async_generation": True}}, "grpo-compile": {"training": {"compile": True}},
+                  "grpo-ckpt": {"training": {"gradient_checkpointing": True}},
+                  "grpo-no-ckpt": {"training": {"gradient_checkpointing": False}},
+                  "grpo-graph": {"vllm": {"enforce_eager": False}}}
 
 
 def worker(args) -> None:
@@ -151,7 +155,8 @@ def worker(args) -> None:
         work_trl(args, out)
     elif args.worker in SPAWN_VARIANTS:  # spawn with one training setting changed
         extra = SPAWN_VARIANTS[args.worker]
-        args.training = json.dumps({**json.loads(args.training or "{}"), **extra})
+        args.training = json.dumps({**json.loads(args.training or "{}"), **extra.get("training", {})})
+        args.vllm = json.dumps({**json.loads(args.vllm or "{}"), **extra.get("vllm", {})})
         work_grpo(args, out, "spawn")
     else:
         work_grpo(args, out, args.worker.split("-", 1)[1])
@@ -185,8 +190,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--model", default="builtin:smollm2-135m-instruct")
     parser.add_argument("--only", default="trl,grpo-off,grpo-spawn,grpo-async",
-                        help="which runs, comma-separated (grpo-async / grpo-compile / grpo-ckpt / grpo-no-ckpt: "
-                             "spawn with training.async_generation / compile / gradient_checkpointing on / off)")
+                        help="which runs, comma-separated (grpo-async / grpo-compile / grpo-ckpt / grpo-no-ckpt / "
+                             "grpo-graph: spawn with training.async_generation / compile / gradient_checkpointing on "
+                             "/ off, vllm.enforce_eager false)")
     parser.add_argument("--json", default=None, help="also write every run's raw per-step numbers to this file")
     parser.add_argument("--training", default=None, help="JSON of extra training settings for grpo-rollout")
     parser.add_argument("--vllm", default=None, help="JSON of extra vllm settings for grpo-rollout")
@@ -212,7 +218,8 @@ def main() -> None:
         for kind in kinds:
             result = run_child(kind, args)
             runs[kind].append(result)
-            print(f"{kind}: " + " ".join(f"{s['step']:.1f}" for s in result["steps"]), file=sys.stderr)
+            setup = f" (set-up and save {result['setup']:.0f} s)" if "setup" in result else ""
+            print(f"{kind}: " + " ".join(f"{s['step']:.1f}" for s in result["steps"]) + setup, file=sys.stderr)
     rate_after = matmul_gflops()
     print(f"fp32 matmul rate (2048², all threads): {rate:.0f} GFLOP/s before, {rate_after:.0f} after; "
           f"N = {n_params / 1e6:.1f} M parameters\n")

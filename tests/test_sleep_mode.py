@@ -247,3 +247,43 @@ def test_validate_config_shows_the_split_of_one_gpu(tmp_path):
     assert planned_split(cfg, total_bytes=24 * GIB) is None  # its own GPU: nothing shared
     cfg.vllm.server_devices, cfg.model.name_or_path = [], str(tmp_path / "absent")
     assert "once it is on this machine" in planned_split(cfg)
+
+
+def test_a_one_gpu_box_starts_its_server_with_a_share_and_sleep_mode(monkeypatch, tmp_path):
+    """The arguments spawn mode builds on a fake one-GPU box (a CUDA trainer, nothing in vllm.server_devices)."""
+    import torch
+
+    from grpo_rollout.generation import backend, spawn
+    from grpo_rollout.generation.server import launch
+
+    started = []
+
+    class Recorded:  # a ManagedServer that records its command line instead of starting
+        def __init__(self, settings, log_path):
+            self.settings, self.log_path, self.url = settings, log_path, "http://127.0.0.1:1"
+
+        def launch(self):
+            started.append(server_command(self.settings)[0])
+
+        def wait_ready(self, timeout_s):
+            return self.url
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(spawn, "ManagedServer", Recorded)
+    monkeypatch.setattr(launch, "on_cpu", lambda: False)  # the CUDA build's flags
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=24 * GIB))
+    param = SimpleNamespace(numel=lambda: 494_032_768, device=torch.device("cuda:0"))
+    shape = SimpleNamespace(num_attention_heads=14, hidden_size=896, num_key_value_heads=2, num_hidden_layers=24,
+                            max_position_embeddings=32768)
+    model = SimpleNamespace(parameters=lambda: iter([param]), config=shape,
+                            get_input_embeddings=lambda: SimpleNamespace(num_embeddings=151936))
+    cfg = _config(model={"dtype": "bfloat16"}, training={"prompts_per_step": 8},
+                  sampling={"num_generations": 8, "max_prompt_length": 256, "max_completion_length": 512})
+    said: list = []
+    client = backend.open_backend(cfg, model, None, "Qwen/Qwen2.5-0.5B-Instruct", tmp_path, say=said.append)
+    (argv,) = started
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.11" and "--enable-sleep-mode" in argv
+    assert any("gets gpu_memory_utilization 0.11" in line for line in said)
+    client.server = None  # nothing to stop
