@@ -185,6 +185,39 @@ def test_the_trainer_sleeps_the_server_between_generation_and_the_sync(scripted,
     assert all(0 < r["time/sleep_wake"] < r["time/step"] for r in rows)
 
 
+def test_a_server_left_asleep_is_woken_and_a_failed_run_leaves_it_awake(scripted, tmp_path, tiny_model,
+                                                                        monkeypatch):
+    from tiny_model import tiny_config
+    from transformers import AutoConfig, AutoTokenizer
+
+    from grpo_rollout.trainer import train
+    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.update import PolicyUpdate
+
+    server = scripted(vocab=AutoConfig.from_pretrained(tiny_model).vocab_size,
+                      tokenizer=AutoTokenizer.from_pretrained(tiny_model))
+    server.post("/sleep/")  # as a run that crashed while training would leave an attached server
+    real, calls = PolicyUpdate.update, []
+
+    def update(self, *args, **kwargs):  # the second update fails, while the server sleeps
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("update failed")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PolicyUpdate, "update", update)
+    cfg = tiny_config(tmp_path, tiny_model, training={"max_steps": 3},
+                      vllm={"mode": "attach", "url": server.url, "sleep_during_training": True,
+                            "max_logprob_mismatch": None})
+    with pytest.raises(RuntimeError, match="update failed"):
+        train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    events = [e for i, e in enumerate(server.engine.events) if i == 0 or e != server.engine.events[i - 1]]
+    sleep = "sleep level=1 mode=wait"
+    assert events == [sleep, "wake_up", "reload_weights", "generate", sleep, "wake_up", "reload_weights", "generate",
+                      sleep, "wake_up"]  # woken at the start, and again on the way out of the failed run
+    assert httpx.get(server.url + "/health/").json()["asleep"] is False
+
+
 def test_attaching_to_a_server_without_sleep_mode_is_refused(scripted, tmp_path, tiny_model):
     from tiny_model import tiny_config
     from transformers import AutoConfig

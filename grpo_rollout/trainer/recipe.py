@@ -112,6 +112,8 @@ class GRPORecipe:
         client, nccl = open_clients(cfg, loaded, self.output_dir, dist, say, self.reporter.status)
         self.weights = WeightSync(self.policy, client, nccl, dist, self.precision, say)
         self.rollouts.connect(client, self.tokenizer, loaded.eos_ids, loaded.vocab_size, lambda: self.weights.version)
+        if cfg.vllm.sleep_during_training and not client.shares_weights:
+            self.weights.rest(False)  # an attached server that a crashed run left asleep wakes up (idempotent)
         if not client.shares_weights:
             with self.reporter.status("Sending the current weights to vLLM"):
                 self.weights.send()  # a resumed or non-base model must be what the servers sample from
@@ -245,8 +247,14 @@ class GRPORecipe:
         return dist.broadcast(path)
 
     def cleanup(self) -> None:
-        """Stop the background rollout, the NCCL channel, the generation client (and any server it spawned)."""
+        """Stop the background rollout, the NCCL channel, the generation client (and any server it spawned); an
+        attached server this run put to sleep is woken for whoever uses it next."""
         if self.weights is not None:
+            if self.cfg.vllm.sleep_during_training and self.cfg.vllm.mode == "attach" and self.dist.is_main:
+                try:
+                    self.rollouts.client.wake_up()
+                except Exception:  # noqa: BLE001 - best effort on the way out; the run's own error matters more
+                    pass
             self.weights.close()
         self.rollouts.close()
 

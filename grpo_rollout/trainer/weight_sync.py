@@ -8,6 +8,7 @@ Versions count weight syncs: the first sync (before step 1) makes version 1, eac
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional
 
 from ..generation.versions import confirm_version
@@ -75,8 +76,6 @@ class WeightSync:
         Raises:
             ServerError (one process) / RankError (several): a server could not sleep or wake up.
         """
-        import time
-
         start, error = time.perf_counter(), None
         if self.dist.is_main:
             try:
