@@ -50,3 +50,17 @@ def test_the_share_stays_within_its_bounds(total_gib, share):
 ])
 def test_no_share_is_chosen_when_the_gpu_is_not_shared_or_the_user_chose(cfg, device, server_devices):
     assert shared_gpu_share(cfg, fake_model(device), 768, server_devices, total_bytes=24 * GIB) is None
+
+
+def test_two_servers_on_the_trainers_gpu_split_the_cap():
+    cfg = config(num_servers=2)
+    plan = shared_gpu_share(cfg, fake_model("cuda:0"), 768, None, total_bytes=24 * GIB)
+    assert plan.kv_cache_gib == pytest.approx(2 * 24 * 2 * 64 * 2 * 768 * 32 / GIB)  # half the sequences each
+    assert plan.share == pytest.approx(0.10) and "2 vLLM servers share" in plan.text()  # (0.92 + 0.28 + 1) / 24
+    small = shared_gpu_share(cfg, fake_model("cuda:0"), 768, None, total_bytes=4 * GIB)
+    assert small.share == 0.25 and "Warning: the server needs" in small.text()  # 2 × 0.25: the trainer keeps half
+
+
+def test_a_config_without_the_attention_shape_gets_the_cap_and_says_so():
+    plan = shared_gpu_share(config(), fake_model("cuda:0", config=SimpleNamespace()), 768, None, total_bytes=24 * GIB)
+    assert plan.share == 0.5 and plan.kv_cache_gib is None and "KV cache unknown" in plan.text()

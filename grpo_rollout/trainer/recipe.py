@@ -183,6 +183,9 @@ class GRPORecipe:
         before the update) or wake them (before the sync, which loads the new weights into the woken model);
         the seconds go to ``time/sleep_wake``."""
         if self.cfg.vllm.sleep_during_training and not self.rollouts.client.shares_weights:
+            if not asleep and self.dist.device.type == "cuda":
+                # memory the update freed stays in PyTorch's cache, where the waking server cannot allocate it
+                torch.cuda.empty_cache()
             times.sleep_wake = (times.sleep_wake or 0.0) + self.weights.rest(asleep)
 
     def sync(self, result: UpdateResult, times: StepTimes) -> None:

@@ -101,7 +101,10 @@ def load_policy(config: Config, dist: Dist, precision: Precision, output_dir: Pa
             "parameters stay frozen")
         if t.gradient_checkpointing:  # the frozen embedding's output must carry gradients into checkpointed layers
             lm.enable_input_require_grads()
-    if t.gradient_checkpointing:
+    if t.gradient_checkpointing and not getattr(lm, "supports_gradient_checkpointing", False):
+        say(f"training.gradient_checkpointing: {type(lm).__name__} does not support it; training without it (more "
+            "memory; set training.gradient_checkpointing: false to silence this)")
+    elif t.gradient_checkpointing:
         lm.gradient_checkpointing_enable()
     lm.to(dist.device).train()
     # padding-free micro-batches need a model that keeps sequences sharing a row apart (checked, not assumed)

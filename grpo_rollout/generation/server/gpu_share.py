@@ -29,35 +29,69 @@ _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 @dataclass(frozen=True)
 class GpuShare:
-    """The server's part of a shared GPU: ``share`` (its ``gpu_memory_utilization``) of ``total_gib``, from its
-    ``weights_gib`` and ``kv_cache_gib`` (GiB)."""
+    """One server's part of a shared GPU: ``share`` (its ``gpu_memory_utilization``) of ``total_gib``, from its
+    ``weights_gib`` and ``kv_cache_gib`` (GiB), for each of ``servers`` servers on that GPU. ``kv_cache_gib`` is
+    ``None`` when the model's config does not give its attention shape (the share is then the cap)."""
 
     share: float
     total_gib: float
     weights_gib: float
-    kv_cache_gib: float
+    kv_cache_gib: Optional[float]
+    servers: int = 1
+
+    @property
+    def needed_gib(self) -> Optional[float]:
+        """What one server needs (GiB): weights + KV cache + the overhead."""
+        return None if self.kv_cache_gib is None else self.weights_gib + self.kv_cache_gib + OVERHEAD_GIB
+
+    def parts(self) -> str:
+        """``weights 0.9 + KV cache 0.6 + 1 GiB``, the sum said."""
+        kv = "KV cache unknown" if self.kv_cache_gib is None else f"KV cache {self.kv_cache_gib:.1f}"
+        return f"weights {self.weights_gib:.1f} + {kv} + {OVERHEAD_GIB:.0f}"
+
+    def too_small(self) -> Optional[str]:
+        """A warning when the share is capped below what the server needs (``None``: it fits)."""
+        need = self.needed_gib
+        if need is None or need <= self.share * self.total_gib + 1e-9:
+            return None
+        return (f"the server needs {need:.1f} GiB but the servers together get at most {MAX_SHARE:.0%} of the "
+                f"{self.total_gib:.0f} GiB GPU, so it will likely not start: give each server its own GPU "
+                "(vllm.server_devices), use a smaller model, or set vllm.gpu_memory_utilization")
 
     def text(self) -> str:
         """The start-up message."""
-        return (f"vLLM shares the trainer's GPU ({self.total_gib:.0f} GiB): it gets gpu_memory_utilization "
-                f"{self.share:.2f} ({self.share * self.total_gib:.1f} GiB: weights {self.weights_gib:.1f} + KV cache "
-                f"{self.kv_cache_gib:.1f} + {OVERHEAD_GIB:.0f} GiB), the trainer the rest; set "
-                "vllm.gpu_memory_utilization to choose it yourself")
+        who = "vLLM shares" if self.servers == 1 else f"{self.servers} vLLM servers share"
+        each = "it gets" if self.servers == 1 else "each gets"
+        warning = self.too_small()
+        return (f"{who} the trainer's GPU ({self.total_gib:.0f} GiB): {each} gpu_memory_utilization "
+                f"{self.share:.2f} ({self.share * self.total_gib:.1f} GiB: {self.parts()} GiB), the trainer the "
+                "rest; set vllm.gpu_memory_utilization to choose it yourself" + (f". Warning: {warning}" if warning
+                                                                                  else ""))
 
 
-def _needs(config: Any, params: int, model_config: Any, max_model_len: int) -> tuple:
-    """``(weights, kv_cache)`` bytes a server of this model needs for one step's sequences (the module's rule)."""
+def _needs(config: Any, params: int, model_config: Any, max_model_len: int, servers: int = 1) -> tuple:
+    """``(weights, kv_cache)`` bytes one of ``servers`` servers of this model needs for its part of one step's
+    sequences (the module's rule); ``kv_cache`` is ``None`` when the config lacks the attention shape. A composite
+    config (vision-language) is read through its text model's config."""
     size = _BYTES.get(config.model.dtype, 4)
-    c = model_config
-    heads = c.num_attention_heads
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-    kv_heads = getattr(c, "num_key_value_heads", None) or heads
-    sequences = config.training.prompts_per_step * config.sampling.num_generations
-    return params * size, 2 * c.num_hidden_layers * kv_heads * head_dim * size * max_model_len * sequences
+    c = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    try:
+        heads = c.num_attention_heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        layers = c.num_hidden_layers
+    except (AttributeError, TypeError, ZeroDivisionError):
+        return params * size, None
+    sequences = -(-config.training.prompts_per_step * config.sampling.num_generations // servers)
+    return params * size, 2 * layers * kv_heads * head_dim * size * max_model_len * sequences
 
 
-def _share(weights: int, kv: int, total_bytes: int) -> float:
-    return min(MAX_SHARE, max(MIN_SHARE, math.ceil((weights + kv + OVERHEAD_GIB * GIB) / total_bytes * 100) / 100))
+def _share(weights: int, kv: Optional[int], total_bytes: int, servers: int = 1) -> float:
+    cap = MAX_SHARE / servers
+    if kv is None:
+        return math.floor(cap * 100) / 100
+    share = math.ceil((weights + kv + OVERHEAD_GIB * GIB) / total_bytes * 100) / 100
+    return min(math.floor(cap * 100) / 100, max(MIN_SHARE, share))
 
 
 def _shares_gpu(config: Any, cuda_trainer: bool, server_devices: Optional[str]) -> bool:
@@ -65,10 +99,19 @@ def _shares_gpu(config: Any, cuda_trainer: bool, server_devices: Optional[str]) 
         and "gpu_memory_utilization" not in config.vllm.model_fields_set
 
 
+def _plan(config: Any, params: int, model_config: Any, max_model_len: int, total_bytes: int) -> GpuShare:
+    servers = max(1, config.vllm.num_servers)
+    weights, kv = _needs(config, params, model_config, max_model_len, servers)
+    return GpuShare(_share(weights, kv, total_bytes, servers), total_bytes / GIB, weights / GIB,
+                    None if kv is None else kv / GIB, servers)
+
+
 def shared_gpu_share(config: Any, model: Any, max_model_len: int, server_devices: Optional[str],
                      total_bytes: Optional[int] = None) -> Optional[GpuShare]:
-    """The share a spawned server on the trainer's GPU gets (see the module docstring), or ``None`` when it would not
-    share one: not spawning, a CPU trainer, devices given for the server, or ``vllm.gpu_memory_utilization`` set.
+    """The share each spawned server on the trainer's GPU gets (see the module docstring; with
+    ``vllm.num_servers`` > 1 each holds the weights and a KV cache for its part of the sequences, and they share the
+    cap), or ``None`` when it would not share one: not spawning, a CPU trainer, devices given for the server, or
+    ``vllm.gpu_memory_utilization`` set.
 
     Args:
         config: the run's config. model: the trainer's model (its parameters and ``config``). max_model_len: the
@@ -82,14 +125,14 @@ def shared_gpu_share(config: Any, model: Any, max_model_len: int, server_devices
         import torch
 
         total_bytes = torch.cuda.get_device_properties(device).total_memory
-    weights, kv = _needs(config, sum(p.numel() for p in model.parameters()), model.config, max_model_len)
-    return GpuShare(_share(weights, kv, total_bytes), total_bytes / GIB, weights / GIB, kv / GIB)
+    return _plan(config, sum(p.numel() for p in model.parameters()), model.config, max_model_len, total_bytes)
 
 
 def planned_split(config: Any, total_bytes: Optional[int] = None) -> Optional[str]:
-    """For ``validate-config``, before any weights load: how a spawned server and a CUDA trainer (``training.device``
+    """For ``validate-config``, before any weights load: how spawned servers and a CUDA trainer (``training.device``
     cuda, or auto with CUDA here) would split one GPU; ``None`` when they would not share one. The model's size comes
-    from its ``config.json`` (a model on the meta device: no weights read); a model not on this machine yet is said.
+    from its ``config.json`` (a model on the meta device: no weights read); a model not on this machine yet, or one
+    whose config cannot be read, is said.
 
     Args:
         total_bytes: the GPU's memory (default: CUDA device 0's here, if any).
@@ -100,31 +143,36 @@ def planned_split(config: Any, total_bytes: Optional[int] = None) -> Optional[st
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if not _shares_gpu(config, cuda, config.vllm.server_devices[0] if config.vllm.server_devices else None):
         return None
-    head = "One GPU shared by the trainer and its spawned vLLM server: "
-    model_config, params = _model_size(config.model.name_or_path)
+    k = max(1, config.vllm.num_servers)
+    head = f"One GPU shared by the trainer and its {'spawned vLLM server' if k == 1 else f'{k} spawned vLLM servers'}: "
+    model_config, params, why = _model_size(config.model.name_or_path, config.model.trust_remote_code)
     if model_config is None:
-        return head + (f"the server's share is chosen from {config.model.name_or_path}'s size once it is on this "
-                       "machine (weights + one step's KV cache + 1 GiB)")
+        return head + (f"the servers' share is chosen at start from {config.model.name_or_path}'s size (weights + "
+                       f"one step's KV cache + 1 GiB); {why}")
     from ...config.batch_checks import needed_model_len
 
-    context = getattr(model_config, "max_position_embeddings", None) or 0
+    context = getattr(model_config.get_text_config(), "max_position_embeddings", None) or 0
     length = config.vllm.max_model_len or min(needed_model_len(config.sampling) or context, context or 10 ** 9)
-    weights, kv = _needs(config, params, model_config, length)
     if total_bytes is None and torch.cuda.is_available():
         total_bytes = torch.cuda.get_device_properties(0).total_memory
-    need = (weights + kv) / GIB + OVERHEAD_GIB
-    split = (f"gpu_memory_utilization {_share(weights, kv, total_bytes):.2f} of this {total_bytes / GIB:.0f} GiB GPU"
-             if total_bytes else f"that ÷ the GPU's memory, within [{MIN_SHARE}, {MAX_SHARE}] (e.g. "
-             f"{_share(weights, kv, 24 * GIB):.2f} of a 24 GiB GPU, {_share(weights, kv, 80 * GIB):.2f} of 80 GiB)")
-    return head + (f"the server needs {need:.1f} GiB (weights {weights / GIB:.1f} + KV cache for {length} tokens × "
-                   f"{config.training.prompts_per_step * config.sampling.num_generations} sequences {kv / GIB:.1f} + "
-                   f"{OVERHEAD_GIB:.0f}): {split}; the trainer gets the rest"
-                   + ("; it sleeps while the trainer computes" if config.vllm.sleep_during_training else "")
-                   + ". Set vllm.gpu_memory_utilization to choose it yourself")
+    plans = {gib: _plan(config, params, model_config, length, gib * GIB) for gib in
+             ([total_bytes / GIB] if total_bytes else [24, 80])}
+    first = next(iter(plans.values()))
+    need = f"{first.needed_gib:.1f} GiB" if first.needed_gib is not None else "an unknown amount (its config.json " \
+        "has no attention shape)"
+    split = ", ".join(f"gpu_memory_utilization {p.share:.2f} of a {gib:.0f} GiB GPU" for gib, p in plans.items())
+    each = "the server needs" if k == 1 else "each server needs"
+    warning = first.too_small()
+    return head + (f"{each} {need} ({first.parts()}; KV cache for {length} tokens × "
+                   f"{-(-config.training.prompts_per_step * config.sampling.num_generations // k)} sequences): "
+                   f"{split}{'' if total_bytes else ' (this machine has no GPU)'}; the trainer gets the rest"
+                   + ("; the servers sleep while the trainer computes" if config.vllm.sleep_during_training else "")
+                   + ". Set vllm.gpu_memory_utilization to choose it yourself"
+                   + (f". Warning: {warning}" if warning else ""))
 
 
-def _model_size(name: str) -> tuple:
-    """``(model config, parameter count)`` of a model on this machine (``(None, 0)``: not here, or unreadable)."""
+def _model_size(name: str, trust_remote_code: bool = False) -> tuple:
+    """``(model config, parameter count, None)`` of a model on this machine, or ``(None, 0, why not)``."""
     from ...models.builtin import PREFIX, cache_dir
 
     path = str(cache_dir() / "models" / name[len(PREFIX):]) if name.startswith(PREFIX) else name
@@ -132,9 +180,15 @@ def _model_size(name: str) -> tuple:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        model_config = AutoConfig.from_pretrained(path, local_files_only=True)
+        model_config = AutoConfig.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(model_config)
-        return model_config, sum(p.numel() for p in model.parameters())
-    except Exception:  # noqa: BLE001 - not downloaded, or not a causal LM: the split is then said without numbers
-        return None, 0
+            model = AutoModelForCausalLM.from_config(model_config, trust_remote_code=trust_remote_code)
+        return model_config, sum(p.numel() for p in model.parameters()), None
+    except OSError as exc:  # not a folder here and not in the hub cache, or a folder whose config.json is broken
+        from pathlib import Path
+
+        if not Path(path).is_dir():
+            return None, 0, "it is not on this machine yet"
+        return None, 0, f"its config could not be read here ({str(exc)[:160]})"
+    except Exception as exc:  # noqa: BLE001 - unreadable here: said, never a traceback in validate-config
+        return None, 0, f"its config could not be read here ({type(exc).__name__}: {str(exc)[:160]})"

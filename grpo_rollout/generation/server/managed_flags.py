@@ -67,6 +67,8 @@ MANAGED_FLAGS: Dict[str, Managed] = {
     "--no-enforce-eager": Managed("vllm.enforce_eager", lambda c: c.vllm.enforce_eager, lambda v: False, False),
     "--enable-sleep-mode": Managed("vllm.sleep_during_training", lambda c: c.vllm.sleep_during_training,
                                    lambda v: True, False),
+    "--no-enable-sleep-mode": Managed("vllm.sleep_during_training", lambda c: c.vllm.sleep_during_training,
+                                      lambda v: False, False),
     "--weight-transfer-config": Managed("vllm.weight_transfer",
                                         lambda c: '{"backend": "nccl"}' if c.vllm.weight_transfer == "nccl" else None),
 }

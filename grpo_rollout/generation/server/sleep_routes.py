@@ -4,7 +4,8 @@ trainer computes (``vllm.sleep_during_training``), the way TRL's colocate mode s
 Sleep is vLLM's level 1: the KV cache is freed and the weights are offloaded to CPU memory; waking copies them back
 and re-allocates the cache. The next weight sync then loads the new weights into the woken model. Only an engine
 started with ``--enable-sleep-mode`` (CUDA) can sleep; these routes check the API key, as every grpo-rollout route
-does, where vLLM's own ``/sleep`` (dev mode) checks nothing.
+does, where vLLM's own ``/sleep`` (dev mode) checks nothing. While asleep the grpo-rollout generation and weight
+routes answer 409; vLLM's own ``/v1/...`` routes are not guarded, and a request there waits until the wake-up.
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ async def sleep(request: Request) -> Dict[str, Any]:
                                  "vllm.sleep_during_training: true (grpo-rollout serve CONFIG adds the flag)")
     async with state.lock:  # not during a weight update
         if not state.asleep:
-            await state.engine.sleep(SLEEP_LEVEL, mode="wait")
-            state.asleep = True
+            state.asleep = True  # from now on new requests get 409; running ones finish first (mode "wait")
+            try:
+                await state.engine.sleep(SLEEP_LEVEL, mode="wait")
+            except BaseException:
+                state.asleep = False
+                raise
     return {"asleep": True, "level": SLEEP_LEVEL}
 
 

@@ -77,6 +77,7 @@ async def upload_weights(request: Request, version: Optional[int] = None) -> Dic
     from ..vllm_client import WEIGHTS_FILE, weights_root
 
     state = _state(request)
+    awake(state, "weight update")  # before the upload is read, not after
     expected = request.headers.get("x-sha256", "").lower()
     if len(expected) != 64:
         raise HTTPException(400, "send the file's SHA-256 (64 hex digits) in the x-sha256 header")
