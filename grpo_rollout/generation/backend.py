@@ -156,7 +156,8 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         gpu = shared_gpu_share(config, model, settings.max_model_len or 0, settings.devices)
         if gpu is not None:  # on the trainer's own GPU: only what the server needs, not 0.9 of it
             settings.gpu_memory_utilization = gpu.share
-            say(gpu.text())
+            if i == 0:  # one message for all the servers it covers
+                say(gpu.text())
         servers.append(ManagedServer(settings, Path(output_dir) / server_log(i, k)))
     logs = servers[0].log_path if k == 1 else Path(output_dir) / "vllm-*.log"
     try:
