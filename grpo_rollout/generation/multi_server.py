@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Hashable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence
 
 from .base import GenerationClient, GenerationResult
 from .versions import note_version
@@ -133,12 +133,7 @@ class MultiServerClient(GenerationClient):
         start = time.perf_counter()
         version = self.weight_version + 1
         with staged_weights(weights, version) as folder:
-            with ThreadPoolExecutor(max_workers=len(self.clients)) as pool:
-                futures = [pool.submit(c.reload, folder, version) for c in self.clients]
-                errors = [f.exception() for f in futures]
-        failed = [e for e in errors if e is not None]
-        if failed:
-            raise failed[0] if isinstance(failed[0], ServerError) else ServerError(str(failed[0]))
+            self._each(lambda c: c.reload(folder, version))
         versions = [c.weight_version for c in self.clients]
         if any(v != version for v in versions):
             raise ServerError(f"the servers answered weight versions {versions}, expected {version} from all")
@@ -149,15 +144,17 @@ class MultiServerClient(GenerationClient):
 
     def sleep(self) -> None:
         """Every server to sleep, concurrently (:meth:`VllmClient.sleep`)."""
-        self._each("sleep")
+        self._each(lambda c: c.sleep())
 
     def wake_up(self) -> None:
         """Every server awake, concurrently (:meth:`VllmClient.wake_up`)."""
-        self._each("wake_up")
+        self._each(lambda c: c.wake_up())
 
-    def _each(self, method: str) -> None:
+    def _each(self, call: Callable[[VllmClient], Any]) -> None:
+        """``call`` on every server's client at once; the first failure is raised (a ``ServerError``) after all
+        finished."""
         with ThreadPoolExecutor(max_workers=len(self.clients)) as pool:
-            errors = [f.exception() for f in [pool.submit(getattr(c, method)) for c in self.clients]]
+            errors = [f.exception() for f in [pool.submit(call, c) for c in self.clients]]
         failed = [e for e in errors if e is not None]
         if failed:
             raise failed[0] if isinstance(failed[0], ServerError) else ServerError(str(failed[0]))
