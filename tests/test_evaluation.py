@@ -197,11 +197,11 @@ def test_evaluation_runs_a_multi_turn_environment_and_logs_its_metrics(tmp_path,
 def _summary(history, evaluations, tmp_path):
     from rich.console import Console
 
-    from grpo_rollout.cli.train_cmd import _print_summary
+    from grpo_rollout.trainer.summary import print_summary
     from grpo_rollout.trainer.run import TrainResult
 
     console = Console(record=True, width=200)
-    _print_summary(console, TrainResult(tmp_path, tmp_path / "checkpoint-4", 4, history, evaluations))
+    print_summary(console, TrainResult(tmp_path, tmp_path / "checkpoint-4", 4, history, evaluations))
     return console.export_text()
 
 

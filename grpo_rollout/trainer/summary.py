@@ -1,0 +1,74 @@
+"""The final summary of a run: steps, how the mean reward moved, the held-out evaluation, time per step by phase, and
+where the model, metrics and rollouts are."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, List
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+
+from .. import run_names as rn
+
+if TYPE_CHECKING:
+    from .run import TrainResult
+
+
+def print_summary(console: Console, result: TrainResult) -> int:
+    """The final panel: steps, how the mean reward moved, time per step, where the model and metrics are."""
+    if not result.history:  # --resume on a run that had already reached max_steps: the reporter said why
+        console.print(Panel(f"nothing trained; the model stays at [bold]{escape(str(result.checkpoint))}[/]",
+                            title="[bold yellow]Nothing to do", expand=False))
+        return 0
+    k = max(1, min(5, len(result.history) // 3))
+    start, end = result.mean_reward(True, k), result.mean_reward(False, k)
+    lines = [f"steps: {result.steps}"]
+    if result.history:
+        delta = end - start
+        arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
+        steps = "step" if k == 1 else f"{k} steps"
+        first = result.steps - len(result.history) + 1  # a resumed run's history starts there
+        where = "" if first == 1 else f" of this session, from step {first}"
+        lines.append(f"reward (mean of first {steps}{where}): {start:.3f}")
+        lines.append(f"reward (mean of last {steps}):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
+                     else f"reward (mean of last {steps}):  {end:.3f}")
+    lines += held_out_lines(result, end - start)
+    times = {k: [m.get(key) or 0.0 for m in result.history]
+             for k, key in (("step", rn.TIME_STEP), ("generation", rn.TIME_GENERATION), ("training", rn.TIME_TRAINING),
+                            ("sync", rn.TIME_SYNC))}
+    n = len(result.history)
+    lines.append(f"time: {sum(times['step']):.0f} s, {sum(times['step']) / n:.1f} s/step (generation "
+                 f"{sum(times['generation']) / n:.1f}, training {sum(times['training']) / n:.1f}, sync "
+                 f"{sum(times['sync']) / n:.1f})")
+    last = result.history[-1]
+    if last.get(rn.TOOL_SUCCESS_RATE) is not None:
+        lines.append(f"tool calls in the last step: {last.get(rn.TOOL_CALLS, 0):.0f}, "
+                     f"{last[rn.TOOL_SUCCESS_RATE]:.0%} succeeded")
+    lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
+    out = escape(str(result.output_dir))
+    lines.append(f"metrics: {escape(str(result.output_dir / rn.METRICS_FILE))}  (plot: [cyan]grpo-rollout plot {out}[/])")
+    if (result.output_dir / rn.ROLLOUTS_DIR).is_dir():
+        lines.append(f"token-level rollouts: {out}/{rn.ROLLOUTS_DIR}  ([cyan]grpo-rollout inspect {out}[/])")
+    console.print(Panel("\n".join(lines), title="[bold green]Training finished", expand=False))
+    return 0
+
+
+def held_out_lines(result: TrainResult, train_delta: float) -> List[str]:
+    """The held-out evaluation's pass@1 from the first to the last evaluation of the session, beside the training
+    reward's change, and a warning when the training reward rose while held-out success fell (reward hacking)."""
+    key = rn.pass_at(1)
+    evals = [(step, m[key]) for step, m in result.evaluations if key in m]
+    if not evals:
+        return []
+    (s0, v0), (s1, v1) = evals[0], evals[-1]
+    if len(evals) == 1:
+        return [f"held-out pass@1 after step {s0}: {v0:.3f}"]
+    delta = v1 - v0
+    arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
+    lines = [f"held-out pass@1 (step {s0} → {s1}): {v0:.3f} → {v1:.3f}  {arrow} {delta:+.3f}"]
+    if math.isfinite(train_delta) and train_delta > 0 and delta < 0:
+        lines.append("[yellow]the training reward rose while held-out success fell: the policy may be gaming the "
+                     "reward (reward hacking); read the held-out answers in eval/step_<k>.jsonl[/]")
+    return lines
