@@ -26,8 +26,9 @@ REWARD_RANGE = (rn.REWARD_MIN, rn.REWARD_MAX)
 @dataclass
 class Panel:
     """One Axes: a title, a y-label, the metric keys it draws (chosen from the keys any run has), an optional
-    ``(mean, std)`` pair drawn as a band, fixed y-limits, a log scale when every value is positive, and a note shown
-    when every value is exactly 0 (the usual reason why)."""
+    ``(mean, std)`` pair drawn as a band, fixed y-limits, a log scale when every value is positive, a note shown
+    when every value is exactly 0 (the usual reason why), and one added to the title when a point at step 0 is
+    drawn (what step 0 means there)."""
 
     title: str
     ylabel: str
@@ -36,6 +37,7 @@ class Panel:
     ylim: Optional[Tuple[float, float]] = None
     log_if_positive: bool = False
     zero_note: Optional[str] = None
+    step0_note: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def _ended_keys(keys: List[str]) -> List[str]:
 DEFAULT_PANELS: List[Panel] = [
     Panel("Reward: mean ± std, and each reward function's mean", rn.REWARD, _reward_keys,
           band=(rn.REWARD, rn.REWARD_STD)),
-    Panel("Held-out evaluation: pass@k and mean reward (step 0: before training)", "eval/*", _eval_keys),
+    Panel("Held-out evaluation: pass@k and mean reward", "eval/*", _eval_keys, step0_note="step 0: before training"),
     Panel("Completion length: mean and max", "completions/*_length (tokens)",
           fixed(rn.MEAN_LENGTH, rn.MAX_LENGTH)),
     Panel("Truncated completions (cut at max_completion_length)", rn.TRUNCATED_FRACTION,
@@ -122,6 +124,17 @@ def band(records: Sequence[Dict[str, float]], mean_key: str,
     return xs, lo, hi
 
 
+def _step_axis(ax: Any, runs: Sequence[Any]) -> None:
+    """Every panel's x-axis spans the runs' logged steps (a panel with one point, e.g. a single held-out
+    evaluation, is not zoomed to a 0.2-step window around it), with whole-step ticks only."""
+    steps = [record[rn.STEP] for run in runs for record in run.records if math.isfinite(record.get(rn.STEP, math.nan))]
+    if steps:
+        lo, hi = min(steps), max(steps)
+        pad = 1.0 if lo == hi else max(0.5, 0.03 * (hi - lo))  # two whole steps at least in view
+        ax.set_xlim(lo - pad, hi + pad)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
 def draw_panel(ax: Any, panel: Panel, keys: List[str], runs: Sequence[Any], several: bool) -> None:
     """Draw ``keys`` of every run (objects with ``name``, ``records`` and ``series(key)``, see
     :class:`grpo_rollout.plotting.Run`) on ``ax``. The band's mean (``reward``) is drawn last and thicker, and the
@@ -149,7 +162,8 @@ def draw_panel(ax: Any, panel: Panel, keys: List[str], runs: Sequence[Any], seve
                                     else f"{key} ± {panel.band[1]}")
         if several and r == 0:
             styles = [(key, LINESTYLES[k % len(LINESTYLES)], "0.25") for k, key in enumerate(keys)]
-    ax.set_title(panel.title, fontsize=10)
+    step0 = any(0 in run.series(key)[0] for run in runs for key in keys)
+    ax.set_title(f"{panel.title} ({panel.step0_note})" if panel.step0_note and step0 else panel.title, fontsize=10)
     ax.set_ylabel(panel.ylabel, fontsize=9)
     ax.set_xlabel("step", fontsize=9)
     ax.grid(True, alpha=0.3)
@@ -158,7 +172,7 @@ def draw_panel(ax: Any, panel: Panel, keys: List[str], runs: Sequence[Any], seve
     values = [v for run in runs for key in keys for v in run.series(key)[1] if math.isfinite(v)]
     if panel.log_if_positive and values and min(values) > 0:
         ax.set_yscale("log")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _step_axis(ax, runs)
     ax.tick_params(which="both", labelsize=8)
     if panel.zero_note and values and all(v == 0 for v in values):
         ax.text(0.5, 0.62, panel.zero_note, transform=ax.transAxes, ha="center", va="center", fontsize=8,

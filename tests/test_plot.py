@@ -292,3 +292,24 @@ def test_bad_lines_and_bad_output_suffix(tmp_path):
     good = write_run(tmp_path / "good", synthetic())
     code, out = invoke("plot", good, "-o", tmp_path / "plot.bmpx")
     assert code == 1 and "cannot write '.bmpx' files" in out and ".png" in out
+
+
+def test_held_out_panel_with_one_evaluation_spans_the_runs_steps(tmp_path):
+    """Issue 28: one held-out evaluation (after step 2 of 2, no at_start) drew an x-axis of 1.90-2.10 under a title
+    promising a step-0 point. The axis spans the run's steps with whole-step ticks; the note only with a step 0."""
+    after_2 = synthetic(steps=2)
+    after_2[-1].update({"eval/pass@1": 0.5, "eval/reward": 0.4})
+    ax = {a.get_title(): a for a in plot_runs([write_run(tmp_path / "end", after_2)]).axes}[
+        "Held-out evaluation: pass@k and mean reward"]
+    low, high = ax.get_xlim()
+    assert low < 1 and high > 2 and high - low < 3
+    assert [t for t in ax.get_xticks() if low <= t <= high] == [1, 2]
+    assert [list(line.get_xdata()) for line in ax.get_lines()] == [[2], [2]]
+
+    one_step = [{"step": 1, "reward": 0.2, "eval/pass@1": 0.5}]  # one step, one evaluation: still whole steps
+    ax = by_title(plot_runs([write_run(tmp_path / "one", one_step)]))["Held-out evaluation: pass@k and mean reward"]
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+
+    with_start = [{"step": 0, "eval/pass@1": 0.25}] + after_2
+    titles = [a.get_title() for a in plot_runs([write_run(tmp_path / "start", with_start)]).axes]
+    assert "Held-out evaluation: pass@k and mean reward (step 0: before training)" in titles
