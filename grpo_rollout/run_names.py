@@ -38,11 +38,13 @@ REWARD_STD = "reward_std"
 REWARD_MIN = "reward_min"
 REWARD_MAX = "reward_max"
 FRAC_REWARD_ZERO_STD = "frac_reward_zero_std"  # share of groups whose rewards are all equal
-REWARDS_PREFIX = "rewards/"            # + function name (+ /mean, /std); also a sample record's per-function key
+REWARDS_PREFIX = "rewards/"            # + function name (+ /mean, /std, /timeouts); also a sample record's key
+TIMEOUTS = "timeouts"                  # rewards/<name>/timeouts: completions the function gave up on for lack of time
 
 
 def reward_fn(name: str, stat: str = "mean") -> str:
-    """``rewards/<name>/<stat>``: the step's ``mean`` (or ``std``) of reward function ``name``."""
+    """``rewards/<name>/<stat>``: the step's ``mean`` (or ``std``, or :data:`TIMEOUTS`: a count) of reward function
+    ``name``."""
     return f"{REWARDS_PREFIX}{name}/{stat}"
 
 

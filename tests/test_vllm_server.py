@@ -330,3 +330,16 @@ def test_async_generation_samples_one_step_behind(server, tiny_model, tmp_path, 
             cfg.vllm.max_logprob_mismatch
     # the importance weights and the logged mismatch see the one-step lag, and training goes on
     assert all(math.isfinite(m["loss"]) and m["nonfinite_skipped"] == 0 for m in result.history)
+
+
+def test_math_accuracy_scores_on_the_async_generation_thread(server, tiny_model, tmp_path):
+    """Issue 28.1: with async_generation the rewards run on the background thread, where math-verify's signal.alarm
+    raised and step 1 stopped with a RewardError although validate-config and --dry-run had passed."""
+    from test_math_rewards import math_config
+
+    cfg = math_config(tmp_path, tiny_model, async_generation=True)
+    cfg.vllm.mode, cfg.vllm.url, cfg.sampling.max_prompt_length = "attach", server.url, 64
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 2
+    assert [row["rewards/math_accuracy/timeouts"] for row in result.history] == [0, 0]
+    assert result.evaluations[0][1]["eval/rewards/math_accuracy/timeouts"] == 0

@@ -5,7 +5,8 @@ completion (``N = P × n``). It receives, as keyword arguments, only what it nam
 ``**kwargs``): the standard arguments below, every dataset column of the prompt's row (repeated per completion), every
 extra key the rollout returned, and its own ``kwargs`` from the config. ``None`` means "no opinion" on that completion:
 it counts as 0 in the weighted sum and is left out of that function's mean/std. ``async def`` functions run
-concurrently.
+concurrently. A function may return a :class:`~.scores.RewardScores` to say which completions it gave up on for lack
+of time; they are counted as ``rewards/<name>/timeouts``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import asyncio
 import inspect
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .. import run_names as rn
 from ..coroutines import run_coroutine
 from ..signatures import defined_at, describe, raised_at, required_params, select_kwargs
+from .scores import RewardScores
 
 #: Arguments every reward function can ask for by name.
 STANDARD_REWARD_ARGS = ("prompts", "completions", "completion_ids", "step")
@@ -46,13 +48,18 @@ class RewardResult:
     Attributes:
         total: ``N`` weighted sums (``None`` scores count as 0).
         per_function: name → ``N`` scores, ``nan`` where the function returned ``None``.
+        timed_out: name → ``N`` flags, for each function that returned a :class:`~.scores.RewardScores`: whether it
+            gave up on the completion for lack of time. limits: name → that function's time limit (seconds).
     """
 
     total: List[float]
     per_function: Dict[str, List[float]]
+    timed_out: Dict[str, List[bool]] = field(default_factory=dict)
+    limits: Dict[str, Optional[float]] = field(default_factory=dict)
 
     def stats(self) -> Dict[str, float]:
-        """``rewards/<name>/mean`` and ``/std`` per function over non-``None`` scores (``nan`` if all ``None``)."""
+        """``rewards/<name>/mean`` and ``/std`` per function over non-``None`` scores (``nan`` if all ``None``), and
+        ``rewards/<name>/timeouts`` (a count) for the functions that report their timeouts."""
         out = {}
         for name, scores in self.per_function.items():
             vals = [s for s in scores if not math.isnan(s)]
@@ -60,6 +67,8 @@ class RewardResult:
             var = sum((v - mean) ** 2 for v in vals) / len(vals) if vals else float("nan")
             out[rn.reward_fn(name, "mean")] = mean
             out[rn.reward_fn(name, "std")] = math.sqrt(var) if vals else float("nan")
+        for name, flags in self.timed_out.items():
+            out[rn.reward_fn(name, rn.TIMEOUTS)] = sum(1 for f in flags if f)
         return out
 
 
@@ -136,6 +145,9 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
                             "completion_ids": [list(c) for c in completion_ids], "step": step}
     raw = run_coroutine(_call_all(functions, args))  # also from inside a running loop (a notebook)
     per_function = {rf.name: _check_scores(rf.name, scores, n, rf.fn) for rf, scores in zip(functions, raw)}
+    reporting = [(rf.name, scores) for rf, scores in zip(functions, raw) if isinstance(scores, RewardScores)]
+    timed_out = {name: [i in set(scores.timed_out) for i in range(n)] for name, scores in reporting}
+    limits = {name: scores.limit_s for name, scores in reporting}
     total = [0.0] * n
     for rf in functions:
         for i, s in enumerate(per_function[rf.name]):
@@ -146,4 +158,4 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
             scores = ", ".join(f"{name}={vals[i]:g}" for name, vals in per_function.items())
             raise RewardError(f"the weighted sum of the rewards of completion {i} is {t} ({scores}): the scores are "
                               "too large to add up; scale them down")
-    return RewardResult(total, per_function)
+    return RewardResult(total, per_function, timed_out, limits)

@@ -1,32 +1,64 @@
 """math-verify (Hugging Face's math-answer checker, the one TRL's accuracy reward uses) as a reward: it parses the
 completion's and the reference's answers (``\\boxed{}``, LaTeX, fractions, equivalent forms) and compares them.
 
+Each completion is scored in a worker process with a time limit (:mod:`.bounded`): math-verify's own limit is a
+``signal.alarm``, which raises off the main thread (``training.async_generation``, a notebook's ``train()``,
+``asyncio.to_thread``) and can be left for 5 s per parse and per comparison; here one completion gets at most
+``timeout_s`` in every thread, then scores 0.0 and is counted (``rewards/math_accuracy/timeouts``).
+
 Use it by dotted path: ``rewards: [{function: grpo_rollout.rewards.tasks:math_accuracy}]``.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+import logging
+from typing import Any, Optional, Sequence
 
+from .bounded import DEFAULT_WORKERS, run_bounded
 from .library import completion_text
+from .scores import RewardScores
+
+#: Seconds math-verify may spend on one completion (parsing both answers and comparing them) unless a config says
+#: otherwise (``rewards[].kwargs.timeout_s``).
+DEFAULT_TIMEOUT_S = 5.0
 
 
-def math_accuracy(completions: Sequence[Any], answer: Sequence[Any], **kwargs: Any) -> List[Optional[float]]:
+def _quiet() -> None:
+    """Worker start: math-verify warns once that its own timeout is off; here the worker's kill is the bound."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+
+def score_answer(completion: str, reference: str) -> float:
+    """1.0 when math-verify finds ``completion``'s answer equal to ``reference`` (a number or text, LaTeX or not),
+    else 0.0 (also when nothing parses). No time limit of its own: :func:`math_accuracy` runs it in a killable
+    worker."""
+    from math_verify import parse, verify
+
+    gold = parse(reference if "$" in reference or "\\" in reference else f"${reference}$", parsing_timeout=None)
+    guess = parse(completion, parsing_timeout=None)
+    return 1.0 if gold and guess and verify(gold, guess, timeout_seconds=None) else 0.0
+
+
+def math_accuracy(completions: Sequence[Any], answer: Sequence[Any], timeout_s: float = DEFAULT_TIMEOUT_S,
+                  workers: int = DEFAULT_WORKERS, **kwargs: Any) -> RewardScores:
     """1.0 when math-verify finds the completion's answer equal to ``answer`` (``\\boxed{\\frac{1}{2}}`` equals
-    ``0.5``), 0.0 when not or when nothing parses; ``None`` for a row without an answer.
+    ``0.5``), 0.0 when not or when nothing parses; ``None`` for a row without an answer. Works from any thread.
 
     Args:
         completions: ``N`` completions. answer: ``N`` references (the dataset's ``answer`` column; a number or
             text, LaTeX or not).
-    """
-    from math_verify import parse, verify
+        timeout_s: seconds one completion may take (parsing and comparing); one that takes longer scores 0.0 and
+            is reported as timed out. A batch takes at most ``ceil(N / workers) × timeout_s`` longer than its
+            scoring's own time.
+        workers: worker processes scoring at once.
 
-    out: List[Optional[float]] = []
-    for completion, ref in zip(completions, answer):
-        if ref is None:
-            out.append(None)
-            continue
-        gold = parse(str(ref) if "$" in str(ref) or "\\" in str(ref) else f"${ref}$")
-        guess = parse(completion_text(completion))
-        out.append(1.0 if gold and guess and verify(gold, guess) else 0.0)
-    return out
+    Returns:
+        :class:`~.scores.RewardScores`: the ``N`` scores, and which completions ran out of time.
+    """
+    todo = [i for i, ref in enumerate(answer) if ref is not None]
+    done = run_bounded(score_answer, [(completion_text(completions[i]), str(answer[i])) for i in todo], timeout_s,
+                       workers, initializer=_quiet)
+    scores: list[Optional[float]] = [None] * len(completions)
+    for i, value in zip(todo, done.values):
+        scores[i] = 0.0 if value is None else value
+    return RewardScores(scores, timed_out=[todo[j] for j in done.timed_out], limit_s=timeout_s)

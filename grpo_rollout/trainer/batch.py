@@ -13,12 +13,13 @@ completion, what scoring added (:class:`CompletionScores`); selecting groups sel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from .. import run_names as rn
+from ..rewards.calling import RewardResult
 from ..rollouts.contract import RolloutOutput
 
 
@@ -31,7 +32,9 @@ class CompletionScores:
         prompts: the prompt each completion answered, as the model saw it (an environment's: what ``reset`` gave).
         texts: the decoded completions. rewards: weighted sums. per_function: reward name → scores (``nan`` for
         ``None``). lengths: completion tokens. truncated: cut by the budget. extras: the rollout's extras (name → one
-        value per completion).
+        value per completion). timed_out: reward name → whether that function gave up on each completion for lack of
+        time (only functions that report it, :class:`~grpo_rollout.rewards.scores.RewardScores`). time_limits: those
+        functions' time limits, seconds (one per function, not per completion).
     """
 
     prompts: List[Any]
@@ -41,6 +44,8 @@ class CompletionScores:
     lengths: List[int]
     truncated: List[bool]
     extras: Dict[str, List[Any]]
+    timed_out: Dict[str, List[bool]] = field(default_factory=dict)
+    time_limits: Dict[str, Optional[float]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -52,7 +57,8 @@ class CompletionScores:
                                 [self.rewards[i] for i in rows],
                                 {k: [v[i] for i in rows] for k, v in self.per_function.items()},
                                 [self.lengths[i] for i in rows], [self.truncated[i] for i in rows],
-                                {k: [v[i] for i in rows] for k, v in self.extras.items()})
+                                {k: [v[i] for i in rows] for k, v in self.extras.items()},
+                                {k: [v[i] for i in rows] for k, v in self.timed_out.items()}, dict(self.time_limits))
 
     @staticmethod
     def merge(parts: List["CompletionScores"]) -> "CompletionScores":
@@ -65,8 +71,28 @@ class CompletionScores:
             keys = list(dict.fromkeys(k for part in parts for k in getattr(part, name)))
             return {k: [x for part in parts for x in getattr(part, name).get(k, [None] * len(part))] for k in keys}
 
+        timed_out = {k: [bool(f) for f in flags] for k, flags in by_key("timed_out").items()}  # None: not reported
         return CompletionScores(cat("prompts"), cat("texts"), cat("rewards"), by_key("per_function"), cat("lengths"),
-                                cat("truncated"), by_key("extras"))
+                                cat("truncated"), by_key("extras"), timed_out,
+                                {k: v for part in parts for k, v in part.time_limits.items()})
+
+    def reward_result(self) -> RewardResult:
+        """The scores as the reward stage's :class:`~grpo_rollout.rewards.calling.RewardResult` (for its
+        statistics)."""
+        return RewardResult(self.rewards, self.per_function, self.timed_out)
+
+    def timeout_notes(self, num_generations: int, width: int = 60) -> List[str]:
+        """One line per completion a reward gave up on for lack of time, naming the reward, the completion (index,
+        group, sample) and its start; empty when none did."""
+        notes = []
+        for name, flags in self.timed_out.items():
+            limit = self.time_limits.get(name)
+            within = f" within its {limit:g} s" if limit else " in time"
+            for i in (i for i, f in enumerate(flags) if f):
+                text = self.texts[i] if len(self.texts[i]) <= width else self.texts[i][:width] + "…"
+                notes.append(f"reward `{name}` could not score completion {i} (group {i // num_generations}, sample "
+                             f"{i % num_generations}){within} and gave it {self.per_function[name][i]:g}: {text!r}")
+        return notes
 
 
 @dataclass

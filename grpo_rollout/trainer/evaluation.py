@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
@@ -23,7 +23,6 @@ from .. import run_names as rn
 from ..config import Config
 from ..data import load_section
 from ..preflight.evaluation import evaluation_asked
-from ..rewards.calling import RewardResult
 from .batch import CompletionScores
 from .distributed import Dist
 from .pass_at_k import default_ks, mean_pass_at_k, pass_at_k
@@ -33,11 +32,13 @@ from .rollout_stats import episode_metrics, extras_means, tool_metrics
 
 @dataclass
 class EvalResult:
-    """One evaluation: ``metrics`` (``eval/...`` names) and ``records`` (one per held-out prompt, in dataset order:
-    its completions, rewards, successes and pass@k)."""
+    """One evaluation: ``metrics`` (``eval/...`` names), ``records`` (one per held-out prompt, in dataset order:
+    its completions, rewards, successes and pass@k) and ``notes`` (a line per completion a reward could not score
+    in time)."""
 
     metrics: Dict[str, float]
     records: List[Dict[str, Any]]
+    notes: List[str] = field(default_factory=list)
 
 
 def evaluation_on(config: Config) -> bool:
@@ -127,8 +128,8 @@ def eval_result(whole: CompletionScores, order: List[int], n: int, success_rewar
         metrics.update({
             rn.pass_at(k): mean_pass_at_k(groups, k) for k in ks})
         metrics[rn.mean_at(n)] = sum(success) / len(success)
-        stats = {rn.REWARD: sum(whole.rewards) / len(whole.rewards), **RewardResult(whole.rewards,
-                 whole.per_function).stats(), rn.MEAN_LENGTH: sum(lengths) / len(lengths),
+        stats = {rn.REWARD: sum(whole.rewards) / len(whole.rewards), **whole.reward_result().stats(),
+                 rn.MEAN_LENGTH: sum(lengths) / len(lengths),
                  rn.TRUNCATED_FRACTION: sum(whole.truncated) / len(lengths), **extras_means(whole.extras),
                  **tool_metrics(whole.extras), **episode_metrics(whole.extras)}
         metrics.update({rn.eval_metric(k): v for k, v in stats.items()})
@@ -139,7 +140,7 @@ def eval_result(whole: CompletionScores, order: List[int], n: int, success_rewar
                         "reward": whole.rewards[part], **{rn.REWARDS_PREFIX + name: v[part] for name, v in
                                                            whole.per_function.items()},
                         "success": groups[j], **{f"pass@{k}": pass_at_k(n, sum(groups[j]), k) for k in ks}})
-    return EvalResult(metrics, sorted(records, key=lambda r: r["index"]))
+    return EvalResult(metrics, sorted(records, key=lambda r: r["index"]), whole.timeout_notes(n))
 
 
 def eval_summary(metrics: Dict[str, float]) -> str:

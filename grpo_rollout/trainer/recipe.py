@@ -200,6 +200,7 @@ class GRPORecipe:
         (``k = step + 1``)."""
         dist, g = self.dist, self.cfg.sampling.num_generations
         whole = CompletionScores.merge(dist.gather(batch.scores))
+        self.say_notes(f"Step {step + 1}", whole.timeout_notes(g))
         if self.keeps_rollouts(step):
             tokens = [r for part in dist.gather(result.token_records) for r in part]
             if dist.is_main:
@@ -216,7 +217,16 @@ class GRPORecipe:
             result = self.evaluator.run(done)
         if self.dist.is_main:
             write_eval_records(self.output_dir, done, result)
+        self.say_notes(f"Held-out evaluation {f'after step {done}' if done else 'before step 1'}", result.notes)
         return result
+
+    def say_notes(self, when: str, notes: List[str], most: int = 5) -> None:
+        """Print the first ``most`` of ``notes`` (e.g. completions a reward could not score in time), prefixed by
+        ``when``, and how many more there were."""
+        for note in notes[:most]:
+            self.reporter.message(f"{when}: {note}")
+        if len(notes) > most:
+            self.reporter.message(f"{when}: … and {len(notes) - most} more such completion(s)")
 
     def keeps_rollouts(self, step: int) -> bool:
         """Whether step ``step`` (0-based) writes its token-level records (``training.save_rollouts``)."""

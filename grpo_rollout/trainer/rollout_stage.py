@@ -109,7 +109,8 @@ class RolloutStage:
                                  completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)
         scores = CompletionScores(per_completion_prompts, texts, list(scored.total), scored.per_function,
                                   [len(c) for c in out.completion_ids],
-                                  truncated_flags(out.completion_ids, out.extras, self.eos_ids), out.extras)
+                                  truncated_flags(out.completion_ids, out.extras, self.eos_ids), out.extras,
+                                  scored.timed_out, scored.limits)
         return ScoredBatch(out, scores, generated)
 
     def rows(self, indices: Sequence[int]) -> List[Dict[str, Any]]:

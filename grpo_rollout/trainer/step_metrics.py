@@ -10,7 +10,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from .. import run_names as rn
-from ..rewards.calling import RewardResult
 from .advantages import zero_std_fraction
 from .batch import CompletionScores, StepTimes
 from .rollout_log import RolloutRecord, write_rollouts
@@ -38,7 +37,7 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
         rn.REWARD: rewards.mean().item(),
         rn.REWARD_STD: rewards.std().item() if n > 1 else 0.0,
         rn.REWARD_MIN: rewards.min().item(), rn.REWARD_MAX: rewards.max().item(),  # the plot's band stays inside
-        **RewardResult(whole.rewards, whole.per_function).stats(),
+        **whole.reward_result().stats(),
         rn.FRAC_REWARD_ZERO_STD: zero_std_fraction(rewards, g),
         **update.metrics(),
         **extras_means(whole.extras),
