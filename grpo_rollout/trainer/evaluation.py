@@ -3,7 +3,7 @@ scored as pass@k of a success reward (Chen et al. 2021, arXiv:2107.03374), each 
 lengths, under ``eval/`` names (:mod:`grpo_rollout.run_names`).
 
 It changes nothing of training: it reads the weights, never the optimizer or the prompt order, and it runs inside a
-saved and restored random state (Python's and torch's), seeded the same way every time, so evaluation at step 0 of a
+saved and restored random state (Python's, numpy's and torch's), seeded the same way every time, so evaluation at step 0 of a
 run gives the numbers ``grpo-rollout eval`` gives for the same model. With ``N`` training processes each evaluates
 every ``N``-th prompt and the records are gathered.
 """
@@ -102,16 +102,21 @@ class Evaluator:
 
 @contextmanager
 def _own_random_state(seed: int) -> Iterator[None]:
-    """Run the block seeded with ``seed`` and put Python's and torch's random state back afterwards."""
-    saved = random.getstate()
+    """Run the block seeded with ``seed`` and put every global random state back afterwards: Python's, numpy's
+    (a user's reward may draw from ``np.random``) and torch's (CPU and every CUDA device)."""
+    import numpy as np
+
+    saved, saved_np = random.getstate(), np.random.get_state()
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         random.seed(seed)
+        np.random.seed(seed % 2 ** 32)
         torch.manual_seed(seed)
         try:
             yield
         finally:
             random.setstate(saved)
+            np.random.set_state(saved_np)
 
 
 def eval_result(whole: CompletionScores, order: List[int], n: int, success_reward: Any, threshold: float,
