@@ -195,14 +195,9 @@ def test_evaluation_runs_a_multi_turn_environment_and_logs_its_metrics(tmp_path,
 # --- the final panel and the plot ------------------------------------------------------------------------------------
 
 def _summary(history, evaluations, tmp_path):
-    from rich.console import Console
-
-    from grpo_rollout.trainer.summary import print_summary
     from grpo_rollout.trainer.run import TrainResult
 
-    console = Console(record=True, width=200)
-    print_summary(console, TrainResult(tmp_path, tmp_path / "checkpoint-4", 4, history, evaluations))
-    return console.export_text()
+    return TrainResult(tmp_path, tmp_path / "checkpoint-4", 4, history, evaluations).summary
 
 
 def test_the_final_panel_shows_held_out_change_and_warns_of_reward_hacking(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 from transformers import AutoModelForCausalLM
 
 from grpo_rollout.trainer import train
@@ -57,8 +58,18 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_model):
     full = train(_config(full_dir, tiny_model, max_steps=4, save_steps=2), base_dir=full_dir, reporter=_quiet())
     first = train(_config(part_dir, tiny_model, max_steps=2), base_dir=part_dir, reporter=_quiet())
     assert first.steps == 2
-    resumed = train(_config(part_dir, tiny_model, max_steps=4), base_dir=part_dir, resume="latest", reporter=_quiet())
+    console = Console(record=True, width=200)
+    resumed = train(_config(part_dir, tiny_model, max_steps=4), base_dir=part_dir, resume="latest",
+                    reporter=RichReporter(console))
     assert resumed.steps == 4 and len(resumed.history) == 2
+    # issue 28: each history row names its step, so a resumed run's rows match the uninterrupted run's
+    assert [m["step"] for m in full.history] == [1, 2, 3, 4] and [m["step"] for m in resumed.history] == [3, 4]
+    # ... and train() prints the final panel and returns its text
+    assert resumed.summary.startswith("Training finished\nsteps: 4\nreward (mean of first step of this session, "
+                                      "from step 3): ")
+    printed = console.export_text()
+    assert all(line in printed for line in resumed.summary.splitlines()[1:])
+    assert printed.index("Training finished") > printed.index("Resuming from")
 
     def prompts_by_step(folder: Path):
         rows = [json.loads(x) for x in (folder / "out" / "completions.jsonl").read_text().splitlines()]

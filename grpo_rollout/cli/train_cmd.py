@@ -34,7 +34,8 @@ def run_train(console: Console, config_path: Path, overrides: List[str], resume:
 
 def _train_and_summarise(console: Console, loaded: LoadedConfig, config_path: Path, overrides: List[str],
                          resume: Optional[str]) -> int:
-    """Train a checked config (Ctrl-C/SIGTERM and the run's own errors end in a message) and print the summary."""
+    """Train a checked config (Ctrl-C/SIGTERM and the run's own errors end in a message; train() prints the final
+    panel)."""
     import os
 
     from ..data import DatasetError
@@ -52,13 +53,12 @@ def _train_and_summarise(console: Console, loaded: LoadedConfig, config_path: Pa
         raise KeyboardInterrupt
 
     from ..trainer.resume_hint import resume_command
-    from ..trainer.summary import print_summary
 
     signal.signal(signal.SIGTERM, _terminate)
     reporter = RichReporter(console)
     reporter.resume_command = resume_command(config_path, overrides, int(os.environ.get("WORLD_SIZE", "1")))
     try:
-        result = train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=reporter, check=False)
+        train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=reporter, check=False)
     except KeyboardInterrupt:
         console.print("[yellow]Interrupted.[/]")
         return 130
@@ -68,4 +68,4 @@ def _train_and_summarise(console: Console, loaded: LoadedConfig, config_path: Pa
         if exc.__cause__ is not None:
             console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")
         return 1
-    return print_summary(console, result)
+    return 0  # train() printed the final panel

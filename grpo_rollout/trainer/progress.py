@@ -81,6 +81,11 @@ class RichReporter:
 
         return nullcontext() if self.quiet else self.console.status(escape(text))
 
+    def summary(self, renderable: Any) -> None:
+        """Print the run's final panel (after :meth:`stop`)."""
+        if not self.quiet:
+            (self.progress.console if self.progress else self.console).print(renderable)
+
     def start(self, total_steps: int, first_step: int, steps_per_epoch: Optional[float] = None) -> None:
         """Show the bar; ``first_step`` > 0 when resuming; with ``steps_per_epoch`` the epoch is shown too."""
         if self.quiet:

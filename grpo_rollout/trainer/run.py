@@ -15,7 +15,7 @@ from ..data import load_section
 from ..generation.vllm_client import ServerError
 from ..rewards.calling import RewardError
 from ..rollouts.contract import RolloutError
-from ..run_names import REWARD
+from ..run_names import REWARD, STEP
 from .checkpoint import checkpoint_step, find_checkpoint
 from .evaluation import eval_summary
 from .distributed import Dist, RankError
@@ -24,24 +24,33 @@ from .metrics import MetricsLogger
 from .progress import RichReporter, pick_samples
 from .recipe import GRPORecipe
 from .resume_hint import resume_hint
+from .summary import summary_panel, summary_text
 
 
 @dataclass
 class TrainResult:
-    """What a finished run leaves behind.
+    """What a finished run leaves behind (docs/python_api.md describes every field).
 
     Attributes:
-        output_dir: the run folder. checkpoint: the final checkpoint folder (model + tokenizer + trainer state).
-        history: one metrics dict per step run in this process (resumed runs: only the new steps).
-        steps: the step counter at the end. evaluations: ``(completed steps, eval/ metrics)`` of each held-out
-        evaluation of this session (``evaluation:``), in order.
+        output_dir: the run folder. checkpoint: the final checkpoint folder (model + tokenizer + trainer state;
+        ``None`` when no step was trained). steps: the step counter at the end (a resumed run counts the steps before
+        it too). history: one metrics dict per step trained by this call, in order, each with ``step`` (1-based, the
+        ``step`` of its ``metrics.jsonl`` line; a resumed run's rows start after the checkpoint's step) and the
+        step's metrics (names: :mod:`grpo_rollout.run_names`). evaluations: ``(completed steps, eval/ metrics)`` of
+        each held-out evaluation of this call (``evaluation:``), in order; 0 = before step 1.
     """
 
     output_dir: Path
     checkpoint: Optional[Path]
     steps: int
-    history: List[Dict[str, Any]] = field(default_factory=list)
-    evaluations: List[Tuple[int, Dict[str, float]]] = field(default_factory=list)
+    history: List[Dict[str, Any]] = field(default_factory=list, repr=False)
+    evaluations: List[Tuple[int, Dict[str, float]]] = field(default_factory=list, repr=False)
+
+    @property
+    def summary(self) -> str:
+        """The final panel :func:`train` printed, as plain text: steps, the reward of the first and last steps,
+        held-out pass@1, time per step by phase, where the model and metrics are."""
+        return summary_text(self)
 
     def mean_reward(self, first: bool, k: int = 5) -> float:
         """Mean of ``reward`` over the first (or last) ``k`` steps of ``history``."""
@@ -63,7 +72,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         check: run :func:`grpo_rollout.preflight.validate` first (callers that just did may skip it).
 
     Returns:
-        a :class:`TrainResult`.
+        a :class:`TrainResult`; its summary (``result.summary``) was printed as the final panel.
 
     Raises:
         ConfigError: the config has errors (all of them are listed). RolloutError / RewardError: a user function
@@ -79,6 +88,7 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         # rank 0 alone prints and writes; the others keep quiet
         reporter = (reporter or RichReporter()) if dist.is_main else RichReporter(quiet=True)
         result = _train(config, base_dir, resume, reporter, check, dist)
+        reporter.summary(summary_panel(result))
         finished = True
         return result
     finally:
@@ -135,7 +145,7 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
                     metrics = {**metrics, **evaluations[-1][1]}
                 except (RolloutError, RewardError) as exc:  # log the step first: its update is in the weights
                     failed = exc
-            history.append(metrics)
+            history.append({STEP: done, **metrics})
             logger.log(done, metrics)
             logger.log_completions(done, samples)
             log_now = done % t.logging_steps == 0 or done == t.max_steps

@@ -1,14 +1,15 @@
 """The final summary of a run: steps, how the mean reward moved, the held-out evaluation, time per step by phase, and
-where the model, metrics and rollouts are."""
+where the model, metrics and rollouts are. :func:`grpo_rollout.train` prints it as a panel at the end (the CLI's
+"Training finished") and returns it as plain text in ``TrainResult.summary``."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, List, Tuple
 
-from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+from rich.text import Text
 
 from .. import run_names as rn
 
@@ -16,12 +17,22 @@ if TYPE_CHECKING:
     from .run import TrainResult
 
 
-def print_summary(console: Console, result: TrainResult) -> int:
-    """The final panel: steps, how the mean reward moved, time per step, where the model and metrics are."""
+def summary_panel(result: TrainResult) -> Panel:
+    """The final panel (rich markup): see the module docstring."""
+    title, lines = _title_and_lines(result)
+    colour = "green" if result.history else "yellow"
+    return Panel("\n".join(lines), title=f"[bold {colour}]{title}", expand=False)
+
+
+def summary_text(result: TrainResult) -> str:
+    """The final panel's title and lines as plain text (what ``TrainResult.summary`` holds)."""
+    title, lines = _title_and_lines(result)
+    return "\n".join([title] + [Text.from_markup(line).plain for line in lines])
+
+
+def _title_and_lines(result: TrainResult) -> Tuple[str, List[str]]:
     if not result.history:  # --resume on a run that had already reached max_steps: the reporter said why
-        console.print(Panel(f"nothing trained; the model stays at [bold]{escape(str(result.checkpoint))}[/]",
-                            title="[bold yellow]Nothing to do", expand=False))
-        return 0
+        return "Nothing to do", [f"nothing trained; the model stays at [bold]{escape(str(result.checkpoint))}[/]"]
     k = max(1, min(5, len(result.history) // 3))
     start, end = result.mean_reward(True, k), result.mean_reward(False, k)
     lines = [f"steps: {result.steps}"]
@@ -29,7 +40,7 @@ def print_summary(console: Console, result: TrainResult) -> int:
         delta = end - start
         arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
         steps = "step" if k == 1 else f"{k} steps"
-        first = result.steps - len(result.history) + 1  # a resumed run's history starts there
+        first = result.history[0].get(rn.STEP, result.steps - len(result.history) + 1)  # a resumed run: later
         where = "" if first == 1 else f" of this session, from step {first}"
         lines.append(f"reward (mean of first {steps}{where}): {start:.3f}")
         lines.append(f"reward (mean of last {steps}):  {end:.3f}  {arrow} {delta:+.3f}" if math.isfinite(delta)
@@ -51,8 +62,7 @@ def print_summary(console: Console, result: TrainResult) -> int:
     lines.append(f"metrics: {escape(str(result.output_dir / rn.METRICS_FILE))}  (plot: [cyan]grpo-rollout plot {out}[/])")
     if (result.output_dir / rn.ROLLOUTS_DIR).is_dir():
         lines.append(f"token-level rollouts: {out}/{rn.ROLLOUTS_DIR}  ([cyan]grpo-rollout inspect {out}[/])")
-    console.print(Panel("\n".join(lines), title="[bold green]Training finished", expand=False))
-    return 0
+    return "Training finished", lines
 
 
 def held_out_lines(result: TrainResult, train_delta: float) -> List[str]:
