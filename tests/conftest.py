@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 import yaml
-from tiny_model import make_tiny_gpt2, make_tiny_model
+from tiny_model import make_peaked_model, make_tiny_gpt2, make_tiny_model
 
 from grpo_rollout.preflight import check_config
 from grpo_rollout.config.problems import Problem
@@ -116,10 +116,16 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_gpt2(tmp_path_factory.mktemp("gpt2") / "model", dropout=0.1)
 
 
+@pytest.fixture(scope="session")
+def peaked_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a tiny untied Llama whose next-token distribution is peaked (``tiny_model.make_peaked_model``)."""
+    return make_peaked_model(tmp_path_factory.mktemp("peaked") / "model")
+
+
 # --- markers ----------------------------------------------------------------------------------------------------
 
 _IMPLY_SLOW = ("vllm", "model", "multiproc")
-_MODEL_FIXTURES = {"tiny_model", "tiny_gpt2"}
+_MODEL_FIXTURES = {"tiny_model", "tiny_gpt2", "peaked_model"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers

@@ -60,3 +60,14 @@ def test_pick_samples_takes_best_and_worst_of_each_group():
     assert [s["i"] for s in pick_samples(samples, 4, 3)] == [1, 2, 4]
     assert pick_samples(samples, 4, 0) == []
     assert [s["i"] for s in pick_samples(samples[:1], 1, 2)] == [0]
+
+
+def test_a_long_completion_leaves_the_sample_tables_numbers_whole():
+    """Issue 28: at 150 columns (a notebook's display) a long completion squeezed every number column to `0.…`."""
+    long = [{**SAMPLES[0], "completion": "word " * 80, "rewards/length_penalty": -1.0}]
+    for width in (100, 150):
+        console = Console(record=True, width=width, force_terminal=True)
+        RichReporter(console)._samples(console, long)
+        row = next(line for line in console.export_text().splitlines() if "word" in line)
+        assert len(row) <= width and row.split()[-6:] == ["1.000", "1.000", "-1.000", "+0.866", "2", "1"]
+

@@ -28,6 +28,34 @@ def make_tiny_model(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+def make_peaked_model(folder: Path, seed: int = 0, loud: int = 32) -> Path:
+    """A tiny untied Llama (same tokenizer) whose next-token distribution is peaked like a trained model's: ``loud``
+    rows of its output projection are 50x the others, so a few tokens hold most of the mass (top token ~0.75, second
+    ~0.1 on average) and min-p, top-k and top-p cut different sets. The uniform-ish random model keeps thousands of
+    near-equal tokens, where the filters' order hardly matters."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from grpo_rollout.models.builtin import resolve_model_path
+
+    if (folder / "config.json").is_file():
+        return folder
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("builtin:smollm2-135m-instruct"))
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        rows = torch.randperm(len(tokenizer))[:loud]
+        model.lm_head.weight[rows] = torch.randn(loud, config.hidden_size)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def make_tiny_gpt2(folder: Path, dropout: float = 0.1, seed: int = 0) -> Path:
     """A 2-layer GPT-2 with ``dropout`` on embeddings, attention and residuals, and the same tokenizer."""
     import torch

@@ -10,9 +10,26 @@ from contextlib import nullcontext
 from typing import Any, Hashable, List, Optional, Sequence
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..models.loading import eos_token_ids
 from .base import GenerationClient, GenerationResult
+from .sampling_filter import filter_logits, filtering
+
+
+class SamplerFilter(LogitsProcessor):
+    """Temperature, then min-p, top-k and top-p in vLLM's order (:mod:`.sampling_filter`), as one logits processor
+    for ``generate``: the in-process sampler draws from the distribution the trainer's log-probs describe."""
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, min_p: float):
+        self.temperature, self.top_k, self.top_p, self.min_p = temperature, top_k, top_p, min_p
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """``scores``: ``(rows, vocab)`` logits (after the repetition penalty); returns them scaled and filtered."""
+        scores = scores.float() / self.temperature
+        if filtering(self.top_k, self.top_p, self.min_p):
+            scores = filter_logits(scores, None, self.top_k, self.top_p, self.min_p)
+        return scores
 
 
 class TransformersClient(GenerationClient):
@@ -106,10 +123,14 @@ class TransformersClient(GenerationClient):
             input_ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
         greedy = temperature == 0
-        kwargs = dict(do_sample=not greedy, num_return_sequences=n, temperature=None if greedy else temperature,
-                      top_p=None if greedy else top_p, top_k=top_k if top_k and top_k > 0 else None, min_p=min_p or None,
-                      repetition_penalty=repetition_penalty, max_new_tokens=max_tokens, output_scores=True,
-                      return_dict_in_generate=True, synced_gpus=False, pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids))
+        # temperature and the filters in vLLM's order (transformers' own warpers apply min-p last), after the
+        # repetition penalty as in vLLM; generate's own warpers are switched off
+        kwargs = dict(do_sample=not greedy, num_return_sequences=n, temperature=None, top_p=None, top_k=None,
+                      min_p=None, repetition_penalty=repetition_penalty, max_new_tokens=max_tokens, output_scores=True,
+                      return_dict_in_generate=True, synced_gpus=False, pad_token_id=self.pad_id,
+                      eos_token_id=sorted(self.eos_ids))
+        if not greedy:
+            kwargs["logits_processor"] = LogitsProcessorList([SamplerFilter(temperature, top_k, top_p, min_p)])
         if stop:
             kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
         out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from ..generation.sampling_filter import filter_logits
+from ..generation.sampling_filter import filter_logits, filtering
 
 
 @dataclass
@@ -153,10 +153,11 @@ def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature:
                         min_p: float = 0.0) -> torch.Tensor:
     """Log-probabilities of each completion token, ``(B, C)`` (0 at padding), differentiable w.r.t. the model.
 
-    Logits are divided by ``temperature`` and filtered like the sampler filtered them (``top_k``, ``top_p``,
-    ``min_p``; see :func:`filter_logits`) before the log-softmax, so the values describe the distribution the sampler
-    drew from and are comparable with its log-probs. Positions are processed ``chunk_size`` at a time through the
-    output projection. ``model`` is a causal LM or a :class:`CompletionLogprobs` around one.
+    Logits are divided by ``temperature`` and filtered like the sampler filtered them (``min_p``, ``top_k``,
+    ``top_p``, in vLLM's order; see :func:`~grpo_rollout.generation.sampling_filter.filter_logits`) before the
+    log-softmax, so the values describe the distribution the sampler drew from and are comparable with its
+    log-probs. Positions are processed ``chunk_size`` at a time through the output projection. ``model`` is a causal
+    LM or a :class:`CompletionLogprobs` around one.
 
     Raises:
         TypeError: the model has no separate decoder / output projection.
@@ -168,7 +169,7 @@ def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature:
 
 def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float, chunk_size: int,
                          top_k: int, top_p: float, min_p: float) -> torch.Tensor:
-    filtering = (top_k and top_k > 0) or top_p < 1.0 or min_p > 0.0
+    cut = filtering(top_k, top_p, min_p)
     decoder, head = _decoder_and_head(model)
     device = next(model.parameters()).device
     def on_device(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -188,7 +189,7 @@ def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature
         h = hidden[rows[s:s + chunk_size].to(device), cols[s:s + chunk_size].to(device)]
         logits = head(h).float() / temperature
         chunk_targets = targets[s:s + chunk_size]
-        if filtering:
+        if cut:
             logits = filter_logits(logits, chunk_targets, top_k, top_p, min_p)
         flat.append(logits.log_softmax(-1).gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
     out = torch.zeros((b, c), dtype=torch.float32, device=device)

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .. import run_names as rn
@@ -174,14 +175,16 @@ class RichReporter:
                           highlight=False)
             return
         table = Table(show_header=True, header_style="dim bold", box=None, padding=(0, 1), pad_edge=False)
-        table.add_column("prompt", ratio=2, no_wrap=True, overflow="ellipsis")
-        table.add_column("completion", ratio=3, no_wrap=True, overflow="ellipsis")
+        # the text columns give way when the table is too wide (the numbers stay whole); each cell is one line
+        table.add_column("prompt", ratio=2)
+        table.add_column("completion", ratio=3)
         for column in ["reward"] + [k[len(rn.REWARDS_PREFIX):] for k in fns] + ["adv"] + multi_turn:
             table.add_column(column.replace("_", " "), justify="right", no_wrap=True)
         for s in samples:
             adv = s.get("advantage")
             colour = "green" if adv and adv > 0 else "red" if adv and adv < 0 else "dim"
-            table.add_row(escape(_excerpt(s.get("prompt"), 200)), escape(_excerpt(s.get("completion"), 300)),
+            table.add_row(*[Text(_excerpt(s.get(k), width), no_wrap=True, overflow="ellipsis")
+                            for k, width in (("prompt", 200), ("completion", 300))],
                           _fmt(s.get("reward"), "{:.3f}"), *[_fmt(s.get(k), "{:.3f}") for k in fns],
                           f"[{colour}]{_fmt(adv, '{:+.3f}')}[/]", *[_fmt(s.get(k), "{}") for k in multi_turn])
         out.print(table)
