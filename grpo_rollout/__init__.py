@@ -16,7 +16,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 from .config import Config, ConfigError, Problem, load_config  # noqa: E402
+from .jupyter import import_tqdm_quietly, in_jupyter  # noqa: E402
 from .preflight import check_config, validate  # noqa: E402
+
+if in_jupyter():  # before transformers or datasets import tqdm.auto and it warns into the user's cell
+    import_tqdm_quietly()
 
 _LAZY = {"train": ("grpo_rollout.trainer", "train"), "TrainResult": ("grpo_rollout.trainer", "TrainResult")}
 

@@ -71,3 +71,61 @@ def test_a_long_completion_leaves_the_sample_tables_numbers_whole():
         row = next(line for line in console.export_text().splitlines() if "word" in line)
         assert len(row) <= width and row.split()[-6:] == ["1.000", "1.000", "-1.000", "+0.866", "2", "1"]
 
+
+# -- in a Jupyter notebook: one display, updated in place (tests/test_notebook.py runs a real kernel) --------------
+
+class _Handle:
+    """Stands for IPython's DisplayHandle: records what was shown first and each update."""
+
+    def __init__(self):
+        self.shown = []
+
+    def display(self, obj):
+        self.shown.append(("display", obj))
+
+    def update(self, obj):
+        self.shown.append(("update", obj))
+
+
+def _notebook_reporter(monkeypatch):
+    import IPython.display
+
+    handle = _Handle()
+    monkeypatch.setattr(IPython.display, "DisplayHandle", lambda: handle)
+    return RichReporter(Console(force_jupyter=True)), handle
+
+
+def test_in_a_notebook_every_line_goes_to_one_display_updated_in_place(monkeypatch):
+    reporter, handle = _notebook_reporter(monkeypatch)
+    assert reporter.notebook is not None and not reporter.plain
+    reporter.message("Loading model")
+    with reporter.status("Held-out evaluation before step 1"):
+        assert "⋯ Held-out evaluation before step 1" in handle.shown[-1][1].text
+    reporter.start(total_steps=2, first_step=0)
+    for step in (1, 2):
+        reporter.step(step, {"reward": 0.25 * step, "time/training": 1.0}, log=True, samples=SAMPLES)
+    reporter.stop()
+    reporter.summary("[bold]Training finished[/]")
+    assert [kind for kind, _ in handle.shown[:2]] == ["display", "update"] and \
+        {kind for kind, _ in handle.shown[1:]} == {"update"}
+    assert len(handle.shown) == 8  # message, status on and off, start, one per step (batched), stop, summary
+    text = handle.shown[-1][1].text
+    lines = text.splitlines()
+    assert lines[0] == "• Loading model" and "⋯" not in text  # the status line went away
+    header = next(line for line in lines if line.split()[:2] == ["step", "reward"])
+    assert header.rstrip().endswith("train s")  # one line: laid out at 150 columns, not rich's 115
+    assert text.index("2/2 steps") < text.index("Training finished") == len(text) - len("Training finished\n")
+    assert handle.shown[-1][1]._repr_mimebundle_()["text/html"].startswith('<pre style="white-space:pre;')
+
+
+def test_a_long_runs_display_keeps_its_start_and_end(monkeypatch):
+    from grpo_rollout.trainer import notebook_display
+
+    reporter, handle = _notebook_reporter(monkeypatch)
+    total = notebook_display.HEAD + notebook_display.TAIL + 25
+    for i in range(total):
+        reporter.message(f"line {i}")
+    lines = handle.shown[-1][1].text.splitlines()
+    assert lines[0] == "• line 0" and lines[-1] == f"• line {total - 1}"
+    assert len(lines) == notebook_display.HEAD + notebook_display.TAIL + 1
+    assert lines[notebook_display.HEAD].startswith("… 25 printed item(s) left out here")

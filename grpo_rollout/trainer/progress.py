@@ -1,11 +1,13 @@
 """Console output of a run: a progress bar with ETA over steps, one row of numbers per logged step and a table of a
 few of its samples. When stdout is not a terminal (a log file, a pipe, a job scheduler) there is no live bar: every
-logged step prints plain lines with the step count, elapsed time and ETA."""
+logged step prints plain lines with the step count, elapsed time and ETA. In a Jupyter notebook all of it is one
+display updated in place (:mod:`.notebook_display`)."""
 
 from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from typing import Any, Dict, List, Optional
 
 from rich.console import Console
@@ -15,6 +17,7 @@ from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .. import run_names as rn
+from .notebook_display import NotebookDisplay
 
 # (metric key, column header, format)
 COLUMNS = [
@@ -54,12 +57,14 @@ def pick_samples(samples: List[Dict[str, Any]], num_generations: int, k: int) ->
 
 class RichReporter:
     """Prints run progress with rich. Pass ``console=None`` for a default console; ``quiet=True`` prints nothing.
-    A console that is not a terminal gets plain lines (no live bar)."""
+    A console that is not a terminal gets plain lines (no live bar); a console in a Jupyter notebook (rich's
+    ``Console.is_jupyter``) gets one display updated in place (:class:`~.notebook_display.NotebookDisplay`)."""
 
     def __init__(self, console: Optional[Console] = None, quiet: bool = False):
         self.console = console or Console()
         self.quiet = quiet
-        self.plain = not self.console.is_terminal
+        self.notebook = NotebookDisplay.open(self.console.width) if self.console.is_jupyter and not quiet else None
+        self.plain = not self.console.is_terminal and self.notebook is None
         self.progress: Optional[Progress] = None
         self.task = None
         self._header_done = False
@@ -69,23 +74,26 @@ class RichReporter:
         #: the shell command that resumes this run (set by ``grpo-rollout train``; printed when a run stops early)
         self.resume_command: Optional[str] = None
 
+    def _out(self) -> Any:
+        """Where printed lines go: the notebook's display, the live bar's console, or the console."""
+        return self.notebook or (self.progress.console if self.progress else self.console)
+
     def message(self, text: str) -> None:
         """A status line (model conversion, loading, saving)."""
         if not self.quiet:
             # soft_wrap: a path or command in the message stays on one line, so it can be copied
-            (self.progress.console if self.progress else self.console).print(f"[dim]•[/] {escape(text)}",
-                                                                             soft_wrap=True)
+            self._out().print(f"[dim]•[/] {escape(text)}", soft_wrap=True)
 
     def status(self, text: str):
-        """A spinner shown while ``with reporter.status(text): ...`` runs."""
-        from contextlib import nullcontext
-
-        return nullcontext() if self.quiet else self.console.status(escape(text))
+        """A spinner shown while ``with reporter.status(text): ...`` runs (in a notebook: a line of the display)."""
+        if self.quiet:
+            return nullcontext()
+        return self.notebook.status(text) if self.notebook else self.console.status(escape(text))
 
     def summary(self, renderable: Any) -> None:
         """Print the run's final panel (after :meth:`stop`)."""
         if not self.quiet:
-            (self.progress.console if self.progress else self.console).print(renderable)
+            self._out().print(renderable)
 
     def start(self, total_steps: int, first_step: int, steps_per_epoch: Optional[float] = None) -> None:
         """Show the bar; ``first_step`` > 0 when resuming; with ``steps_per_epoch`` the epoch is shown too."""
@@ -99,8 +107,12 @@ class RichReporter:
         self.progress = Progress(TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  TextColumn("{task.description}"), console=self.console, transient=False)
-        self.progress.start()
         self.task = self.progress.add_task("", total=total_steps, completed=first_step)
+        if self.notebook is not None:  # drawn by the display, below the printed lines
+            self.notebook.bar = self.progress
+            self.notebook.refresh()
+        else:
+            self.progress.start()
 
     def _clock(self, step: int) -> str:
         """``[3/24 0:00:36 ETA 0:04:12]`` for plain output."""
@@ -129,13 +141,17 @@ class RichReporter:
         ``tool_calls`` / ``ended`` (why the episode ended) for multi-turn rollouts)."""
         if self.quiet or (self.progress is None and not self.plain):
             return
+        with self.notebook.batch() if self.notebook else nullcontext():
+            self._step(step, metrics, log, samples)
+
+    def _step(self, step: int, metrics: Dict[str, Any], log: bool, samples: Optional[List[Dict[str, Any]]]) -> None:
         if self.progress is not None:
             reward = metrics.get(rn.REWARD)
             self.progress.update(self.task, completed=step,
                                  description=f"{self._epoch(step)}reward {_fmt(reward, '{:.3f}')}")
         if not log:
             return
-        out = self.progress.console if self.progress is not None else self.console
+        out = self._out()
         if not self._header_done:
             out.print("[bold]" + " ".join(f"{h:>8}" for h in ["step"] + [c[1] for c in COLUMNS]))
             self._header_done = True
@@ -160,7 +176,7 @@ class RichReporter:
         if samples:
             self._samples(out, samples)
 
-    def _samples(self, out: Console, samples: List[Dict[str, Any]]) -> None:
+    def _samples(self, out: Any, samples: List[Dict[str, Any]]) -> None:
         """A table of samples (terminal) or one line per sample (plain)."""
         fns = [k for k in samples[0] if k.startswith(rn.REWARDS_PREFIX)]
         multi_turn = [k for k in ("turns", "tool_calls", "ended") if any(s.get(k) is not None for s in samples)]
@@ -190,7 +206,12 @@ class RichReporter:
         out.print(table)
 
     def stop(self) -> None:
-        """Remove the live bar (before a final summary)."""
+        """Remove the live bar (before a final summary; a notebook's display keeps the bar in its last state)."""
         if self.progress is not None:
-            self.progress.stop()
+            if self.notebook is None:
+                self.progress.stop()
+            else:  # the bar's last state stays where it is (its clock stopped); what is printed next goes below it
+                self.progress.stop_task(self.task)
+                self.notebook.bar = None
+                self.notebook.print(self.progress)
             self.progress = None
