@@ -82,7 +82,7 @@ def test_reasoning_gym_reward_agrees_with_the_tasks_own_scorer():
 
     for task in ("basic_arithmetic", "chain_sum"):
         dataset = reasoning_gym.create_dataset(task, size=6, seed=5)
-        rows = task_rows(task, {"size": 6, "seed": 5})
+        rows = task_rows(task, {"size": 6, "seed": 5}, instruction="")
         assert [r["prompt"] for r in rows] == [[{"role": "user", "content": e["question"]}] for e in dataset]
         answers = [e["answer"] for e in dataset] + ["<answer>" + dataset[0]["answer"] + "</answer>", "-999999"]
         entries = [r["task_entry"] for r in rows] + [rows[0]["task_entry"]] * 2
@@ -100,7 +100,7 @@ def test_reasoning_gym_held_out_rows_never_repeat_training_ones():
     assert len(train_rows) == 200 and len(held) > 150
     questions = lambda ds: {p[0]["content"] for p in ds["prompt"]}  # noqa: E731
     assert not questions(train_rows) & questions(held)
-    assert set(held.column_names) == {"prompt", "answer", "task", "task_entry"}
+    assert set(held.column_names) == {"prompt", "answer", "task", "task_entry", "task_kwargs"}
 
 
 # --- in a run, on the tiny model -------------------------------------------------------------------------------------

@@ -154,6 +154,16 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
 
 
 @app.command()
+def tasks(task: Optional[str] = typer.Argument(None, help="A task: show its settings (data.task_kwargs) and its "
+                                              "first row.", show_default=False)) -> None:
+    """List reasoning-gym's tasks ([cyan]data.train: reasoning_gym:<task>[/]), or show one task's settings and its
+    first row as the model sees it."""
+    from .tasks_cmd import run_tasks
+
+    raise typer.Exit(run_tasks(console, task))
+
+
+@app.command()
 def inspect(run_dir: Path = typer.Argument(..., help="A run folder (training.output_dir).", show_default=False),
             step: Optional[int] = typer.Option(None, "--step", help="Step to show (default: the last saved one)."),
             sample: int = typer.Option(0, "--sample", min=0, help="Completion of that step (0-based)."),

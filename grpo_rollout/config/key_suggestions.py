@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .fields import aliases, walk
 from .schema import Config
@@ -45,3 +45,22 @@ def _below_shared(a: str, b: str) -> Tuple[str, str]:
     while shared < min(len(mine), len(theirs)) - 1 and mine[shared] == theirs[shared]:
         shared += 1
     return ".".join(mine[shared:]), ".".join(theirs[shared:])
+
+
+def close_names(name: str, names: Sequence[str], n: int = 3, cutoff: float = 0.6) -> List[str]:
+    """Up to ``n`` of ``names`` that ``name`` may be a misspelling of: difflib's closest (ratio at least ``cutoff``,
+    best first), else those holding ``name`` whole (``sorting`` → ``number_sorting``, ``word_sorting``). For names
+    outside the config: a reasoning-gym task, a task's setting."""
+    close = difflib.get_close_matches(name, list(names), n=n, cutoff=cutoff)
+    if close and difflib.SequenceMatcher(None, name, close[0]).ratio() >= 0.9:  # one letter off: only that one
+        return close[:1]
+    return close or [k for k in names if name and name in k][:n]
+
+
+def did_you_mean(name: str, names: Sequence[str], quote=lambda k: f"`{k}`") -> str:
+    """``"did you mean `a`?"`` (``"`a`, `b` or `c`"`` for several) for :func:`close_names`, ``""`` when none is
+    close."""
+    close = [quote(k) for k in close_names(name, names)]
+    if not close:
+        return ""
+    return f"did you mean {', '.join(close[:-1]) + ' or ' if len(close) > 1 else ''}{close[-1]}?"

@@ -52,20 +52,27 @@ class ModelConfig(Section):
     lora: LoraConfig = section(LoraConfig, "LoRA adapters instead of training every weight")
 
 
+#: What a ``reasoning_gym:<task>`` prompt says after the question unless ``data.task_instruction`` replaces it: the
+#: answer inside reasoning-gym's tags, where ``grpo_rollout.rewards.tasks:reasoning_gym_score`` reads it first
+REASONING_GYM_INSTRUCTION = "Give your final answer between <answer> and </answer> tags."
+
+
 class DataConfig(Section):
     """Where the training prompts come from."""
 
-    train: str = setting("", "A .jsonl/.json/.csv/.parquet file, a hub dataset, or `module:function` returning a "
-                         "datasets.Dataset or a list of dicts")
+    train: str = setting("", "A .jsonl/.json/.csv/.parquet file, a hub dataset, `module:function` returning a "
+                         "datasets.Dataset or a list of dicts, or `reasoning_gym:<task>` (`grpo-rollout tasks`)")
     split: str = setting("train", "The split of a hub dataset or of a function's DatasetDict")
     prompt_column: str = setting("prompt", "The column of each row's prompt: a string or a list of chat messages")
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by training.seed)")
     eval: str = setting("", "Held-out prompts for `evaluation` (the same sources as train); empty = none")
     eval_split: str = setting("test", "The split of data.eval for a hub dataset or a function's DatasetDict")
     task_kwargs: Dict[str, Any] = setting({}, "For `reasoning_gym:<task>` sources: create_dataset's arguments "
-                                          "(size, seed, ...); data.eval's rows never repeat data.train's")
-    task_instruction: str = setting("", "For `reasoning_gym:<task>` sources: text after each question, e.g. "
-                                    "'Reply with only the number.'")
+                                          "(size, seed and the task's settings: `grpo-rollout tasks <task>`); "
+                                          "data.eval's rows never repeat data.train's")
+    task_instruction: str = setting(REASONING_GYM_INSTRUCTION, "For `reasoning_gym:<task>` sources: the text after "
+                                    "each question, training and held-out rows alike; your own replaces the default "
+                                    "request for `<answer>` tags ('' for none)")
 
 
 class RolloutConfig(Section):

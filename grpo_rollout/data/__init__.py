@@ -55,10 +55,10 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
 
 def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path] = None,
                        task_kwargs: Optional[Mapping[str, Any]] = None, held_out: bool = False,
-                       task_instruction: str = ""):
+                       task_instruction: Optional[str] = None):
     """Load ``data.train`` (or ``data.eval``) as a ``datasets.Dataset`` (rows of named columns); a
-    ``reasoning_gym:<task>`` source is made with ``task_kwargs`` and ``task_instruction`` (``held_out``: the rows that
-    never overlap the training ones, :mod:`.reasoning_gym`).
+    ``reasoning_gym:<task>`` source is made with ``task_kwargs`` and ``task_instruction`` (``None``: the default, which
+    asks for ``<answer>`` tags; ``held_out``: the rows that never overlap the training ones, :mod:`.reasoning_gym`).
 
     Raises:
         DatasetError: the file is missing or unreadable, the function fails or returns something else, or the hub
@@ -72,7 +72,8 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
         if kind == "reasoning_gym":
             from .reasoning_gym import task_rows
 
-            ds = datasets.Dataset.from_list(task_rows(target, task_kwargs or {}, held_out, task_instruction))
+            instruction = {} if task_instruction is None else {"instruction": task_instruction}
+            ds = datasets.Dataset.from_list(task_rows(target, task_kwargs or {}, held_out, **instruction))
         elif kind == "file":
             ds = datasets.load_dataset(FILE_BUILDERS[target.suffix.lower()], data_files=str(target), split="train")
         elif kind == "function":

@@ -8,6 +8,7 @@ from typing import List, Optional
 from ..user_code import resolve_callable
 from ..config.problems import Problem, add_error as _err
 from ..config.schema import Config
+from .reasoning_gym import check_task_source
 
 
 def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:
@@ -18,6 +19,8 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     if not config.data.train:
         _err(problems, "data.train", "", "no training data given",
              "set a .jsonl/.csv/.parquet file, a hub dataset, or `module:function` returning a datasets.Dataset")
+        return None
+    if not check_task_source(config, problems, "data.train"):
         return None
     try:
         ds = load_section(config.data, base_dir)

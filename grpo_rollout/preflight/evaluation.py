@@ -8,6 +8,7 @@ from typing import List, Optional
 
 from ..config.problems import Problem, add_error as _err, add_warning as _warn
 from ..config.schema import Config
+from .reasoning_gym import check_task_source
 from ..signatures import required_params
 from ..user_code import resolve_callable
 
@@ -42,7 +43,7 @@ def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, lo
         if names is not None and e.success_reward not in names:
             _err(problems, "evaluation.success_reward", e.success_reward, "is not one of the run's rewards "
                  f"({', '.join(names) or 'none'})", "name one of them (as in rewards/<name>), or null for the total")
-    if not load_data:
+    if not load_data or not check_task_source(config, problems, "data.eval"):
         return
     try:
         ds = load_section(config.data, base_dir, held_out=True)
