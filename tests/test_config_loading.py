@@ -216,6 +216,21 @@ def test_override_with_unknown_key_or_wrong_type(project, errs):
     assert problems["training.max_steps"].value == "abc"
 
 
+def test_an_empty_value_of_a_text_key_is_empty_not_null(project, errs):
+    """Issue 28: `data.eval=` on the command line (and `eval:` with nothing in YAML) read as null, refused with
+    "expected str, got NoneType"; it is the empty text. A key that takes null keeps null."""
+    path = project.write_config(project.baseline())
+    loaded = load_config(path, ["data.eval=", "rollout.function=", "vllm.url="])
+    assert loaded.problems == []
+    assert loaded.config.data.eval == "" and loaded.config.rollout.function == "" and loaded.config.vllm.url is None
+    written = project.write("empty.yaml", "data:\n  train: data.jsonl\n  eval:\nvllm:\n  url:\n")
+    loaded = load_config(written)
+    assert loaded.problems == [] and loaded.config.data.eval == "" and loaded.config.vllm.url is None
+    [problem] = errs(load_config(path, ["data.eval=null"]).problems)
+    assert (problem.key, problem.message) == ("data.eval", "expected str, got null")
+    assert problem.fix == 'for none, leave it empty: `data.eval: ""` in YAML, `data.eval=` on the command line'
+
+
 def test_override_of_a_list_item_with_brackets(project):
     loaded = load_config(project.write_config(project.baseline()), ["rewards[0].weight=0.5"])
     assert loaded.problems == []

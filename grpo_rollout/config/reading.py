@@ -15,8 +15,8 @@ from .problems import Problem
 
 def _plain_scalar_texts(yaml_text: str) -> Dict[str, str]:
     """Dotted key (``logging.run_name``, ``rewards[0].function``) → the text of every plain (unquoted) YAML scalar
-    that YAML does not read as text (``1e5``, ``0123456``, ``yes``; ``null``/``~`` excluded), so that a key typed
-    ``str`` can keep exactly what the user wrote."""
+    that YAML does not read as text (``1e5``, ``0123456``, ``yes``, and an empty value as ``""``; ``null``/``~``
+    excluded), so that a key typed ``str`` can keep exactly what the user wrote."""
     import yaml
 
     try:
@@ -33,7 +33,8 @@ def _plain_scalar_texts(yaml_text: str) -> Dict[str, str]:
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 walk(item, f"{dotted}[{i}]")
-        elif isinstance(node, yaml.ScalarNode) and node.style is None and node.tag != "tag:yaml.org,2002:null":
+        elif isinstance(node, yaml.ScalarNode) and node.style is None and (node.tag != "tag:yaml.org,2002:null"
+                                                                           or node.value == ""):
             texts[dotted] = node.value
 
     walk(root, "")
@@ -69,7 +70,8 @@ def _apply_overrides(raw: DictConfig, overrides: Sequence[str], problems: List[P
 def as_written(node: Any, model: Type[BaseModel], prefix: str, texts: Dict[str, str], problems: List[Problem]) -> Any:
     """The user's mapping for section ``model`` with YAML's readings undone where the schema says so, before pydantic
     sees it: a text key takes the text written (``1e5`` stays ``"1e5"``, ``0123456`` stays ``"0123456"``, an unquoted
-    ``off`` stays ``"off"``), a bare string in a list of sections is ``{function: <it>}``, and a boolean for a number
+    ``off`` stays ``"off"``, and nothing written, ``data.eval=`` or ``eval:``, is the empty text where null is not
+    allowed: YAML and OmegaConf read it as null), a bare string in a list of sections is ``{function: <it>}``, and a boolean for a number
     or a float for an integer is a problem (pydantic would read ``true`` as 1 and ``8.0`` as 8). Keys with a problem
     are left out, so they keep their default; anything else wrong is left for pydantic to report."""
     if not isinstance(node, dict):
@@ -79,7 +81,10 @@ def as_written(node: Any, model: Type[BaseModel], prefix: str, texts: Dict[str, 
         dotted, info = prefix + str(key), model.model_fields.get(str(key))
         tp = strip_optional(info.annotation)[0] if info else None
         sub = section_of(tp)
-        if info is None or value is None:
+        if value is None and info is not None and is_text(tp) and item_type(tp) is tp and \
+                not strip_optional(info.annotation)[1] and texts.get(dotted) == "":
+            out[str(key)] = ""  # `data.eval=`: empty, not null
+        elif info is None or value is None:
             out[str(key)] = value
         elif sub is not None and sub is not tp and isinstance(value, list):  # a list of sections: `rewards`
             out[str(key)] = [as_written({"function": v} if isinstance(v, str) else v, sub, f"{dotted}[{i}].", texts,

@@ -64,6 +64,9 @@ def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
     if sub is not None and kind == "list_type":
         return Problem(key, value, "expected a list", f"write `{key}:` followed by `- function: pkg.module:func` "
                        "entries")
+    if value is None and tp is str and info is not None and info.default == "":  # `data.eval=null`
+        return Problem(key, value, "expected str, got null", f'for none, leave it empty: `{key}: ""` in YAML, '
+                       f"`{key}=` on the command line")
     return Problem(key, value, f"expected {type_name(tp)}, got {type(value).__name__}", f"set `{key}` to "
                    f"{type_name(tp)}")
 
