@@ -10,8 +10,28 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..config import Config
+from ..config.problems import Problem
+from ..generation.server.managed_flags import check_server_args
 from ..preflight import check_config
 from .render import print_problems
+
+
+def vllm_arg_problems(config: Config, extra: List[str], *, model: Optional[str] = None, host: Optional[str] = None,
+                      port: Optional[int] = None, max_model_len: Optional[int] = None,
+                      api_key: Optional[str] = None) -> List[Problem]:
+    """``--vllm-arg`` flags that the launcher sets itself (:func:`check_server_args`), judged against the config as
+    ``serve``'s own options change it: ``--vllm-arg=--dtype=bfloat16`` over a ``model.dtype: float32`` config is an
+    error (vLLM keeps the last value, so it would serve another dtype than the trainer computes in)."""
+    served = config.model_copy(deep=True)
+    served.vllm.mode = "attach"  # what a serve'd server is to a trainer
+    served.model.name_or_path = model or served.model.name_or_path
+    served.vllm.host = host or served.vllm.host
+    served.vllm.port = port or served.vllm.port
+    served.vllm.max_model_len = max_model_len or served.vllm.max_model_len
+    served.vllm.api_key = api_key or served.vllm.api_key
+    problems: List[Problem] = []
+    check_server_args(served, problems, extra, "--vllm-arg")
+    return problems
 
 
 def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[str], host: Optional[str],
@@ -25,6 +45,11 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
         if any(p.is_error for p in problems):
             return 1
         config = loaded.config
+    problems = vllm_arg_problems(config, extra, model=model, host=host, port=port, max_model_len=max_model_len,
+                                 api_key=api_key)
+    print_problems(console, problems)
+    if any(p.is_error for p in problems):
+        return 1
     from ..generation.server.launch import needed_model_len, server_command, settings_from_config
     from ..models.builtin import resolve_model_path
 

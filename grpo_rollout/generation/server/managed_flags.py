@@ -11,7 +11,7 @@ config's own value is a warning (it does nothing).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...config.batch_checks import needed_model_len
 from ...config.problems import Problem, add_error, add_warning
@@ -98,8 +98,8 @@ def _yaml(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _fix(flag: str, managed: Managed, spawn: bool, got: Any) -> str:
-    remove = f"remove `{flag}` from vllm.extra_args"
+def _fix(flag: str, managed: Managed, spawn: bool, got: Any, where: str) -> str:
+    remove = f"remove `{flag}` from {where}"
     if managed.key is None:
         return f"{remove}: grpo-rollout needs the value it sets"
     if flag in ("--host", "--port") and spawn:
@@ -112,17 +112,19 @@ def _fix(flag: str, managed: Managed, spawn: bool, got: Any) -> str:
     return f"{remove} and set {managed.key}: {_yaml(got)} instead (or only remove it, to keep the config's value)"
 
 
-def check_server_args(config: Config, problems: List[Problem]) -> None:
+def check_server_args(config: Config, problems: List[Problem], args: Optional[Sequence[str]] = None,
+                      where: str = "vllm.extra_args") -> None:
     """Every flag in ``vllm.extra_args`` that the launcher sets itself (:data:`MANAGED_FLAGS`): an error when its value
-    differs from the one the config gives the launcher, a warning when it repeats it."""
-    args = list(config.vllm.extra_args or [])
+    differs from the one the config gives the launcher, a warning when it repeats it. ``args``/``where``: other
+    arguments appended to the server's command line and what they are called (``grpo-rollout serve``'s
+    ``--vllm-arg``)."""
+    args = list(config.vllm.extra_args or []) if args is None else list(args)
     for i, flag, written in _flags(args):
         managed = MANAGED_FLAGS[flag]
         expected = managed.value(config)
         text = flag if written is None else f"{flag} {written}"
         if managed.takes_value and written is None:
-            add_error(problems, f"vllm.extra_args[{i}]", text, f"`{flag}` has no value",
-                      f"remove `{flag}` from vllm.extra_args")
+            add_error(problems, f"{where}[{i}]", text, f"`{flag}` has no value", f"remove `{flag}` from {where}")
             continue
         got = managed.normalise(written if written is not None else "")
         if managed.key is None:
@@ -133,8 +135,8 @@ def check_server_args(config: Config, problems: List[Problem]) -> None:
         else:
             source = f"{managed.key} = {_yaml(expected)}"
         if expected is not None and got == expected:
-            add_warning(problems, f"vllm.extra_args[{i}]", text,
-                        f"repeats what the launcher already sets ({source})", f"remove `{flag}` from vllm.extra_args")
+            add_warning(problems, f"{where}[{i}]", text,
+                        f"repeats what the launcher already sets ({source})", f"remove `{flag}` from {where}")
         else:
             if expected is not None:
                 now = f"the launcher sets it from {source}" if managed.key else f"the launcher sets {source}"
@@ -142,7 +144,8 @@ def check_server_args(config: Config, problems: List[Problem]) -> None:
                 now = "spawn mode picks a free port itself"
             else:
                 now = f"{managed.key} is unset, so the launcher leaves it out and the trainer assumes none"
-            add_error(problems, f"vllm.extra_args[{i}]", text,
+            add_error(problems, f"{where}[{i}]", text,
                       f"contradicts a setting grpo-rollout manages ({now}); extra args come last, so the server "
                       f"would run with `{text}` while the trainer assumes the config's value",
-                      _fix(flag, managed, _spawn(config), got), depends_on=(managed.key,) if managed.key else ())
+                      _fix(flag, managed, _spawn(config), got, where),
+                      depends_on=(managed.key,) if managed.key else ())

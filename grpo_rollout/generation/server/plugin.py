@@ -5,7 +5,8 @@ spawn mode set it). Every ``/v1/...`` route of vLLM stays; these are added:
 
 - ``POST /generate/``: body ``prompts`` (strings, chat-message lists — the chat template is applied with the
   generation prompt — or token-id lists), ``n``, ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``max_tokens``,
-  ``repetition_penalty``, optional ``seed`` and ``stop``; answer ``prompt_ids`` (one per prompt), ``completion_ids``
+  ``repetition_penalty``, optional ``seed`` (each prompt is seeded from it and its own tokens, its samples with that
+  ``+ 0 .. n-1``: :mod:`grpo_rollout.generation.seeds`) and ``stop``; answer ``prompt_ids`` (one per prompt), ``completion_ids``
   (``len(prompts) × n``, grouped by prompt), ``logprobs`` (one float per completion token, of the distribution
   actually sampled when the server runs with ``--logprobs-mode processed_logprobs``), ``finish_reasons``,
   ``weight_version`` (the version held when the request started; a weight update waits for running requests).
@@ -23,7 +24,7 @@ token ids outside the vocabulary, malformed chat messages) with 400 and the reas
   cache freed, weights offloaded to CPU memory) and back; while asleep ``/generate/`` and the weight routes answer
   409. Behind the API key like every route here, unlike vLLM's own dev-mode ``/sleep``.
 - ``GET /health/``: ``status``, ``model``, ``weight_version``, ``max_model_len``, ``vocab_size``, ``sleep_mode``,
-  ``asleep``.
+  ``asleep``, ``dtype`` (the dtype the model is served in: ``float32``, ``bfloat16``, ``float16``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ async def health(request: Request) -> Dict[str, Any]:
     state = _state(request)
     return {"status": "ok", "model": state.model, "weight_version": state.weight_version,
             "max_model_len": state.max_model_len, "vocab_size": state.vocab_size, "sleep_mode": state.sleep_mode,
-            "asleep": state.asleep}
+            "asleep": state.asleep, "dtype": state.dtype}
 
 
 router.include_router(generate_route.router)
@@ -82,7 +83,8 @@ class GrpoRolloutPlugin:
         state.grpo_rollout = _State(engine_client, tokenizer, getattr(args, "served_model_name", None) and
                                     args.served_model_name[0] or args.model, model_config.max_model_len,
                                     model_config.get_vocab_size(), _api_keys(args), _served_layout(args.model), tied,
-                                    bool(getattr(model_config, "enable_sleep_mode", False)))
+                                    bool(getattr(model_config, "enable_sleep_mode", False)),
+                                    str(model_config.dtype).removeprefix("torch."))
 
 
 __all__ = ["GenerateRequest", "GrpoRolloutPlugin", "MAX_N", "MAX_SEQUENCES", "Prompt", "UpdateWeightsRequest",

@@ -1,7 +1,8 @@
 """What the grpo-rollout routes share: the engine, tokenizer, limits and weight version of the server (kept on
 vLLM's ``app.state`` by the plugin), and the lookup every route starts with (503 without an engine, 401 without the
 API key). ``sleep_mode``: the engine was started with ``--enable-sleep-mode``; ``asleep``: it is asleep now (no
-generation, no weight update until ``/wake_up/``)."""
+generation, no weight update until ``/wake_up/``); ``dtype``: the dtype the model is served in (``float32``,
+``bfloat16``, ...), which a trainer attaching compares with its ``model.dtype``."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from fastapi import HTTPException, Request
 class _State:
     def __init__(self, engine: Any, tokenizer: Any, model: str, max_model_len: int, vocab_size: int,
                  api_keys: List[str], layout: Optional[Dict[str, tuple]] = None, tied: bool = False,
-                 sleep_mode: bool = False):
+                 sleep_mode: bool = False, dtype: str = ""):
         self.engine, self.tokenizer, self.model, self.api_keys = engine, tokenizer, model, api_keys
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.layout, self.tied = layout, tied
         self.weight_version = 0
         self.sleep_mode, self.asleep = sleep_mode, False
+        self.dtype = dtype
         self.lock = asyncio.Lock()
 
 
