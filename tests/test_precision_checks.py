@@ -1,5 +1,6 @@
 """Precision faults of issue 28.10: a server made to serve another dtype than the trainer computes in through
-``grpo-rollout serve --vllm-arg`` (b). The check of an attached server's dtype is in
+``grpo-rollout serve --vllm-arg`` (b), ``model.dtype: float16`` without loss scaling (c), and a run that never said
+in which dtypes it computes and stores (c). The check of an attached server's dtype is in
 ``test_sampling_filters_server.py`` (it needs a real server)."""
 
 from __future__ import annotations
@@ -7,7 +8,23 @@ from __future__ import annotations
 import io
 import os
 
+import pytest
+import yaml
 from rich.console import Console
+
+from grpo_rollout.trainer import train
+from grpo_rollout.trainer.progress import RichReporter
+from tiny_model import tiny_config
+
+
+def test_float16_is_refused_naming_the_fix(project, errs):
+    cfg = project.baseline()
+    cfg["model"]["dtype"] = "float16"
+    [problem] = errs(project.check(cfg, load_data=False), "model.dtype")
+    assert "without loss scaling" in problem.message
+    assert problem.fix.startswith("set model.dtype: bfloat16")
+    cfg["model"]["dtype"] = "bfloat16"
+    assert not errs(project.check(cfg, load_data=False), "model.dtype")
 
 
 def _serve(tmp_path, monkeypatch, config_text: str, extra) -> tuple:
@@ -32,3 +49,25 @@ def test_serve_refuses_a_vllm_arg_that_overrides_the_configs_dtype(tmp_path, mon
     code, said, started = _serve(tmp_path, monkeypatch, config, ["--seed=0"])  # any other flag passes through
     assert started and started[0][-1] == "--seed=0"
 
+
+@pytest.mark.model
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_run_says_its_compute_and_master_dtypes(tmp_path, tiny_model, lora):
+    said = []
+
+    class Recording(RichReporter):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    cfg = tiny_config(tmp_path, tiny_model, training={"max_steps": 1})
+    cfg.model.dtype = "bfloat16"
+    if lora:
+        cfg.model.lora.r = 4
+    train(cfg, base_dir=tmp_path, reporter=Recording(quiet=True))
+    expected = ("compute bfloat16 (torch.autocast); frozen base weights bfloat16; LoRA adapters, their gradients and "
+                "AdamW state float32" if lora else
+                "compute bfloat16 (torch.autocast); master weights, gradients and AdamW state float32")
+    assert f"Precision: {expected}" in said
+    text = (tmp_path / "out" / "config.yaml").read_text()
+    assert text.splitlines()[0] == f"# precision: {expected}"
+    assert yaml.safe_load(text)["model"]["dtype"] == "bfloat16"  # still the run's config

@@ -1,14 +1,15 @@
 """Static checks of the training algorithm's settings: combinations that run, but not as the user likely means.
 
 Every check here appends :class:`~grpo_rollout.config.problems.Problem` objects (warnings: each of these configs is
-legal); :func:`grpo_rollout.preflight.validate` runs them with the others.
+legal, except ``model.dtype: float16``, an error); :func:`grpo_rollout.preflight.validate` runs them with the
+others.
 """
 
 from __future__ import annotations
 
 from typing import List
 
-from .problems import Problem, add_warning
+from .problems import Problem, add_error, add_warning
 from .schema import Config, TrainingConfig, default_of
 
 GSPO_PAPER = "GSPO (Zheng et al. 2025, arXiv:2507.18071)"
@@ -61,3 +62,16 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                     "set sampling.repetition_penalty: 1.0 to keep both (penalise repetition with a reward instead), "
                     "or accept that a server on stale weights goes unnoticed",
                     depends_on=("sampling.repetition_penalty",))
+
+
+def check_precision(config: Config, problems: List[Problem]) -> None:
+    """An error for ``model.dtype: float16``: mixed precision in float16 needs loss scaling (a gradient scaler, as
+    ``torch.amp.GradScaler``), which this trainer does not have. Its largest value is 65504 and its smallest normal
+    6.1e-5, so without scaling small gradients flush to zero and large activations overflow to inf (skipped steps)
+    with no word. bfloat16 has float32's range and needs no scaler."""
+    if config.model.dtype == "float16":
+        add_error(problems, "model.dtype", config.model.dtype,
+                  "trains without loss scaling (no gradient scaler): float16 stops at 65504 and its smallest normal "
+                  "is 6.1e-5, so gradients below it flush to zero and large activations overflow to inf",
+                  "set model.dtype: bfloat16 (float32's range, no scaler needed; CPUs and GPUs from NVIDIA Ampere "
+                  "on), or float32 on an older GPU")

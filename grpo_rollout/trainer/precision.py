@@ -13,6 +13,9 @@ most updates round away (measured, one step at lr 1e-6 on a tiny Llama: 0.9% of 
 
 A LoRA policy keeps its frozen base in ``model.dtype`` (it never changes, so nothing rounds away) and its adapters
 in float32 (PEFT's default).
+
+``model.dtype: float16`` is refused by the config checks (:func:`~grpo_rollout.config.algorithm_checks.check_precision`):
+autocast in float16 needs a gradient scaler, which this trainer does not have; bfloat16 has float32's range.
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ class Precision:
     def mixed(self) -> bool:
         """True when compute is in a 16-bit dtype over float32 weights."""
         return self.compute != torch.float32
+
+    def describe(self, lora: bool) -> str:
+        """One line naming the compute dtype and the dtype of the trained (master) weights and optimizer state, as the
+        run prints it at start and writes it at the top of ``config.yaml``."""
+        compute = str(self.compute).removeprefix("torch.")
+        how = " (torch.autocast)" if self.mixed else ""
+        if lora:
+            return (f"compute {compute}{how}; frozen base weights {compute}; LoRA adapters, their gradients and AdamW "
+                    f"state {MASTER_DTYPE}")
+        return f"compute {compute}{how}; master weights, gradients and AdamW state {MASTER_DTYPE}"
 
     def load_dtype(self, lora: bool) -> str:
         """The dtype to load the policy in: float32 master weights, except a LoRA base (frozen: ``model.dtype``)."""

@@ -78,11 +78,14 @@ class GRPORecipe:
         torch.manual_seed(t.seed)
         self.rollouts = RolloutStage(config, base_dir, dist)  # data and functions first: no model for a bad config
         self.evaluator = Evaluator(config, base_dir, dist, self.rollouts) if evaluation_on(config) else None
+        if self.evaluator is not None and self.evaluator.size_warning:
+            reporter.message(self.evaluator.size_warning)
         self.output_dir = Path(t.output_dir).expanduser()
+        self.precision = Precision.from_config(config.model.dtype, dist.device)  # float32 master weights
         if dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            (self.output_dir / CONFIG_FILE).write_text(to_yaml(config))
-        self.precision = Precision.from_config(config.model.dtype, dist.device)  # float32 master weights
+            header = f"# precision: {self.precision.describe(config.model.lora.r > 0)}\n"
+            (self.output_dir / CONFIG_FILE).write_text(header + to_yaml(config))
         # a repetition penalty changes the sampler's distribution per context in a way the trainer does not
         # reproduce: its log-probs are then logged but neither corrected for nor checked
         self.compare_with_sampler = s.repetition_penalty == 1.0

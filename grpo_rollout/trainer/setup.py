@@ -83,6 +83,7 @@ def load_policy(config: Config, dist: Dist, precision: Precision, output_dir: Pa
     m, t = config.model, config.training
     say(f"Loading {m.name_or_path}" + (f" on {dist.world_size} processes" if dist.world_size > 1 else ""))
     lora = m.lora.r > 0
+    say(f"Precision: {precision.describe(lora)}")
     lm, tokenizer, model_path = load_model_and_tokenizer(m.name_or_path, precision.load_dtype(lora), m.revision,
                                                          m.trust_remote_code, progress=say)
     mp_policy = precision.fsdp_policy()
