@@ -56,6 +56,24 @@ def test_unknown_key_suggests_nearest_valid_key(project, errs, section, bad, sug
     assert f"`{suggestion}`" in p.fix
 
 
+@pytest.mark.parametrize("section, bad, fix_start", [
+    ("training", "gradient_accumulation_steps", "none needed: accumulation follows from training.prompts_per_step × "
+                                                "sampling.num_generations ÷ training.micro_batch_size"),
+    ("training", "generation_batch_size", "a step generates training.prompts_per_step × sampling.num_generations"),
+    ("training", "steps_per_generation", "a step generates once, then makes training.num_iterations updates"),
+    ("training", "bf16", "set model.dtype: bfloat16"),
+    ("vllm", "use_vllm", "set vllm.mode: spawn"),
+])
+def test_another_trainers_key_says_what_to_set_instead(project, errs, section, bad, fix_start):
+    """Issue 28: TRL's `training.gradient_accumulation_steps` got the list of 40 valid keys; `generation_batch_size`
+    was pointed at micro_batch_size and `steps_per_generation` at async_generation, neither of which means that."""
+    cfg = project.baseline()
+    cfg.setdefault(section, {})[bad] = 4
+    [p] = errs(project.check(cfg))
+    assert (p.key, p.value, p.message) == (f"{section}.{bad}", 4, "unknown key (another trainer's setting)")
+    assert p.fix.startswith(fix_start) and "valid keys here" not in p.fix
+
+
 def test_unknown_top_level_and_reward_item_keys(project, errs):
     cfg = project.baseline()
     cfg["modle"] = {"dtype": "float32"}

@@ -1,12 +1,35 @@
-"""The nearest valid key for an unknown one (the "did you mean" of an unknown-key problem)."""
+"""The nearest valid key for an unknown one (the "did you mean" of an unknown-key problem), and what to do instead
+of the keys other trainers have that grpo-rollout computes or spells otherwise (:data:`OTHER_TRAINERS_KEYS`)."""
 
 from __future__ import annotations
 
 import difflib
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .fields import aliases, walk
 from .schema import Config
+
+
+#: Keys of TRL's GRPOConfig (and transformers' TrainingArguments) with no key of the same meaning here → the fix. A
+#: name that only differs (``per_device_train_batch_size``) is left to :func:`suggest_key`.
+OTHER_TRAINERS_KEYS: Dict[str, str] = {
+    "gradient_accumulation_steps": "none needed: accumulation follows from training.prompts_per_step × "
+    "sampling.num_generations ÷ training.micro_batch_size (every micro-batch of a step adds its gradient to the one "
+    "update); set those",
+    "generation_batch_size": "a step generates training.prompts_per_step × sampling.num_generations completions; set "
+    "those",
+    "steps_per_generation": "a step generates once, then makes training.num_iterations updates on the whole batch; "
+    "set training.num_iterations",
+    "bf16": "set model.dtype: bfloat16 (mixed precision: weights and optimizer state stay float32)",
+    "fp16": "set model.dtype: float16 or bfloat16 (mixed precision: weights and optimizer state stay float32)",
+    "use_vllm": "set vllm.mode: spawn (start a server), attach (vllm.url) or off (transformers generates)",
+    "vllm_mode": "set vllm.mode: spawn (start a server), attach (vllm.url) or off (transformers generates)",
+}
+
+
+def other_trainers_fix(bad_key: str) -> Optional[str]:
+    """What to do instead of ``bad_key``, another trainer's key that has no counterpart of that meaning here."""
+    return OTHER_TRAINERS_KEYS.get(bad_key)
 
 
 def suggest_key(bad_key: str, cls: type, prefix: str) -> Optional[str]:

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Tuple, Type
 from pydantic import BaseModel
 
 from .fields import allowed_values, dotted, field_at, range_text, rule_of, section_of, strip_optional, type_name
-from .key_suggestions import suggest_key
+from .key_suggestions import other_trainers_fix, suggest_key
 from .problems import Problem
 
 #: pydantic error types that are about a value, not its type (``rule``/``cross_key``: raised by the schema)
@@ -48,6 +48,8 @@ def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
             return Problem(source, expression, f"interpolation failed: what it resolved to is not "
                            f"{type_name(src.annotation if src else model)} ({inner.key}: {inner.message})",
                            "point it at a section of the same kind, or write the keys out")
+    if kind == "extra_forbidden" and other_trainers_fix(str(loc[-1])):  # a TRL habit: gradient_accumulation_steps
+        return Problem(key, value, "unknown key (another trainer's setting)", other_trainers_fix(str(loc[-1])))
     if kind == "extra_forbidden":
         parent = section_of(field_at(model, dotted(loc[:-1])).annotation) if loc[:-1] else model
         hint = suggest_key(str(loc[-1]), parent, dotted(loc[:-1]) + "." if loc[:-1] else "")
