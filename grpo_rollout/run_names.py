@@ -151,6 +151,12 @@ def pass_at(k: int) -> str:
     return f"{EVAL_PREFIX}pass@{k}"
 
 
+def pass_at_stderr(k: int) -> str:
+    """``eval/stderr/pass@<k>``: the standard error of :func:`pass_at` over the held-out prompts (their pass@k's
+    sample std / √prompts; ``nan`` for one prompt)."""
+    return f"{EVAL_PREFIX}stderr/pass@{k}"
+
+
 def mean_at(n: int) -> str:
     """``eval/mean@<n>``: the share of the ``n`` completions of a held-out prompt that succeed, over prompts."""
     return f"{EVAL_PREFIX}mean@{n}"

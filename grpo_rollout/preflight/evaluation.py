@@ -3,14 +3,38 @@ reward is one of the run's rewards."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..config.problems import Problem, add_error as _err, add_warning as _warn
 from ..config.schema import Config
 from .reasoning_gym import check_task_source
 from ..signatures import required_params
 from ..user_code import resolve_callable
+
+
+#: Fewer held-out prompts than this get a warning: pass@1's standard error over prompts can then exceed 0.09
+#: (0.5 / √30), so a change of 0.2 between two evaluations may be noise.
+MIN_HELD_OUT_PROMPTS = 30
+
+
+def held_out_size_warning(available: int, max_prompts: Optional[int]) -> Optional[Tuple[str, str, str]]:
+    """``(key, problem, fix)`` when the evaluation will see fewer held-out prompts than ``evaluation.max_prompts``
+    asks for, or fewer than :data:`MIN_HELD_OUT_PROMPTS`; ``None`` otherwise. ``available``: rows ``data.eval``
+    gives (a reasoning-gym task's after its training questions are taken out)."""
+    used = min(available, max_prompts) if max_prompts else available
+    if max_prompts and available < max_prompts:
+        return ("evaluation.max_prompts", f"asks for {max_prompts} held-out prompts but data.eval has only "
+                f"{available}, so pass@k is measured on {available}" + (f" (its standard error is up to "
+                f"{0.5 / math.sqrt(available):.2f})" if available else ""),
+                "add held-out rows (a reasoning-gym task: a larger data.task_kwargs.size or a wider task, so that "
+                "fewer questions repeat the training ones), or lower evaluation.max_prompts")
+    if 0 < used < MIN_HELD_OUT_PROMPTS:
+        return ("data.eval", f"gives {used} held-out prompts: pass@k's standard error over prompts is up to "
+                f"{0.5 / math.sqrt(used):.2f}, so a change smaller than about twice that is noise",
+                f"use at least {MIN_HELD_OUT_PROMPTS} held-out prompts")
+    return None
 
 
 def evaluation_asked(config: Config) -> bool:
@@ -50,6 +74,10 @@ def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, lo
     except DatasetError as exc:
         _err(problems, "data.eval", config.data.eval, str(exc), "fix the path/name, or the function named")
         return
+    small = held_out_size_warning(len(ds), e.max_prompts)
+    if small:
+        _warn(problems, small[0], e.max_prompts if small[0] == "evaluation.max_prompts" else config.data.eval,
+              small[1], small[2])
     if config.data.prompt_column not in ds.column_names:
         _err(problems, "data.eval", config.data.eval, f"has no column `{config.data.prompt_column}` (columns: "
              f"{', '.join(ds.column_names)})", "give the held-out rows the training rows' prompt column")

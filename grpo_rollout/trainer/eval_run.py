@@ -43,6 +43,8 @@ def evaluate(config: Config, base_dir: Optional[Path] = None, checkpoint: Option
     reporter = (reporter or RichReporter()) if dist.is_main else RichReporter(quiet=True)
     stage = RolloutStage(config, base_dir, dist)
     evaluator = Evaluator(config, base_dir, dist, stage)
+    if evaluator.size_warning:
+        reporter.message(evaluator.size_warning)
     output_dir = Path(config.training.output_dir).expanduser()
     output_dir.mkdir(parents=True, exist_ok=True)  # a spawned server's log goes there
     weights, finished = None, False

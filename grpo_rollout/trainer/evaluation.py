@@ -11,21 +11,22 @@ every ``N``-th prompt and the records are gathered.
 from __future__ import annotations
 
 import json
+import math
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from .. import run_names as rn
 from ..config import Config
 from ..data import load_section
-from ..preflight.evaluation import evaluation_asked
+from ..preflight.evaluation import evaluation_asked, held_out_size_warning
 from .batch import CompletionScores
 from .distributed import Dist
-from .pass_at_k import default_ks, mean_pass_at_k, pass_at_k
+from .pass_at_k import default_ks, pass_at_k, pass_at_k_with_stderr
 from .rollout_stage import RolloutStage
 from .rollout_stats import episode_metrics, extras_means, tool_metrics
 
@@ -47,15 +48,18 @@ def evaluation_on(config: Config) -> bool:
     return bool(config.data.eval) and evaluation_asked(config)
 
 
-def load_eval_dataset(config: Config, base_dir: Path) -> Any:
-    """``data.eval`` (split ``data.eval_split``), its first ``evaluation.max_prompts`` rows.
+def load_eval_dataset(config: Config, base_dir: Path) -> Tuple[Any, Optional[str]]:
+    """``data.eval`` (split ``data.eval_split``), its first ``evaluation.max_prompts`` rows; and a warning when they
+    are fewer than asked for or too few to tell a change from noise (:func:`held_out_size_warning`), else ``None``.
 
     Raises:
         DatasetError: it does not load (the message says why).
     """
     ds = load_section(config.data, base_dir, held_out=True)
     limit = config.evaluation.max_prompts
-    return ds.select(range(min(limit, len(ds)))) if limit else ds
+    small = held_out_size_warning(len(ds), limit)
+    warning = f"Held-out set: {small[0]} {small[1]}; {small[2]}" if small else None
+    return (ds.select(range(min(limit, len(ds)))) if limit else ds), warning
 
 
 class Evaluator:
@@ -63,11 +67,13 @@ class Evaluator:
 
     Attributes:
         dataset: the held-out rows. stage: the run's rollout stage (its rollout, rewards and client).
+        size_warning: what to tell the user when the held-out rows are fewer than asked for or than
+            :data:`~grpo_rollout.preflight.evaluation.MIN_HELD_OUT_PROMPTS` (``None`` when they are enough).
     """
 
     def __init__(self, config: Config, base_dir: Path, dist: Dist, stage: RolloutStage):
         self.cfg, self.dist, self.stage = config, dist, stage
-        self.dataset = load_eval_dataset(config, base_dir)
+        self.dataset, self.size_warning = load_eval_dataset(config, base_dir)
 
     def due(self, done: int, last: bool) -> bool:
         """Whether to evaluate after ``done`` completed steps (0: before the first; ``last``: after the last)."""
@@ -130,8 +136,8 @@ def eval_result(whole: CompletionScores, order: List[int], n: int, success_rewar
     metrics: Dict[str, float] = {rn.EVAL_PROMPTS: len(order)}
     if order:
         lengths = whole.lengths
-        metrics.update({
-            rn.pass_at(k): mean_pass_at_k(groups, k) for k in ks})
+        for k in ks:
+            metrics[rn.pass_at(k)], metrics[rn.pass_at_stderr(k)] = pass_at_k_with_stderr(groups, k)
         metrics[rn.mean_at(n)] = sum(success) / len(success)
         stats = {rn.REWARD: sum(whole.rewards) / len(whole.rewards), **whole.reward_result().stats(),
                  rn.MEAN_LENGTH: sum(lengths) / len(lengths),
@@ -149,12 +155,19 @@ def eval_result(whole: CompletionScores, order: List[int], n: int, success_rewar
 
 
 def eval_summary(metrics: Dict[str, float]) -> str:
-    """One line of an evaluation's metrics: prompts, pass@k's, mean reward."""
+    """One line of an evaluation's metrics: prompts, pass@k's (± one standard error over prompts), mean reward."""
     ks = sorted(int(k.split("@")[1]) for k in metrics if k.startswith(rn.EVAL_PREFIX + "pass@"))
-    parts = [f"{metrics.get(rn.EVAL_PROMPTS, 0):.0f} prompts"] + [f"pass@{k} {metrics[rn.pass_at(k)]:.3f}" for k in ks]
+    parts = [f"{metrics.get(rn.EVAL_PROMPTS, 0):.0f} prompts"] + [f"pass@{k} {metrics[rn.pass_at(k)]:.3f}"
+                                                                   + plus_minus(metrics.get(rn.pass_at_stderr(k)))
+                                                                   for k in ks]
     if rn.eval_metric(rn.REWARD) in metrics:
         parts.append(f"reward {metrics[rn.eval_metric(rn.REWARD)]:.3f}")
     return ", ".join(parts)
+
+
+def plus_minus(stderr: Any) -> str:
+    """`` ± 0.041`` (one standard error) for a finite ``stderr``, else an empty string."""
+    return f" ± {stderr:.3f}" if isinstance(stderr, float) and math.isfinite(stderr) else ""
 
 
 def write_eval_records(output_dir: Path, done: int, result: EvalResult) -> Path:

@@ -4,7 +4,10 @@ arXiv:2107.03374, eq. 1 and its numerically stable form in Figure 3)."""
 
 from __future__ import annotations
 
-from typing import List, Sequence
+import math
+from typing import List, Sequence, Tuple
+
+from ..rewards.scores import mean_std
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,3 +43,12 @@ def default_ks(n: int, extra: Sequence[int] = ()) -> List[int]:
 def mean_pass_at_k(successes: Sequence[Sequence[bool]], k: int) -> float:
     """pass@k averaged over prompts; ``successes[p]``: whether each of prompt ``p``'s completions succeeded."""
     return sum(pass_at_k(len(s), sum(s), k) for s in successes) / len(successes)
+
+
+def pass_at_k_with_stderr(successes: Sequence[Sequence[bool]], k: int) -> Tuple[float, float]:
+    """pass@k averaged over prompts and its standard error: the sample standard deviation of the prompts' pass@k
+    (``P − 1`` in the denominator) over ``√P``; ``nan`` for one prompt. It measures how much the mean would move with
+    another draw of held-out prompts of the same kind, not the sampling noise of each prompt's ``n`` completions."""
+    values = [pass_at_k(len(s), sum(s), k) for s in successes]
+    mean, std = mean_std(values)
+    return mean, std / math.sqrt(len(values)) if len(values) > 1 else float("nan")

@@ -12,6 +12,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from .. import run_names as rn
+from .evaluation import plus_minus
 
 if TYPE_CHECKING:
     from .run import TrainResult
@@ -68,17 +69,24 @@ def _title_and_lines(result: TrainResult) -> Tuple[str, List[str]]:
 def held_out_lines(result: TrainResult, train_delta: float) -> List[str]:
     """The held-out evaluation's pass@1 from the first to the last evaluation of the session, beside the training
     reward's change, and a warning when the training reward rose while held-out success fell (reward hacking)."""
-    key = rn.pass_at(1)
-    evals = [(step, m[key]) for step, m in result.evaluations if key in m]
+    key, se_key = rn.pass_at(1), rn.pass_at_stderr(1)
+    evals = [(step, m[key], m.get(se_key), m.get(rn.EVAL_PROMPTS)) for step, m in result.evaluations if key in m]
     if not evals:
         return []
-    (s0, v0), (s1, v1) = evals[0], evals[-1]
+    (s0, v0, e0, _), (s1, v1, e1, p1) = evals[0], evals[-1]
+    prompts = f" on {p1:.0f} prompts" if p1 else ""
     if len(evals) == 1:
-        return [f"held-out pass@1 after step {s0}: {v0:.3f}"]
+        return [f"held-out pass@1{prompts} after step {s0}: {v0:.3f}{plus_minus(e0)}"]
     delta = v1 - v0
     arrow = "[green]▲[/]" if delta > 0 else "[red]▼[/]" if delta < 0 else "="
-    lines = [f"held-out pass@1 (step {s0} → {s1}): {v0:.3f} → {v1:.3f}  {arrow} {delta:+.3f}"]
+    lines = [f"held-out pass@1{prompts} (step {s0} → {s1}): {v0:.3f}{plus_minus(e0)} → {v1:.3f}{plus_minus(e1)}"
+             f"  {arrow} {delta:+.3f}"]
+    noise = math.hypot(e0, e1) if plus_minus(e0) and plus_minus(e1) else None
+    if noise and abs(delta) < 2 * noise:
+        lines.append(f"[yellow]the change is within twice its standard error (±{2 * noise:.3f}): on "
+                     f"{p1:.0f} held-out prompts it may be noise; evaluate on more prompts[/]")
     if math.isfinite(train_delta) and train_delta > 0 and delta < 0:
         lines.append("[yellow]the training reward rose while held-out success fell: the policy may be gaming the "
                      "reward (reward hacking); read the held-out answers in eval/step_<k>.jsonl[/]")
     return lines
+
