@@ -234,9 +234,14 @@ def test_eval_of_a_lora_checkpoint_equals_the_runs_last_evaluation(tmp_path, tin
     cfg.training.learning_rate = 5e-2  # the adapters must move for the check to mean something
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     [(done, logged)] = result.evaluations
-    alone = evaluate(cfg, tmp_path, checkpoint="latest", reporter=RichReporter(quiet=True))
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    alone = evaluate(cfg, tmp_path, checkpoint="latest", reporter=RichReporter(console))
     base = evaluate(cfg, tmp_path, reporter=RichReporter(quiet=True))
     assert done == 2 and alone.metrics == pytest.approx(logged)
+    said = console.export_text()  # issue 28: it said "Resuming from …"
+    assert f"Evaluating the checkpoint {tmp_path / 'out' / 'checkpoint-2'}" in said and "Resuming" not in said
     assert [r["completions"] for r in alone.records] != [r["completions"] for r in base.records]  # adapters applied
 
 

@@ -50,7 +50,7 @@ def evaluate(config: Config, base_dir: Optional[Path] = None, checkpoint: Option
     weights, finished = None, False
     try:
         precision = Precision.from_config(config.model.dtype, dist.device)
-        loaded = load_policy(config, dist, precision, output_dir, checkpoint, reporter.message)
+        loaded = load_policy(config, dist, precision, output_dir, checkpoint, reporter.message, evaluating=True)
         client, nccl = open_clients(config, loaded, output_dir, dist, reporter.message, reporter.status)
         weights = WeightSync(loaded.policy, client, nccl, dist, precision, reporter.message)
         stage.connect(client, loaded.tokenizer, loaded.eos_ids, loaded.vocab_size, lambda: weights.version)

@@ -48,10 +48,10 @@ class LoadedPolicy:
     vocab_size: int
 
 
-def _resumed_lm(lm: Any, config: Config, output_dir: Path, resume: str, dist: Dist,
-                say: Callable[[str], None]) -> Tuple[Any, Optional[TrainerState]]:
+def _resumed_lm(lm: Any, config: Config, output_dir: Path, resume: str, dist: Dist, say: Callable[[str], None],
+                evaluating: bool = False) -> Tuple[Any, Optional[TrainerState]]:
     """The model as the checkpoint ``resume`` holds it (full weights, or the base with its adapters) and rank 0's
-    trainer state.
+    trainer state (``evaluating``: the checkpoint is only evaluated, so no trainer state, and the messages say so).
 
     Raises:
         ValueError: ``resume`` names a LoRA checkpoint while LoRA is off, or a full-model one while it is on.
@@ -59,23 +59,25 @@ def _resumed_lm(lm: Any, config: Config, output_dir: Path, resume: str, dist: Di
     m = config.model
     lora = m.lora.r > 0
     ckpt = find_checkpoint(output_dir, resume)
-    say(f"Resuming from {ckpt}")
+    say(f"Evaluating the checkpoint {ckpt}" if evaluating else f"Resuming from {ckpt}")
     if lora != is_adapter_checkpoint(ckpt):
         raise ValueError(
             f"{ckpt} is a {'LoRA adapter' if not lora else 'full-model'} checkpoint but model.lora.r is "
-            f"{m.lora.r}: resume it with the setting it was trained with (model.lora.r "
-            f"{'> 0' if not lora else '= 0'}), or start a new run in another training.output_dir")
+            f"{m.lora.r}: {'evaluate' if evaluating else 'resume'} it with the setting it was trained with "
+            f"(model.lora.r {'> 0' if not lora else '= 0'})"
+            + ("" if evaluating else ", or start a new run in another training.output_dir"))
     if lora:  # the frozen base from model.name_or_path, the trained adapters from the checkpoint
         lm = load_adapter(lm, ckpt)
     else:
         lm, _, _ = load_model_and_tokenizer(str(ckpt), MASTER_DTYPE, trust_remote_code=m.trust_remote_code)
-    return lm, (TrainerState.from_dict(load_trainer_state(ckpt)) if dist.is_main else None)
+    return lm, (TrainerState.from_dict(load_trainer_state(ckpt)) if dist.is_main and not evaluating else None)
 
 
 def load_policy(config: Config, dist: Dist, precision: Precision, output_dir: Path, resume: Optional[str],
-                say: Callable[[str], None]) -> LoadedPolicy:
+                say: Callable[[str], None], evaluating: bool = False) -> LoadedPolicy:
     """Load the policy (float32 master weights, :mod:`.precision`), the reference copy, maybe a checkpoint's
     weights, LoRA adapters, gradient checkpointing and ``torch.compile``, and shard it all over the processes.
+    ``evaluating``: ``resume`` is a checkpoint to evaluate (``grpo-rollout eval``), not to continue.
 
     Raises:
         ValueError: see :func:`_resumed_lm`.
@@ -93,7 +95,7 @@ def load_policy(config: Config, dist: Dist, precision: Precision, output_dir: Pa
     # LoRA: the reference is the same model with its adapters switched off (PolicyUpdate.reference_logprobs)
     state = None
     if resume:
-        lm, state = _resumed_lm(lm, config, output_dir, resume, dist, say)
+        lm, state = _resumed_lm(lm, config, output_dir, resume, dist, say, evaluating)
     elif lora:
         lm = apply_lora(lm, m.lora.r, m.lora.alpha, m.lora.dropout, m.lora.target_modules)
     if lora:
