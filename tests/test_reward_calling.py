@@ -109,12 +109,12 @@ def test_none_scores_count_zero_in_total_and_are_left_out_of_stats():
     s = res.per_function["sometimes"]
     assert s[0] == 1.0 and math.isnan(s[1]) and s[2] == 3.0 and math.isnan(s[3])
     stats = res.stats()
-    # sometimes: values {1, 3} → mean 2, population std 1 (the Nones are not zeros: with them mean would be 1)
+    # sometimes: values {1, 3} → mean 2, sample std √2 (the Nones are not zeros: with them mean would be 1)
     assert stats["rewards/sometimes/mean"] == pytest.approx(2.0)
-    assert stats["rewards/sometimes/std"] == pytest.approx(1.0)
-    # always: {2, 2, 2, 4} → mean 2.5, var (3 · 0.25 + 2.25) / 4 = 0.75
+    assert stats["rewards/sometimes/std"] == pytest.approx(math.sqrt(2.0))
+    # always: {2, 2, 2, 4} → mean 2.5, sample var (3 · 0.25 + 2.25) / 3 = 1
     assert stats["rewards/always/mean"] == pytest.approx(2.5)
-    assert stats["rewards/always/std"] == pytest.approx(math.sqrt(0.75))
+    assert stats["rewards/always/std"] == pytest.approx(1.0)
 
 
 def test_all_none_scores_give_nan_stats():
@@ -214,7 +214,8 @@ def test_unique_names_suffixes_duplicates():
 
 def test_reward_result_stats_keys():
     res = RewardResult(total=[1.0, 2.0], per_function={"a": [1.0, 2.0], "b": [float("nan"), 4.0]})
-    assert res.stats() == {"rewards/a/mean": 1.5, "rewards/a/std": 0.5, "rewards/b/mean": 4.0, "rewards/b/std": 0.0}
+    assert res.stats() == {"rewards/a/mean": 1.5, "rewards/a/std": math.sqrt(0.5), "rewards/b/mean": 4.0,
+                           "rewards/b/std": 0.0}
 
 
 def test_rewards_are_computed_from_inside_a_running_event_loop():

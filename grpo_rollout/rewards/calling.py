@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from .. import run_names as rn
 from ..coroutines import run_coroutine
 from ..signatures import defined_at, describe, raised_at, required_params, select_kwargs
-from .scores import RewardScores
+from .scores import RewardScores, mean_std
 
 #: Arguments every reward function can ask for by name.
 STANDARD_REWARD_ARGS = ("prompts", "completions", "completion_ids", "step")
@@ -58,15 +58,14 @@ class RewardResult:
     limits: Dict[str, Optional[float]] = field(default_factory=dict)
 
     def stats(self) -> Dict[str, float]:
-        """``rewards/<name>/mean`` and ``/std`` per function over non-``None`` scores (``nan`` if all ``None``), and
-        ``rewards/<name>/timeouts`` (a count) for the functions that report their timeouts."""
+        """``rewards/<name>/mean`` and ``/std`` (the sample std, :func:`~.scores.mean_std`) per function over
+        non-``None`` scores (``nan`` if all ``None``), and ``rewards/<name>/timeouts`` (a count) for the functions
+        that report their timeouts."""
         out = {}
         for name, scores in self.per_function.items():
-            vals = [s for s in scores if not math.isnan(s)]
-            mean = sum(vals) / len(vals) if vals else float("nan")
-            var = sum((v - mean) ** 2 for v in vals) / len(vals) if vals else float("nan")
+            mean, std = mean_std([s for s in scores if not math.isnan(s)])
             out[rn.reward_fn(name, "mean")] = mean
-            out[rn.reward_fn(name, "std")] = math.sqrt(var) if vals else float("nan")
+            out[rn.reward_fn(name, "std")] = std
         for name, flags in self.timed_out.items():
             out[rn.reward_fn(name, rn.TIMEOUTS)] = sum(1 for f in flags if f)
         return out

@@ -52,4 +52,4 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
 def zero_std_fraction(rewards: torch.Tensor, num_generations: int) -> float:
     """Fraction of groups whose rewards are all equal (they contribute no policy gradient)."""
     grouped = rewards.view(-1, num_generations)
-    return (grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean().item()
+    return (grouped.max(dim=1).values == grouped.min(dim=1).values).double().mean().item()

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from .. import run_names as rn
+from ..rewards.scores import mean_std
 from .advantages import zero_std_fraction
 from .batch import CompletionScores, StepTimes
 from .rollout_log import RolloutRecord, write_rollouts
@@ -31,14 +32,14 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
             sampler was behind the trainer (``None``: shared weights, not logged).
     """
     n, g = len(whole.rewards), num_generations
-    rewards = torch.tensor(whole.rewards, dtype=torch.float32)
     lengths = whole.lengths
+    mean, std = mean_std(whole.rewards)  # float64, the sample std: as every *_std metric
     metrics: Dict[str, Any] = {
-        rn.REWARD: rewards.mean().item(),
-        rn.REWARD_STD: rewards.std().item() if n > 1 else 0.0,
-        rn.REWARD_MIN: rewards.min().item(), rn.REWARD_MAX: rewards.max().item(),  # the plot's band stays inside
+        rn.REWARD: mean,
+        rn.REWARD_STD: std,
+        rn.REWARD_MIN: min(whole.rewards), rn.REWARD_MAX: max(whole.rewards),  # the plot's band stays inside
         **whole.reward_result().stats(),
-        rn.FRAC_REWARD_ZERO_STD: zero_std_fraction(rewards, g),
+        rn.FRAC_REWARD_ZERO_STD: zero_std_fraction(torch.tensor(whole.rewards, dtype=torch.float64), g),
         **update.metrics(),
         **extras_means(whole.extras),
         **tool_metrics(whole.extras),

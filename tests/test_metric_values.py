@@ -1,0 +1,47 @@
+"""The numbers a step logs are what they say (issue 28, item 7): float64 rewards, one definition of std."""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from grpo_rollout.rewards.calling import RewardFunction, compute_rewards
+from grpo_rollout.trainer.batch import CompletionScores, StepTimes
+from grpo_rollout.trainer.step_metrics import step_metrics
+
+
+class _NoUpdate:
+    def metrics(self):
+        return {}
+
+
+def _metrics(rewards, per_function, g):
+    n = len(rewards)
+    whole = CompletionScores(["p"] * n, ["c"] * n, rewards, per_function, [1] * n, [False] * n, {})
+    return step_metrics(whole, torch.zeros(n), _NoUpdate(), StepTimes(0.0), g, None)[0]
+
+
+def test_constant_weighted_rewards_log_exactly_their_value():
+    """Rewards weighted 0.7 / 0.3, constant: the float32 mean was logged as 0.6999999284744263 and reward_std as
+    6.4e-08, while the evaluation said 0.7."""
+    fns = [RewardFunction("right", lambda completions, **kw: [1.0] * len(completions), weight=0.7),
+           RewardFunction("short", lambda completions, **kw: [0.0] * len(completions), weight=0.3)]
+    scored = compute_rewards(fns, prompts=["p"] * 32, completions=["c"] * 32, completion_ids=[[1]] * 32,
+                             columns={}, extras={}, step=0)
+    metrics = _metrics(scored.total, scored.per_function, 8)
+    assert metrics["reward"] == 0.7 and metrics["reward_std"] == 0.0
+    assert metrics["reward_min"] == metrics["reward_max"] == 0.7
+    assert isinstance(metrics["frac_reward_zero_std"], float) and metrics["frac_reward_zero_std"] == 1.0
+
+
+def test_every_std_is_the_sample_std():
+    """reward_std was the n−1 sample std while rewards/<fn>/std (and the evaluation's) were population stds (0.577 vs
+    0.5 for one reward scoring [0, 0, 1, 1]); now one definition, Bessel's correction as in the advantages."""
+    rewards = [0.0, 1.0, 1.0, 1.0]
+    metrics = _metrics(rewards, {"acc": list(rewards)}, 2)
+    assert metrics["reward_std"] == metrics["rewards/acc/std"] == statistics.stdev(rewards)
+    assert metrics["frac_reward_zero_std"] == 0.5
+    thirds = _metrics([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], {}, 2)["frac_reward_zero_std"]
+    assert thirds == 2 / 3  # float64: not float32's 0.6666666865348816
+
