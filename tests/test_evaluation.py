@@ -154,15 +154,15 @@ def test_eval_command_prints_the_metrics_as_json(tmp_path, tiny_model, monkeypat
 
     from grpo_rollout.config import to_yaml
 
-    cfg = _eval_config(tmp_path, tiny_model, temperature=0.0, num_generations=2)
+    cfg = _eval_config(tmp_path, tiny_model, temperature=0.5, num_generations=2)
     (tmp_path / "config.yaml").write_text(to_yaml(cfg))
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["eval", "config.yaml", "--json"])
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.stdout)
     assert metrics["eval/prompts"] == 6 and set(metrics) >= {"eval/pass@1", "eval/pass@2", "eval/mean@2"}
-    assert metrics["eval/pass@1"] == metrics["eval/pass@2"]  # greedy: both completions are the same
-    assert not math.isnan(metrics["eval/reward"]) and yaml.safe_load(to_yaml(cfg))["evaluation"]["temperature"] == 0
+    assert metrics["eval/pass@1"] <= metrics["eval/pass@2"]  # one of two tries succeeds at least as often
+    assert not math.isnan(metrics["eval/reward"]) and yaml.safe_load(to_yaml(cfg))["evaluation"]["temperature"] == 0.5
 
 
 @pytest.mark.model

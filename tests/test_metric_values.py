@@ -1,4 +1,5 @@
-"""The numbers a step logs are what they say (issue 28, item 7): float64 rewards, one definition of std."""
+"""The numbers a step logs are what they say (issue 28, item 7): float64 rewards, one definition of std, and no
+pass@k of identical greedy samples."""
 
 from __future__ import annotations
 
@@ -45,3 +46,15 @@ def test_every_std_is_the_sample_std():
     thirds = _metrics([0.0, 0.0, 1.0, 0.0, 0.0, 0.0], {}, 2)["frac_reward_zero_std"]
     assert thirds == 2 / 3  # float64: not float32's 0.6666666865348816
 
+
+def test_greedy_evaluation_with_several_generations_is_refused(project, errs):
+    cfg = project.baseline()
+    cfg["data"]["eval"] = "data.jsonl"
+    cfg["evaluation"] = {"at_start": True, "temperature": 0.0, "num_generations": 4}
+    [p] = errs(project.check(cfg), "evaluation.num_generations")
+    assert "greedy decoding (temperature 0) gives the same completion 4 times" in p.message
+    assert "evaluation.num_generations: 1" in p.fix and "temperature > 0" in p.fix
+    cfg["evaluation"] = {"at_start": True, "temperature": 0.0, "num_generations": 1}
+    assert not errs(project.check(cfg), "evaluation.num_generations")
+    cfg["evaluation"] = {"at_start": True, "temperature": 0.7, "num_generations": 4}
+    assert not errs(project.check(cfg), "evaluation.num_generations")

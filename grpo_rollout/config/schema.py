@@ -222,6 +222,13 @@ class EvaluationConfig(Section):
                                       {"key": "pass_k", "depends_on": ("num_generations", "pass_k"),
                                        "fix": f"use k's from 1 to {self.num_generations}" if min(self.pass_k) < 1
                                        else f"raise evaluation.num_generations to {max(self.pass_k)}"})
+        if self.temperature == 0 and self.num_generations > 1:
+            raise PydanticCustomError("cross_key", "greedy decoding (temperature 0) gives the same completion "
+                                      f"{self.num_generations} times, so pass@k for k > 1 would count one answer as "
+                                      "several independent tries (and vLLM refuses n > 1 when greedy)",
+                                      {"key": "num_generations", "depends_on": ("temperature", "num_generations"),
+                                       "fix": "set evaluation.num_generations: 1 for greedy accuracy, or a "
+                                       "temperature > 0 (e.g. 0.6-1.0) for pass@k"})
         return self
 
 
