@@ -38,12 +38,13 @@ def broken(completions, **kwargs):
 '''
 
 
-def _invoke(root: Path, model: Path, rollout: str = "", reward: str = "even_ids"):
+def _invoke(root: Path, model: Path, rollout: str = "", reward: str = "even_ids", **rollout_kwargs):
     cfg = tiny_config(root, model, rewards_source=REWARDS.replace("from tiny_rewards_base import *  # noqa\n", ""),
                       reward=reward)
     (root / "user_rollouts.py").write_text(ROLLOUTS)
     if rollout:
         cfg.rollout.function = f"user_rollouts.py:{rollout}"
+    cfg.rollout.kwargs = rollout_kwargs
     (root / "config.yaml").write_text(to_yaml(cfg))
     return CliRunner().invoke(app, ["validate-config", str(root / "config.yaml"), "--dry-run"], terminal_width=200)
 
@@ -53,11 +54,20 @@ def test_good_rollout_prints_a_sample_with_rewards(tmp_path, tiny_model):
     assert result.exit_code == 0, result.output
     out = result.output
     assert "Dry run: rollout and rewards work" in out
-    assert "2 prompts → 16 completions via transformers" in out  # 2 prompts × num_generations 8
+    # 2 prompts × 2 completions (issue 28: all 8 of num_generations, 16 completions, took 2-3 minutes)
+    assert "2 prompts → 4 completions (sampling.num_generations 8 capped at 2) via transformers" in out
     assert "vllm.mode is" not in out  # the config says off: no note about a server
     assert "Count to 0." in out and "even_ids = " in out and "n_chars = 11" in out
     assert "completion (8 tokens, 8 trained)" in out  # max_completion_length 8 (below the dry run's 32)
     assert not (tmp_path / "out").exists()  # the run folder is not touched
+
+
+def test_the_cap_reaches_sampling_settings_repeated_in_rollout_kwargs(tmp_path, tiny_model):
+    """`n` and `max_tokens` in rollout.kwargs (allowed when they agree with sampling) override what the rollout is
+    called with: the dry run sets them to its own 2 completions of at most 8 tokens too."""
+    result = _invoke(tmp_path, tiny_model, rollout="with_extra", n=8, max_completion_length=8)
+    assert result.exit_code == 0, result.output
+    assert "2 prompts → 4 completions (sampling.num_generations 8 capped at 2)" in result.output
 
 
 def test_rollout_breaking_the_contract_exits_1_naming_the_key(tmp_path, tiny_model):

@@ -1,4 +1,5 @@
-"""``validate-config --dry-run``: print what the rollout and rewards did on two prompts, or why they failed."""
+"""``validate-config --dry-run``: print what the rollout and rewards did on two prompts (two completions each), or why
+they failed."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
 
     say = lambda text: console.print(f"[dim]•[/] {escape(text)}", soft_wrap=True)  # noqa: E731
     try:
-        with console.status("Dry run: loading the model, then calling the rollout and rewards on 2 prompts…"):
+        with console.status("Dry run: loading the model, then calling the rollout and rewards on 2 prompts × 2 "
+                            "completions…"):
             result = dry_run(config, base_dir, say=say)
     except (RolloutError, RewardError, BackendError, ServerError) as exc:
         console.print(Panel(escape(str(exc)), title=f"[red]Dry run failed: {type(exc).__name__}", border_style="red"))
@@ -46,8 +48,10 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
                 if cap < result.configured_max_completion_length else "")
         lines.append(f"[bold]episode ended:[/] {escape(str(s['extras']['end_reason']))}: "
                      f"{escape(str(s['extras'].get('end_detail', '')))}{note}")
-    lines.append(f"[dim]{result.num_prompts} prompts → {result.num_completions} completions via {result.backend}; "
-                 f"model load {t['load']:.1f} s, rollout {t['rollout']:.1f} s, rewards {t['rewards']:.2f} s; "
+    capped = (f" (sampling.num_generations {result.configured_num_generations} capped at {result.num_generations})"
+              if result.num_generations < result.configured_num_generations else "")
+    lines.append(f"[dim]{result.num_prompts} prompts → {result.num_completions} completions{capped} via "
+                 f"{result.backend}; model load {t['load']:.1f} s, rollout {t['rollout']:.1f} s, rewards {t['rewards']:.2f} s; "
                  f"rewards of all completions: {', '.join(f'{r:.2f}' for r in result.rewards)}[/]")
     console.print(Panel("\n\n".join(lines), title="[bold green]Dry run: rollout and rewards work", expand=False))
     return 0

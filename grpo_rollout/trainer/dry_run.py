@@ -1,8 +1,9 @@
 """``validate-config --dry-run``: the user's rollout and rewards on a couple of prompts, before any training.
 
 The first time a rollout meets the model is otherwise the first training step, after minutes of loading and server
-start. A dry run loads the model and tokenizer, calls the rollout on the first ``num_prompts`` dataset rows with a
-short ``max_completion_length`` through the configured backend (an attached vLLM server when it answers; otherwise
+start. A dry run loads the model and tokenizer, calls the rollout on the first ``num_prompts`` dataset rows with
+``num_completions`` completions each (``sampling.num_generations`` capped; a group of 8 took 2-3 minutes in
+transformers on 2 CPU cores) and a short ``max_completion_length`` through the configured backend (an attached vLLM server when it answers; otherwise
 transformers in this process: no server is spawned for a dry run), checks the output contract, calls every reward
 function, and reports one sample with its rewards and how long each part took. A multi-turn episode that the short
 budget ended before another turn is played again with training's budget, so every turn's code runs. It runs exactly
@@ -36,7 +37,8 @@ class DryRunResult:
         sample: the first completion: ``prompt`` (dataset), ``prompt_text`` (what the model saw), ``completion``,
         ``completion_tokens``, ``trained_tokens``, ``reward``, ``rewards`` (per function), ``extras``.
         rewards: every completion's weighted reward. max_completion_length: the budget the dry run used (at most
-        ``configured_max_completion_length``, the config's).
+        ``configured_max_completion_length``, the config's). num_generations: the completions per prompt it asked for
+        (at most ``configured_num_generations``).
     """
 
     backend: str
@@ -47,16 +49,20 @@ class DryRunResult:
     rewards: List[float] = field(default_factory=list)
     max_completion_length: int = 0
     configured_max_completion_length: int = 0
+    num_generations: int = 0
+    configured_num_generations: int = 0
 
 
 def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion_length: int = 32,
-            say: Callable[[str], None] = lambda text: None) -> DryRunResult:
+            say: Callable[[str], None] = lambda text: None, num_completions: int = 2) -> DryRunResult:
     """Call the configured rollout and rewards once on ``num_prompts`` prompts (see the module docstring).
 
     Args:
         config: a config without errors. base_dir: the config file's folder.
         num_prompts: dataset rows to use (the first ones). max_completion_length: the budget for this call
-            (at most the configured one).
+            (at most the configured one). num_completions: completions per prompt (at most
+            ``sampling.num_generations``); the same setting repeated in ``rollout.kwargs`` or a reward's ``kwargs``
+            (``n``, ``max_tokens``, checked to agree with ``sampling``) takes the dry run's value too.
         say: status lines (which backend is used and why).
 
     Raises:
@@ -68,8 +74,7 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
     from ..models.loading import eos_token_ids, load_model_and_tokenizer
     from .rollout_stage import RolloutStage
 
-    cfg = copy.deepcopy(config)
-    cfg.sampling.max_completion_length = min(max_completion_length, cfg.sampling.max_completion_length)
+    cfg = _capped(config, num_completions, max_completion_length)
     with tempfile.TemporaryDirectory(prefix="grpo-rollout-dry-run-") as tmp:
         cfg.training.output_dir = tmp  # the run folder stays untouched
         random.seed(cfg.training.seed)  # sampled as a training run with this seed would
@@ -119,7 +124,29 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
               "rewards": {k: v[0] for k, v in batch.scores.per_function.items()}, "extras": extras}
     seconds = {"load": t1 - t0, "rollout": batch.generated_at - t1, "rewards": t2 - batch.generated_at}
     return DryRunResult(backend, len(rows), len(batch), seconds, sample, list(batch.scores.rewards),
-                        cfg.sampling.max_completion_length, config.sampling.max_completion_length)
+                        cfg.sampling.max_completion_length, config.sampling.max_completion_length,
+                        cfg.sampling.num_generations, config.sampling.num_generations)
+
+
+def _capped(config: Config, num_completions: int, max_completion_length: int) -> Config:
+    """A copy of ``config`` sampling at most ``num_completions`` completions of at most ``max_completion_length``
+    tokens, also where ``rollout.kwargs`` and the rewards' ``kwargs`` repeat those settings."""
+    cfg = copy.deepcopy(config)
+    s = cfg.sampling
+    s.num_generations = min(num_completions, s.num_generations)
+    s.max_completion_length = min(max_completion_length, s.max_completion_length)
+    cfg.rollout.kwargs = _with_sampling(cfg.rollout.kwargs, cfg)
+    for reward in cfg.rewards:
+        reward.kwargs = _with_sampling(reward.kwargs, cfg)
+    return cfg
+
+
+def _with_sampling(mapping: Dict[str, Any], cfg: Config) -> Dict[str, Any]:
+    """``mapping`` with each sampling setting it repeats (``n``, ``max_tokens``, ..., nested too) set to ``cfg``'s."""
+    from ..rollouts.contract import SAMPLING_ALIASES
+
+    return {k: _with_sampling(v, cfg) if isinstance(v, dict) else
+            getattr(cfg.sampling, SAMPLING_ALIASES[k]) if k in SAMPLING_ALIASES else v for k, v in mapping.items()}
 
 
 def _cut_before_another_turn(batch: Any, cfg: Config, config: Config) -> bool:
