@@ -343,3 +343,15 @@ def test_math_accuracy_scores_on_the_async_generation_thread(server, tiny_model,
     assert result.steps == 2
     assert [row["rewards/math_accuracy/timeouts"] for row in result.history] == [0, 0]
     assert result.evaluations[0][1]["eval/rewards/math_accuracy/timeouts"] == 0
+
+
+def test_a_seeded_request_gives_each_prompt_its_own_samples(server):
+    """Issue 28.4: vLLM seeds a prompt's samples seed + 0 .. n-1, so with one seed for the request sample j of every
+    prompt drew the same random numbers; the same prompt twice in a request came back twice the same."""
+    body = {"prompts": ["Hello there", "Hello there", [5, 6, 7]], "n": 4, "seed": 7, "max_tokens": 8}
+    ids = _generate(server, **body).json()["completion_ids"]
+    assert ids[0:4] != ids[4:8]  # the repeat is another draw
+    assert _generate(server, **body).json()["completion_ids"] == ids  # and the whole request is reproducible
+    # a prompt's samples are the same whatever it is batched with (seeded by its own tokens, not its position)
+    alone = _generate(server, prompts=[[5, 6, 7]], n=4, seed=7, max_tokens=8).json()["completion_ids"]
+    assert alone == ids[8:12]

@@ -114,7 +114,8 @@ class SamplingConfig(Section):
                                                fix="use null for no limit")
     max_completion_length: int = setting(256, "Tokens a completion may have (a multi-turn episode's budget)", ge=1,
                                          aliases=("max_tokens", "max_new_tokens"))
-    seed: Optional[int] = setting(None, "Seed of the sampler; null = unseeded")
+    seed: Optional[int] = setting(None, "Seed of the sampler: step k's rollout gets seed + k, and each prompt its "
+                                  "own seed from that and its tokens (sample j: + j); null = unseeded")
 
 
 class DynamicSamplingConfig(Section):

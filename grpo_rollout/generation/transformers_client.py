@@ -13,6 +13,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..models.loading import eos_token_ids
+from .seeds import derive_seed
 from .base import GenerationClient, GenerationResult
 from .sampling_filter import filter_logits, filtering
 
@@ -86,8 +87,8 @@ class TransformersClient(GenerationClient):
 
     def _generate_locked(self, prompts, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed,
                          stop) -> GenerationResult:
-        if seed is not None:
-            torch.manual_seed(seed)
+        if seed is not None:  # one stream for the batch, seeded by its prompts too: a per-prompt call differs
+            torch.manual_seed(derive_seed(seed, [tuple(p) for p in prompts]))
         device = next(self.model.parameters()).device
         autocast = (torch.autocast(device_type=device.type, dtype=self.compute_dtype)
                     if self.compute_dtype != torch.float32 else nullcontext())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Dict, List, Optional, Sequence
 
 from ..coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
+from ..generation.seeds import derive_seed
 from .contract import RolloutError
 from .multi_turn import MAX_CONTINUATIONS, Conversation, TurnHandler
 
@@ -46,9 +47,7 @@ class Sampling:
     def request_seed(self, sample: int, turn: int, part: int = 0) -> Optional[int]:
         """A distinct, reproducible seed per sample, turn and continuation ``part`` (``None`` when unseeded): samples
         of a group that share a prompt must not share a seed, or they would be identical."""
-        if self.seed is None:
-            return None
-        return (self.seed * 1_000_003 + sample * 7_919 + turn * 104_729 + part * 15_485_863) % (2 ** 31)
+        return None if self.seed is None else derive_seed(self.seed, sample, turn, part)
 
 
 async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):

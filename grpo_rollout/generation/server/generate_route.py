@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ...config.schema import MinP, RepetitionPenalty, TopK, TopP
+from ..seeds import prompt_seeds
 from .disconnect import unless_disconnected
 from .state import _State, _state, awake
 
@@ -35,7 +36,7 @@ class GenerateRequest(BaseModel):
     min_p: MinP = 0.0
     max_tokens: int = Field(16, ge=1, le=2 ** 31 - 1)
     repetition_penalty: Annotated[RepetitionPenalty, Field(le=1e4)] = 1.0
-    seed: Optional[int] = Field(None, ge=-(2 ** 63), le=2 ** 63 - 1)
+    seed: Optional[int] = Field(None, ge=-(2 ** 63), le=2 ** 63 - 1)  # spread per prompt: generation/seeds.py
     stop: Optional[List[str]] = Field(None, max_length=64)
 
     @field_validator("stop")
@@ -90,16 +91,17 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
             fix = f"lower max_tokens to {room}" if room > 0 else "shorten the prompt"
             raise HTTPException(400, f"prompts[{i}] has {len(ids)} tokens and max_tokens is {body.max_tokens}: "
                                      f"together more than max_model_len {state.max_model_len}; {fix}")
-    try:
-        params = SamplingParams(n=body.n, temperature=body.temperature, top_p=body.top_p,
-                                top_k=body.top_k if body.top_k > 0 else -1, min_p=body.min_p,
-                                repetition_penalty=body.repetition_penalty, seed=body.seed, stop=body.stop,
-                                include_stop_str_in_output=True, logprobs=0, max_tokens=body.max_tokens,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+    try:  # each prompt its own seed (generation/seeds.py): sample j of every prompt must not share seed + j
+        params = [SamplingParams(n=body.n, temperature=body.temperature, top_p=body.top_p,
+                                 top_k=body.top_k if body.top_k > 0 else -1, min_p=body.min_p,
+                                 repetition_penalty=body.repetition_penalty, seed=seed, stop=body.stop,
+                                 include_stop_str_in_output=True, logprobs=0, max_tokens=body.max_tokens,
+                                 output_kind=RequestOutputKind.FINAL_ONLY)
+                  for seed in prompt_seeds(body.seed, prompt_ids)]
     except ValueError as exc:  # vLLM's own checks of the sampling settings
         raise HTTPException(400, f"invalid sampling settings: {exc}") from exc
 
-    async def one(ids: List[int]) -> List[Any]:
+    async def one(ids: List[int], params: Any) -> List[Any]:
         # with n > 1 a yield may carry only some of the n samples: keep the latest state of each by index
         by_index: Dict[int, Any] = {}
         async for out in state.engine.generate({"prompt_token_ids": ids}, params, f"grpo-{uuid.uuid4().hex}"):
@@ -109,7 +111,8 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
         return [by_index[i] for i in sorted(by_index)]
 
     try:  # a client that disconnects (a failed rollout cancelling its requests) aborts the generation
-        outputs = await unless_disconnected(request, asyncio.gather(*(one(ids) for ids in prompt_ids)))
+        outputs = await unless_disconnected(request, asyncio.gather(*(one(ids, p) for ids, p in zip(prompt_ids,
+                                                                                                     params))))
     except (ValueError, TypeError) as exc:  # the engine refusing the request; it keeps serving others
         raise HTTPException(400, f"vLLM refused the request: {exc}") from exc
     completion_ids, logprobs, reasons = [], [], []
