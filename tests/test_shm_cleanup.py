@@ -59,6 +59,26 @@ def test_leftover_shared_memory_files_are_removed_unless_in_use(tmp_path):
     assert watch.remove_leftovers() == [root / "psm_open"]  # closed now
 
 
+def test_a_semaphore_in_use_is_never_removed():
+    """A POSIX semaphore is mapped under a temporary name (``/proc/<pid>/maps`` shows ``sem.XXXXXX (deleted)``), so
+    matched by name a live one looked unused: a run stopping its server removed the semaphores of another server
+    still starting, whose worker then died (``FileNotFoundError`` in ``SemLock._rebuild``, the server exiting with
+    code 1 on a machine running two jobs; issue 28.9). Matched by inode it stays, and goes once released."""
+    import multiprocessing
+
+    watch = ShmWatch()
+    lock = multiprocessing.get_context("spawn").Lock()  # a named semaphore in /dev/shm, as vLLM's processes make
+    ours = [p for p in watch.new_entries() if p.name.startswith("sem.mp-")]
+    assert ours, "no named semaphore appeared in /dev/shm"
+    assert set(ours) <= in_use(ours)
+    removed = watch.remove_leftovers()
+    assert not set(removed) & set(ours)
+    assert all(p.exists() for p in ours)
+    lock.acquire()
+    lock.release()  # still usable
+    del lock  # released and unlinked by multiprocessing itself
+
+
 @pytest.mark.vllm
 @pytest.mark.model
 def test_rollout_raising_with_requests_in_flight_leaves_no_shm_and_no_busy_server(tmp_path, monkeypatch, tiny_model):

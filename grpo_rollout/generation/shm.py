@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, List, Set
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 SHM = Path("/dev/shm")
 #: Names of the segments vLLM's processes create (Python's ``multiprocessing.shared_memory``, torch, semaphores).
@@ -27,31 +27,59 @@ def shm_entries(root: Path = SHM) -> Set[str]:
         return set()
 
 
+def _identity(path: str) -> Optional[Tuple[int, int]]:
+    """``(device, inode)`` of ``path`` (``None`` when it is gone)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _mapped(pid: str) -> Iterator[Tuple[int, int]]:
+    """``(device, inode)`` of every file ``pid`` has mapped (``/proc/<pid>/maps``: ``address perms offset
+    major:minor inode path``)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) >= 5 and fields[4] != "0":
+                major, _, minor = fields[3].partition(":")
+                yield os.makedev(int(major, 16), int(minor, 16)), int(fields[4])
+
+
+def _opened(pid: str) -> Iterator[Tuple[int, int]]:
+    """``(device, inode)`` of every file ``pid`` has open (``/proc/<pid>/fd``)."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        found = _identity(f"/proc/{pid}/fd/{fd}")
+        if found is not None:
+            yield found
+
+
 def in_use(paths: Iterable[Path]) -> Set[Path]:
     """The ``paths`` some live process has open (``/proc/<pid>/fd``) or mapped (``/proc/<pid>/maps``); processes
-    this user may not inspect are skipped."""
-    wanted = {str(p) for p in paths}
-    found: Set[str] = set()
+    this user may not inspect are skipped.
+
+    Files are matched by device and inode, not by name: a POSIX semaphore (``sem.*``, e.g. Python's
+    ``multiprocessing`` locks, which vLLM's engine and workers share) is created under a temporary name, mapped,
+    then linked to its real name, so ``/proc/<pid>/maps`` shows ``/dev/shm/sem.XXXXXX (deleted)`` for a semaphore in
+    use. Matched by name, a semaphore of another server still starting looked unused and was removed, and that
+    server's worker died with ``FileNotFoundError`` in ``SemLock._rebuild`` (issue 28.9).
+    """
+    wanted: Dict[Tuple[int, int], Path] = {}
+    for path in paths:
+        found = _identity(str(path))
+        if found is not None:
+            wanted[found] = Path(path)
+    found_in_use: Set[Path] = set()
     if not wanted:
-        return set()
+        return found_in_use
     for pid in (d for d in os.listdir("/proc") if d.isdigit()):
-        try:
-            with open(f"/proc/{pid}/maps") as maps:
-                for line in maps:
-                    name = line.rstrip("\n").split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
-                    name = name.removesuffix(" (deleted)")
-                    if name in wanted:
-                        found.add(name)
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                except OSError:
-                    continue
-                if target in wanted:
-                    found.add(target)
-        except OSError:
-            continue
-    return {Path(p) for p in found}
+        for reader in (_mapped, _opened):
+            try:
+                found_in_use.update(wanted[key] for key in reader(pid) if key in wanted)
+            except (OSError, ValueError):
+                continue
+    return found_in_use
 
 
 class ShmWatch:
