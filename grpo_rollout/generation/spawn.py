@@ -139,42 +139,81 @@ class ManagedServer:
         return _tail(self.log_path, lines)
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """Stop the server and every process of its group (SIGTERM, then SIGKILL after ``grace_s``), then remove the
-        ``/dev/shm`` entries it left that no live process uses (:mod:`.shm`). Idempotent."""
+        """Stop the server and every process of its group within ``grace_s`` + :data:`KILL_WAIT_S` seconds
+        (:func:`stop_group`), then remove the ``/dev/shm`` entries it left that no live process uses (:mod:`.shm`).
+        Idempotent."""
         self.exit_code()
         proc, self.process = self.process, None
         try:
             if proc is not None:
-                self.killed = self._stop_group(proc, grace_s) or self.killed
+                self.killed = stop_group(proc, grace_s) or self.killed
+                self._exit_code = proc.returncode
         finally:
             if self._shm is not None:
                 self.shm_removed += self._shm.remove_leftovers()
 
-    @staticmethod
-    def _stop_group(proc: subprocess.Popen, grace_s: float) -> bool:
-        """SIGTERM the group, SIGKILL it after ``grace_s``; True when the kill was needed."""
-        killed = False
-        try:  # engine workers may outlive the API process: the group is always cleared
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return False
-        if proc.poll() is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            return False
+
+#: Seconds :func:`stop_group` waits for SIGKILLed processes to be gone (they hold their shared memory until then).
+KILL_WAIT_S = 10.0
+
+
+def group_members(pgid: int) -> List[int]:
+    """The live processes of process group ``pgid`` (zombies left out: they hold no memory and only wait to be
+    reaped). Without ``/proc``: ``[pgid]`` while the group has a member, else ``[]``."""
+    if not os.path.isdir("/proc/self"):
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            killed = True
+            os.killpg(pgid, 0)
+            return [pgid]
         except ProcessLookupError:
-            pass
-        try:  # engine workers that outlived the API process
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return killed
+            return []
+    members = []
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, _, group = f.read().rsplit(")", 1)[1].split()[:3]  # after "pid (comm)": state ppid pgrp
+        except (OSError, ValueError, IndexError):
+            continue
+        if int(group) == pgid and state != "Z":
+            members.append(int(pid))
+    return members
+
+
+def _wait_gone(pgid: int, seconds: float) -> bool:
+    """Wait up to ``seconds`` for group ``pgid`` to have no live member; True when it has none."""
+    deadline = time.monotonic() + seconds
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float) -> bool:
+    """Stop ``proc`` (a session leader) and its whole process group; True when SIGKILL was needed.
+
+    SIGTERM to the group, then up to ``grace_s`` seconds for every member to exit by itself: vLLM's API process
+    exits first and its engine and workers unlink their shared memory (``/dev/shm/psm_*``) as they shut down, so
+    they are given the rest of the grace rather than killed the moment the API process is gone (killed half-way
+    they left their segments behind). Whatever is left then (a server still starting ignored SIGTERM for over 10 s)
+    is SIGKILLed, and the call waits up to :data:`KILL_WAIT_S` for it to be gone, so the shared memory it held can be
+    removed after. At most ``grace_s`` + :data:`KILL_WAIT_S` seconds.
+    """
+    deadline = time.monotonic() + grace_s
+    try:  # also when the API process has exited: its engine and workers may outlive it
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        proc.poll()
+        return False
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    if proc.poll() is not None and _wait_gone(proc.pid, max(0.0, deadline - time.monotonic())):
+        return False
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    _wait_gone(proc.pid, KILL_WAIT_S)
+    return True
