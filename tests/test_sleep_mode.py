@@ -74,6 +74,8 @@ class ScriptedServer:
 
     def __init__(self, vocab: int = 64, sleep_mode: bool = True, tokenizer: Any = None, api_keys=()):
         import uvicorn
+        from vllm import SamplingParams  # noqa: F401 - /generate/ imports it: the first import, inside a request,
+        # took over the client's 10 s on a loaded machine
 
         self.engine = ScriptedEngine(vocab)
         app = FastAPI()

@@ -42,10 +42,16 @@ async def sleep(request: Request) -> Dict[str, Any]:
 
 @router.post("/wake_up/")
 async def wake_up(request: Request) -> Dict[str, Any]:
-    """Bring the weights and KV cache back; generation and weight updates are accepted again. Idempotent."""
+    """Bring the weights and KV cache back; generation and weight updates are accepted again. Idempotent.
+
+    vLLM's ``wake_up`` answers whether the engine is fully awake; partly awake, it schedules nothing, so the server
+    stays asleep (409 to generation) and the answer is a 500 saying so: call it again, or restart the server."""
     state = _state(request)
     async with state.lock:
         if state.asleep:
-            await state.engine.wake_up()
+            if await state.engine.wake_up() is False:  # None: an engine that does not say
+                raise HTTPException(500, "vLLM woke up only partly (some of its memory is still offloaded, and it "
+                                         "schedules nothing until fully awake); the server stays asleep: POST "
+                                         "/wake_up/ again, or restart it")
             state.asleep = False
     return {"asleep": False}

@@ -34,6 +34,29 @@ class VersionRequest(BaseModel):
 router = APIRouter()
 
 
+async def reset_prefix_cache(state: _State) -> None:
+    """Reset vLLM's prefix cache after new weights, so no prompt is read from key/values the old weights computed.
+
+    vLLM answers ``False`` (and resets nothing) while running requests hold cache blocks; those are then preempted
+    (they resume, recomputed with the new weights) and the cache reset again.
+
+    Raises:
+        HTTPException: 500 when the cache still could not be reset (the weight version is not advanced).
+    """
+    if await state.engine.reset_prefix_cache() is not False:  # True; None from an engine that does not say
+        return
+    try:
+        done = await state.engine.reset_prefix_cache(reset_running_requests=True)
+    except Exception as exc:  # noqa: BLE001 - vLLM raises when even preempting the running requests did not free it
+        done, detail = False, f"{type(exc).__name__}: {exc}"
+    else:
+        detail = "it answered False twice, the second time after preempting the running requests"
+    if done is False:
+        raise HTTPException(500, f"vLLM could not reset its prefix cache after loading the new weights ({detail}): "
+                                 "cached prompts would be read with the old weights' key/values. The weight version "
+                                 "is not advanced; restart the server")
+
+
 async def _load_folder(state: _State, folder: Path, version: Optional[int], label: str) -> Dict[str, Any]:
     """Check ``folder``'s tensor names and shapes against the served model, then reload the weights from it."""
     # checked before anything is loaded: vLLM fails half-way through a folder with unknown names or other shapes,
@@ -50,7 +73,7 @@ async def _load_folder(state: _State, folder: Path, version: Optional[int], labe
         await state.engine.pause_generation(mode="wait")
         try:
             await state.engine.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
-            await state.engine.reset_prefix_cache()
+            await reset_prefix_cache(state)
         finally:
             await state.engine.resume_generation()
         state.weight_version = version if version is not None else state.weight_version + 1
@@ -105,6 +128,6 @@ async def set_weight_version(body: VersionRequest, request: Request) -> Dict[str
     state = _state(request)
     async with state.lock:
         awake(state, "weight update")
-        await state.engine.reset_prefix_cache()
+        await reset_prefix_cache(state)
         state.weight_version = body.version if body.version is not None else state.weight_version + 1
     return {"weight_version": state.weight_version}
