@@ -28,6 +28,10 @@ class ServerError(RuntimeError):
 #: Answers and connection failures worth another try: the server may be restarting or briefly overloaded. Timeouts
 #: are not retried (a request that already waited the whole timeout would wait as long again).
 TRANSIENT_STATUS = (502, 503, 504)
+#: What sets a request's timeout when nothing else does (generation: ``VllmClient(timeout=...)``, 3600 s by default).
+REQUEST_TIMEOUT = "VllmClient's request timeout"
+#: Seconds ``GET /health/`` may take.
+HEALTH_TIMEOUT_S = 10.0
 TRANSIENT_ERRORS = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
@@ -111,10 +115,14 @@ class VllmClient(GenerationClient):
         return ServerError(f"the vLLM server at {self.url} failed {what}{tries}: {error}{self.failure_detail()}")
 
     def _retry_or_raise(self, what: str, attempt: int, resp: Optional[httpx.Response],
-                        exc: Optional[Exception]) -> Optional[Dict[str, Any]]:
-        """The JSON of a final answer; ``None`` when the failure is transient and tries are left; else raises."""
+                        exc: Optional[Exception], limit: str = "") -> Optional[Dict[str, Any]]:
+        """The JSON of a final answer; ``None`` when the failure is transient and tries are left; else raises.
+        ``limit``: the request's timeout and what sets it, named when it runs out (a loaded machine can reach it)."""
         if exc is None and resp.status_code not in TRANSIENT_STATUS:
             return _raise_for(resp, f"{what} to {self.url}")
+        if isinstance(exc, httpx.TimeoutException):
+            raise self._gave_up(what, f"no answer within {limit or 'the request timeout'} "
+                                      f"({type(exc).__name__}): the server is stuck or overloaded", attempt + 1) from exc
         if exc is not None and not isinstance(exc, TRANSIENT_ERRORS):
             raise self._gave_up(what, f"{type(exc).__name__}: {exc}", attempt + 1) from exc
         if attempt >= self.retries or not self.alive():
@@ -127,7 +135,7 @@ class VllmClient(GenerationClient):
         return True
 
     def _request(self, method: str, path: str, timeout: Optional[float] = None, body: Any = None,
-                 **kwargs: Any) -> Dict[str, Any]:
+                 timeout_name: str = REQUEST_TIMEOUT, **kwargs: Any) -> Dict[str, Any]:
         """One request, retried with exponential backoff (``retry_backoff_s`` × 1, 2, 4, ...) on connection errors
         and 502/503/504 answers, at most ``retries`` more times. ``body``: a callable returning the request body (an
         iterator of bytes is streamed), called anew for every attempt.
@@ -145,7 +153,7 @@ class VllmClient(GenerationClient):
                 resp = self._http.request(method, path, timeout=timeout or self._timeout, **kwargs)
             except httpx.HTTPError as error:
                 exc = error
-            data = self._retry_or_raise(what, attempt, resp, exc)
+            data = self._retry_or_raise(what, attempt, resp, exc, f"{timeout or self._timeout:g} s ({timeout_name})")
             if data is not None:
                 return data
             time.sleep(self.retry_backoff_s * 2 ** attempt)
@@ -161,7 +169,7 @@ class VllmClient(GenerationClient):
                     resp = await http.post(path, json=body)
                 except httpx.HTTPError as error:
                     exc = error
-                data = self._retry_or_raise(what, attempt, resp, exc)
+                data = self._retry_or_raise(what, attempt, resp, exc, f"{self._timeout:g} s ({REQUEST_TIMEOUT})")
                 if data is not None:
                     return data
                 await asyncio.sleep(self.retry_backoff_s * 2 ** attempt)
@@ -173,7 +181,7 @@ class VllmClient(GenerationClient):
         Raises:
             ServerError: unreachable or not a grpo-rollout server.
         """
-        return self._request("GET", "/health/", timeout=10)
+        return self._request("GET", "/health/", timeout=HEALTH_TIMEOUT_S, timeout_name="the health check's limit")
 
     def sleep(self) -> None:
         """``POST /sleep/`` (vLLM sleep level 1, after running requests finish).
@@ -181,7 +189,7 @@ class VllmClient(GenerationClient):
         Raises:
             ServerError: the server has no sleep mode (started without ``--enable-sleep-mode``) or failed.
         """
-        self._request("POST", "/sleep/", timeout=self.sync_timeout)
+        self._request("POST", "/sleep/", timeout=self.sync_timeout, timeout_name="vllm.sync_timeout_s")
 
     def wake_up(self) -> None:
         """``POST /wake_up/``: weights and KV cache back; generation and weight updates accepted again.
@@ -189,7 +197,7 @@ class VllmClient(GenerationClient):
         Raises:
             ServerError: the server failed to wake up.
         """
-        self._request("POST", "/wake_up/", timeout=self.sync_timeout)
+        self._request("POST", "/wake_up/", timeout=self.sync_timeout, timeout_name="vllm.sync_timeout_s")
 
     def _body(self, prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
               truncate):
@@ -274,11 +282,11 @@ class VllmClient(GenerationClient):
                     yield from iter(lambda: f.read(_CHUNK), b"")
 
             return self._request("POST", "/upload_weights/", body=chunks, params={"version": version},
-                                 timeout=self.sync_timeout,
+                                 timeout=self.sync_timeout, timeout_name="vllm.sync_timeout_s",
                                  headers={"content-type": "application/octet-stream", "x-sha256": checksum,
                                           "content-length": str(file.stat().st_size)})
         return self._request("POST", "/update_weights/", json={"path": str(folder), "version": version},
-                             timeout=self.sync_timeout)
+                             timeout=self.sync_timeout, timeout_name="vllm.sync_timeout_s")
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
