@@ -10,8 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from grpo_rollout.generation.server.launch import ServerSettings
-from grpo_rollout.generation.spawn import ManagedServer, group_members
+from grpo_rollout.generation.spawn import ManagedServer, ServerStartError, group_members
 
 DEAF = '''
 import signal, subprocess, sys, time
@@ -71,3 +73,20 @@ def test_the_engine_may_finish_its_shutdown_after_the_api_process_exits(tmp_path
     assert not server.killed
     assert not marker.exists()  # it cleaned up; killed when the API process exited, it left this behind
     assert group_members(pgid) == []
+
+
+def test_a_server_dying_at_start_names_the_first_error_of_its_log(tmp_path):
+    """vLLM's root cause sat a hundred lines above the tail the error showed: here a worker that could not open a
+    semaphore another run's clean-up had removed (issue 28.9)."""
+    log = tmp_path / "vllm.log"
+    lines = ["INFO starting", "Traceback (most recent call last):", "FileNotFoundError: [Errno 2] No such file or "
+             "directory"] + [f"INFO shutting down {i}" for i in range(100)] + ["RuntimeError: Engine core "
+                                                                              "initialization failed."]
+    log.write_text("\n".join(lines) + "\n")
+    server = ManagedServer(ServerSettings(model="unused", port=1), log)
+    server.process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"], start_new_session=True)
+    with pytest.raises(ServerStartError) as caught:
+        server.wait_ready(timeout_s=60)
+    message = str(caught.value)
+    assert "exited with code 1 while starting" in message and "Engine core initialization failed" in message
+    assert message.endswith("first error in the log: FileNotFoundError: [Errno 2] No such file or directory")

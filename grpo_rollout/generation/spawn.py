@@ -49,6 +49,19 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "(no log)"
 
 
+def _first_error(path: Path) -> str:
+    """The log's first ``SomethingError: ...`` line, said with the tail: vLLM's root cause of a failed start is often
+    a hundred lines above it (e.g. a worker's ``FileNotFoundError`` under "Engine core initialization failed")."""
+    try:
+        for line in path.read_text(errors="replace").splitlines():
+            name = line.split(":", 1)[0].strip()
+            if ": " in line and name.isidentifier() and name.endswith(("Error", "Exception")):
+                return f"\nfirst error in the log: {line.strip()}"
+    except OSError:
+        pass
+    return ""
+
+
 class ManagedServer:
     """A vLLM server child process.
 
@@ -109,7 +122,7 @@ class ManagedServer:
                 code = self.exit_code()
                 self.process = None
                 raise ServerStartError(f"the vLLM server exited with code {code} while starting; last lines of "
-                                       f"{self.log_path}:\n{_tail(self.log_path)}")
+                                       f"{self.log_path}:\n{_tail(self.log_path)}{_first_error(self.log_path)}")
             try:
                 headers = {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
                 if httpx.get(self.url + "/health/", headers=headers, timeout=2).status_code == 200:
