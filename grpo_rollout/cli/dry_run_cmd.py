@@ -51,7 +51,7 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
     capped = (f" (sampling.num_generations {result.configured_num_generations} capped at {result.num_generations})"
               if result.num_generations < result.configured_num_generations else "")
     lines.append(f"[dim]{result.num_prompts} prompts → {result.num_completions} completions{capped} via "
-                 f"{result.backend}; model load {t['load']:.1f} s, rollout {t['rollout']:.1f} s, rewards {t['rewards']:.2f} s; "
-                 f"rewards of all completions: {', '.join(f'{r:.2f}' for r in result.rewards)}[/]")
+                 f"{result.backend}; model load {t['load']:.1f} s, rollout {t['rollout']:.1f} s, rewards "
+                 f"{t['rewards']:.2f} s; rewards of all completions: {', '.join(f'{r:.2f}' for r in result.rewards)}[/]")
     console.print(Panel("\n\n".join(lines), title="[bold green]Dry run: rollout and rewards work", expand=False))
     return 0

@@ -71,8 +71,8 @@ def as_written(node: Any, model: Type[BaseModel], prefix: str, texts: Dict[str, 
     """The user's mapping for section ``model`` with YAML's readings undone where the schema says so, before pydantic
     sees it: a text key takes the text written (``1e5`` stays ``"1e5"``, ``0123456`` stays ``"0123456"``, an unquoted
     ``off`` stays ``"off"``, and nothing written, ``data.eval=`` or ``eval:``, is the empty text where null is not
-    allowed: YAML and OmegaConf read it as null), a bare string in a list of sections is ``{function: <it>}``, and a boolean for a number
-    or a float for an integer is a problem (pydantic would read ``true`` as 1 and ``8.0`` as 8). Keys with a problem
+    allowed: YAML and OmegaConf read it as null), a bare string in a list of sections is ``{function: <it>}``, and a
+    boolean for a number or a float for an integer is a problem (pydantic would read ``true`` as 1 and ``8.0`` as 8). Keys with a problem
     are left out, so they keep their default; anything else wrong is left for pydantic to report."""
     if not isinstance(node, dict):
         return node

@@ -3,9 +3,9 @@
 The first time a rollout meets the model is otherwise the first training step, after minutes of loading and server
 start. A dry run loads the model and tokenizer, calls the rollout on the first ``num_prompts`` dataset rows with
 ``num_completions`` completions each (``sampling.num_generations`` capped; a group of 8 took 2-3 minutes in
-transformers on 2 CPU cores) and a short ``max_completion_length`` through the configured backend (an attached vLLM server when it answers; otherwise
-transformers in this process: no server is spawned for a dry run), checks the output contract, calls every reward
-function, and reports one sample with its rewards and how long each part took. A multi-turn episode that the short
+transformers on 2 CPU cores) and a short ``max_completion_length`` through the configured backend (an attached vLLM
+server when it answers; otherwise transformers in this process: no server is spawned for a dry run), checks the
+output contract, calls every reward function, and reports one sample with its rewards and how long each part took. A multi-turn episode that the short
 budget ended before another turn is played again with training's budget, so every turn's code runs. It runs exactly
 the code a training step runs (:meth:`.rollout_stage.RolloutStage.generate_and_score`), so a contract or reward error
 reads the same as in training.
