@@ -71,3 +71,28 @@ def test_several_iterations_log_the_mean_and_each(tmp_path, tiny_model):
     assert m["loss"] == pytest.approx(sum(losses) / 3) and m["grad_norm"] == pytest.approx(sum(norms) / 3)
     assert len(set(norms)) == 3  # the iterations differ: each update changed the policy
     assert "loss/iteration_4" not in m
+
+
+def test_resuming_a_schedule_that_never_stepped_warns_nothing():
+    """Issue 28 (found by the notebook test): steps without an update (every group's rewards equal) never step the
+    scheduler, and resuming such a checkpoint printed torch's "Detected call of `lr_scheduler.step()` before
+    `optimizer.step()`" (into the notebook's cell too). The resumed rate is still this run's schedule at the step."""
+    import warnings
+
+    from transformers import get_scheduler
+
+    from grpo_rollout.config import Config
+    from grpo_rollout.trainer.setup import continue_schedule
+
+    cfg = Config()
+    cfg.training.learning_rate, cfg.training.max_steps = 1e-3, 4
+    weight = torch.nn.Parameter(torch.zeros(2))
+    saved_optimizer = torch.optim.AdamW([weight], lr=cfg.training.learning_rate)
+    saved = get_scheduler("linear", saved_optimizer, num_warmup_steps=0, num_training_steps=4).state_dict()
+    optimizer = torch.optim.AdamW([weight], lr=cfg.training.learning_rate)
+    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=0, num_training_steps=4)
+    scheduler.load_state_dict(saved)  # as restore() does, from a checkpoint after 2 steps without an update
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        continue_schedule(optimizer, scheduler, cfg, 2, lambda text: None)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # the schedule never moved: its first rate

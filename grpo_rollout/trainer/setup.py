@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Tuple
@@ -176,7 +177,9 @@ def continue_schedule(optimizer: torch.optim.Optimizer, scheduler: Any, config: 
     saved = optimizer.param_groups[0]["lr"]
     scheduler.base_lrs = [config.training.learning_rate] * len(optimizer.param_groups)
     scheduler.last_epoch -= 1
-    scheduler.step()  # recomputes every group's rate at the restored position
+    with warnings.catch_warnings():  # a checkpoint of steps without an update: its scheduler had never stepped
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+        scheduler.step()  # recomputes every group's rate at the restored position (no update is skipped)
     now = optimizer.param_groups[0]["lr"]
     if not math.isclose(now, saved, rel_tol=1e-6, abs_tol=1e-12):
         say(f"Learning rate at step {step + 1}: {now:.3g} on this run's schedule (training.max_steps "
