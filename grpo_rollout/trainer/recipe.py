@@ -80,8 +80,6 @@ class GRPORecipe:
         self.evaluator = Evaluator(config, base_dir, dist, self.rollouts) if evaluation_on(config) else None
         if self.evaluator is not None and self.evaluator.size_warning:
             reporter.message(self.evaluator.size_warning)
-        if self.evaluator is not None and self.evaluator.size_warning:
-            reporter.message(self.evaluator.size_warning)
         self.output_dir = Path(t.output_dir).expanduser()
         self.precision = Precision.from_config(config.model.dtype, dist.device)  # float32 master weights
         if dist.is_main:
