@@ -79,6 +79,60 @@ def test_a_completion_that_hangs_math_verify_scores_0_within_the_bound_and_is_co
     assert elapsed < 60, elapsed
 
 
+def test_correct_answers_next_to_hanging_ones_keep_their_score():
+    """A new user's input: 95 × `\\boxed{4}` and 5 towers of powers, workers 2, timeout_s 1 scored 67 (28 correct
+    answers given 0 as "timeouts"): each fresh worker spent its second importing math-verify."""
+    tower = r"\boxed{5^{5^{5^{5^5}}}}"
+    completions = [r"\boxed{4}"] * 20
+    for i in (3, 12):
+        completions.insert(i, tower)
+    scores = math_accuracy(completions, ["4"] * 22, timeout_s=1.0, workers=2)
+    assert sum(scores) == 20.0 and scores.timed_out == [3, 12]
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"workers": 0}, "workers must be a whole number >= 1, got 0"),  # waited for ever
+    ({"timeout_s": 0}, "timeout_s must be a number of seconds > 0, got 0"),  # meant: no bound
+    ({"timeout_s": -1}, "timeout_s must be a number of seconds > 0, got -1"),
+    ({"timeout_s": "abc"}, "timeout_s must be a number of seconds > 0, got 'abc'"),
+    ({"workers": 2.5}, "workers must be a whole number >= 1, got 2.5"),  # a TypeError deep inside
+])
+def test_settings_that_would_hang_or_remove_the_bound_are_refused(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        math_accuracy([GOOD], [GOLD], **kwargs)
+
+
+def test_validate_config_checks_math_accuracys_kwargs(project, errs):
+    project.write_jsonl("math.jsonl", [{"prompt": "1+1?", "answer": "2"}])
+    cfg = project.baseline()
+    cfg["data"]["train"] = "math.jsonl"
+    cfg["rewards"] = [{"function": "grpo_rollout.rewards.tasks:math_accuracy",
+                       "kwargs": {"timeout": 2, "workers": 0, "timeout_s": 0}}]
+    problems = {p.key: p for p in errs(project.check(cfg))}
+    assert "is not a setting of math_accuracy (timeout_s, workers)" in problems["rewards[0].kwargs.timeout"].message
+    assert problems["rewards[0].kwargs.timeout"].fix == "did you mean `timeout_s`?"
+    assert "must be a whole number >= 1, got 0" in problems["rewards[0].kwargs.workers"].message
+    assert "must be a number of seconds > 0, got 0" in problems["rewards[0].kwargs.timeout_s"].message
+    cfg["rewards"][0]["kwargs"] = {"timeout_s": 2, "workers": 1}
+    assert not errs(project.check(cfg))
+
+
+def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path):
+    """multiprocessing's spawn/forkserver workers import the main script first: a training script without the
+    `if __name__ == "__main__":` guard started a second run inside the scoring worker (its model loaded again)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "no_guard.py"
+    script.write_text("from grpo_rollout.rewards.tasks import math_accuracy\n"
+                      "print('TOP LEVEL RAN', flush=True)\n"
+                      "print('SCORES', list(math_accuracy(['\\\\boxed{2}'], ['2'])), flush=True)\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("TOP LEVEL RAN") == 1 and "SCORES [1.0]" in run.stdout
+    assert "Traceback" not in run.stderr
+
+
 def test_timeouts_are_counted_per_function_and_named():
     from grpo_rollout.trainer.batch import CompletionScores
 

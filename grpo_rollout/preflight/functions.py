@@ -54,6 +54,7 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
         if fn is None:
             continue
         _check_reward_signature(fn, i, r.function, r.kwargs, extras, dataset_columns, problems)
+        _check_reward_kwargs(fn, i, r.function, dict(r.kwargs), base_dir, problems)
 
 
 def _check_rollout_kwargs(fn: Callable, config: Config, base_dir: Path, problems: List[Problem]) -> None:
@@ -74,6 +75,26 @@ def _check_rollout_kwargs(fn: Callable, config: Config, base_dir: Path, problems
     for key, message, fix, *severity in found:
         report = _warn if severity == ["warning"] else _err
         report(problems, key, kwargs.get(key.rsplit(".", 1)[-1], ""), message, fix)
+
+
+def _check_reward_kwargs(fn: Callable, i: int, spec: str, kwargs: Dict[str, Any], base_dir: Path,
+                         problems: List[Problem]) -> None:
+    """Run a reward's own static check of its ``rewards[i].kwargs``, when it has one: an optional attribute
+    ``fn.validate_kwargs(kwargs, base_dir) -> [(key, message, fix), ...]`` whose keys are the kwargs' own names
+    (``math_accuracy``'s ``timeout_s`` and ``workers``); needed where the function takes ``**kwargs``, which hides a
+    misspelt setting. A hook that itself fails is reported, not raised."""
+    hook = getattr(fn, "validate_kwargs", None)
+    if not callable(hook):
+        return
+    try:
+        found = list(hook(kwargs, base_dir))
+    except Exception as exc:  # a user's hook: its bug must not hide the other problems
+        _err(problems, f"rewards[{i}].kwargs", kwargs, f"{spec}.validate_kwargs raised {type(exc).__name__}: {exc}",
+             "fix the hook, or the kwargs it could not read")
+        return
+    for key, message, fix, *severity in found:
+        report = _warn if severity == ["warning"] else _err
+        report(problems, f"rewards[{i}].kwargs.{key}", kwargs.get(key, ""), message, fix)
 
 
 def _check_rollout_signature(fn: Callable, config: Config, problems: List[Problem]) -> None:
