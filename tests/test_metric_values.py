@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 import torch
 
 from grpo_rollout.rewards.calling import RewardFunction, compute_rewards
@@ -23,15 +24,18 @@ def _metrics(rewards, per_function, g):
     return step_metrics(whole, torch.zeros(n), _NoUpdate(), StepTimes(0.0), g, None)[0]
 
 
-def test_constant_weighted_rewards_log_exactly_their_value():
+@pytest.mark.parametrize("n, g", [(32, 8), (6, 3)])
+def test_constant_weighted_rewards_log_exactly_their_value(n, g):
     """Rewards weighted 0.7 / 0.3, constant: the float32 mean was logged as 0.6999999284744263 and reward_std as
-    6.4e-08, while the evaluation said 0.7."""
+    6.4e-08, while the evaluation said 0.7; in float64, six of them still gave 0.6999999999999998 and 1.2e-16."""
     fns = [RewardFunction("right", lambda completions, **kw: [1.0] * len(completions), weight=0.7),
-           RewardFunction("short", lambda completions, **kw: [0.0] * len(completions), weight=0.3)]
-    scored = compute_rewards(fns, prompts=["p"] * 32, completions=["c"] * 32, completion_ids=[[1]] * 32,
+           RewardFunction("short", lambda completions, **kw: [0.0] * len(completions), weight=0.3),
+           RewardFunction("tenth", lambda completions, **kw: [0.1] * len(completions), weight=0.0)]
+    scored = compute_rewards(fns, prompts=["p"] * n, completions=["c"] * n, completion_ids=[[1]] * n,
                              columns={}, extras={}, step=0)
-    metrics = _metrics(scored.total, scored.per_function, 8)
+    metrics = _metrics(scored.total, scored.per_function, g)
     assert metrics["reward"] == 0.7 and metrics["reward_std"] == 0.0
+    assert metrics["rewards/tenth/mean"] == 0.1 and metrics["rewards/tenth/std"] == 0.0
     assert metrics["reward_min"] == metrics["reward_max"] == 0.7
     assert isinstance(metrics["frac_reward_zero_std"], float) and metrics["frac_reward_zero_std"] == 1.0
 

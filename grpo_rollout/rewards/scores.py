@@ -30,8 +30,11 @@ class RewardScores(list):
 
 def mean_std(values: Sequence[float]) -> Tuple[float, float]:
     """The mean and the sample standard deviation (``n − 1`` in the denominator, Bessel's correction, as the
-    advantages' group std) of ``values``, in float64; the std of one value is 0.0, of none ``nan`` (mean too)."""
+    advantages' group std) of ``values``, in float64; the std of one value is 0.0, of none ``nan`` (mean too). Equal
+    values give exactly that value and 0.0 (the float mean of six 0.7's is 0.6999999999999998)."""
     if not values:
         return float("nan"), float("nan")
+    if min(values) == max(values):
+        return float(values[0]), 0.0
     mean = statistics.fmean(values)
     return mean, statistics.stdev(values, mean) if len(values) > 1 else 0.0
