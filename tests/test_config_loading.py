@@ -62,6 +62,7 @@ def test_unknown_key_suggests_nearest_valid_key(project, errs, section, bad, sug
     ("training", "generation_batch_size", "a step generates training.prompts_per_step × sampling.num_generations"),
     ("training", "steps_per_generation", "a step generates once, then makes training.num_iterations updates"),
     ("training", "bf16", "set model.dtype: bfloat16"),
+    ("training", "fp16", "set model.dtype: bfloat16 (mixed precision"),  # float16 itself is refused
     ("vllm", "use_vllm", "set vllm.mode: spawn"),
 ])
 def test_another_trainers_key_says_what_to_set_instead(project, errs, section, bad, fix_start):

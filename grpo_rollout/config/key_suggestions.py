@@ -21,7 +21,8 @@ OTHER_TRAINERS_KEYS: Dict[str, str] = {
     "steps_per_generation": "a step generates once, then makes training.num_iterations updates on the whole batch; "
     "set training.num_iterations",
     "bf16": "set model.dtype: bfloat16 (mixed precision: weights and optimizer state stay float32)",
-    "fp16": "set model.dtype: float16 or bfloat16 (mixed precision: weights and optimizer state stay float32)",
+    "fp16": "set model.dtype: bfloat16 (mixed precision: weights and optimizer state stay float32; float16 is "
+            "refused, as it trains without loss scaling)",
     "use_vllm": "set vllm.mode: spawn (start a server), attach (vllm.url) or off (transformers generates)",
     "vllm_mode": "set vllm.mode: spawn (start a server), attach (vllm.url) or off (transformers generates)",
 }
