@@ -93,3 +93,17 @@ def test_a_server_in_another_dtype_is_refused_naming_both(server, peaked_model):
     assert "serves the model in float32 but model.dtype is bfloat16" in message
     assert "set model.dtype: float32" in message
     client.close()
+
+
+def test_the_dry_run_refuses_a_server_training_would_refuse(server, peaked_model, tmp_path):
+    """A new user's finding: `validate-config --dry-run` against a server in another dtype said "rollout and rewards
+    work" (exit 0) while `train` refused the same config."""
+    from grpo_rollout.generation.backend import BackendError
+    from grpo_rollout.trainer.dry_run import dry_run
+    from tiny_model import tiny_config
+
+    cfg = tiny_config(tmp_path, peaked_model, sampling={"max_prompt_length": 64},
+                      vllm={"mode": "attach", "url": server.url})
+    cfg.model.dtype = "bfloat16"
+    with pytest.raises(BackendError, match="serves the model in float32 but model.dtype is bfloat16"):
+        dry_run(cfg, tmp_path, say=lambda text: None)

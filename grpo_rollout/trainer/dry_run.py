@@ -67,10 +67,13 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
 
     Raises:
         RolloutError / RewardError: the rollout or a reward broke its contract or raised (the message names the
-        key, sample and function). BackendError: ``max_completion_length`` does not fit the model.
+        key, sample and function). BackendError: ``max_completion_length`` does not fit the model, or the attached
+        server answers but training would refuse it (another model, length, dtype or no sleep mode; an unreachable
+        one is replaced by transformers).
     """
     from ..generation.backend import attach_urls, check_server, connect, open_backend, prompt_limit
     from ..generation.backend import BackendError
+    from ..generation.vllm_client import ServerError
     from ..models.loading import eos_token_ids, load_model_and_tokenizer
     from .rollout_stage import RolloutStage
 
@@ -91,13 +94,15 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         if cfg.vllm.mode == "attach":
             max_prompt, needed = prompt_limit(cfg, lm)
             attached = connect(attach_urls(cfg), cfg, tokenizer, max_prompt)
-            try:
+            try:  # the checks training makes: a server training would refuse fails the dry run too
                 for one in getattr(attached, "clients", [attached]):
-                    check_server(one, vocab_size, needed)
+                    check_server(one, vocab_size, needed, cfg.vllm.sleep_during_training, m.dtype)
                 client, backend = attached, ", ".join(attach_urls(cfg))
             except BackendError as exc:
                 attached.close()
-                say(f"vLLM at {', '.join(attach_urls(cfg))} is not usable ({exc}); generating with transformers")
+                if not isinstance(exc.__cause__, ServerError):  # it answers, and is the wrong server for this config
+                    raise
+                say(f"vLLM at {', '.join(attach_urls(cfg))} is not reachable ({exc}); generating with transformers")
         elif cfg.vllm.mode == "spawn":
             say("vllm.mode is spawn: the dry run generates with transformers here instead of starting a server")
         if client is None:
