@@ -29,8 +29,15 @@ def test_a_held_out_set_smaller_than_asked_is_a_warning(project):
     cfg["evaluation"] = {"at_start": True}  # all 7: fewer than 30
     [w] = _warnings(project.check(cfg), "data.eval")
     assert "gives 7 held-out prompts" in w.message and "at least 30" in w.fix
-    project.write_jsonl("held.jsonl", [{"prompt": f"q{i}", "answer": str(i)} for i in range(30)])
+    project.write_jsonl("held.jsonl", [{"prompt": f"q{i}", "answer": str(i)} for i in range(32)])
     assert not _warnings(project.check(cfg), "data.eval")
+    # a new user's finding: max_prompts 4 of 32 rows was said at data.eval ("gives 4"), with a fix that missed the key
+    cfg["evaluation"] = {"at_start": True, "max_prompts": 4}
+    problems = project.check(cfg)
+    assert not _warnings(problems, "data.eval")
+    [w] = _warnings(problems, "evaluation.max_prompts")
+    assert w.message.startswith("evaluates 4 of data.eval's 32 held-out prompts")
+    assert w.fix == "raise evaluation.max_prompts to 30 or more (null: all)"
 
 
 def test_the_issues_reasoning_gym_held_out_set_that_shrank_is_a_warning(project):

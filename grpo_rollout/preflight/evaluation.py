@@ -31,8 +31,12 @@ def held_out_size_warning(available: int, max_prompts: Optional[int]) -> Optiona
                 "add held-out rows (a reasoning-gym task: a larger data.task_kwargs.size or a wider task, so that "
                 "fewer questions repeat the training ones), or lower evaluation.max_prompts")
     if 0 < used < MIN_HELD_OUT_PROMPTS:
-        return ("data.eval", f"gives {used} held-out prompts: pass@k's standard error over prompts is up to "
-                f"{0.5 / math.sqrt(used):.2f}, so a change smaller than about twice that is noise",
+        noise = (f"pass@k's standard error over prompts is up to {0.5 / math.sqrt(used):.2f}, so a change smaller "
+                 "than about twice that is noise")
+        if used < available:  # evaluation.max_prompts cuts a larger set
+            return ("evaluation.max_prompts", f"evaluates {used} of data.eval's {available} held-out prompts: {noise}",
+                    f"raise evaluation.max_prompts to {min(available, MIN_HELD_OUT_PROMPTS)} or more (null: all)")
+        return ("data.eval", f"gives {used} held-out prompts: {noise}",
                 f"use at least {MIN_HELD_OUT_PROMPTS} held-out prompts")
     return None
 
