@@ -185,6 +185,18 @@ def test_an_unknown_or_refused_setting_is_said_at_its_key(tmp_path):
 def test_validate_config_prints_them_without_a_traceback(tmp_path):
     (tmp_path / "c.yaml").write_text("data:\n  train: reasoning_gym:family_relationship\n"
                                      "  task_kwargs: {max_family_sise: 5}\n")
+@pytest.mark.parametrize("task_kwargs, key, message", [
+    ({"size": -5}, "size", "must be a whole number >= 1 (the number of rows), got -5"),
+    ({"size": 0}, "size", "must be a whole number >= 1 (the number of rows), got 0"),
+    ({"seed": "abc"}, "seed", "must be a whole number (the rows' seed), got 'abc'"),
+])
+def test_a_bad_size_or_seed_is_said_at_its_key_once(tmp_path, task_kwargs, key, message):
+    """A new user's finding: `size: -5` read "`reasoning_gym:basic_arithmetic` has no rows" at data.train and again
+    at data.eval, with the fix "fix the path/name"; `seed: abc` a TypeError from the held-out rows' seed."""
+    found = _problems(tmp_path, task_kwargs=task_kwargs, eval="reasoning_gym:basic_arithmetic")
+    assert list(found) == [f"data.task_kwargs.{key}"] and found[f"data.task_kwargs.{key}"].message == message
+
+
     result = CliRunner().invoke(app, ["validate-config", str(tmp_path / "c.yaml"), "-q"],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 1 and "Traceback" not in result.output

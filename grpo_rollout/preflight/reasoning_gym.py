@@ -62,7 +62,7 @@ def _check_settings(problems: List[Problem], task: str, task_kwargs: Dict[str, A
         hint = did_you_mean(k, settings)
         _err(problems, f"data.task_kwargs.{k}", task_kwargs[k], f"is not a setting of reasoning-gym's `{task}`",
              f"{hint + ' ' if hint else ''}Its settings: {', '.join(settings)} ({shown})")
-    if unknown:
+    if unknown or not _counts_ok(problems, task_kwargs):
         return False
     try:
         create(task, {"size": 1, **task_kwargs})
@@ -77,3 +77,17 @@ def _check_settings(problems: List[Problem], task: str, task_kwargs: Dict[str, A
              f"change {'it' if one else 'them'} (`grpo-rollout tasks {task}` shows each setting's default)")
         return False
     return True
+
+
+def _counts_ok(problems: List[Problem], task_kwargs: Dict[str, Any]) -> bool:
+    """``size`` (rows) a whole number >= 1 and ``seed`` a whole number, when given: reasoning-gym takes ``size: -5``
+    and makes no rows, and the held-out rows' seed (``seed + size``) fails on a text seed, both said as the source's
+    fault."""
+    ok = True
+    for name, least, what, example in (("size", 1, "the number of rows", 500), ("seed", None, "the rows' seed", 0)):
+        value = task_kwargs.get(name, example)
+        if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
+            _err(problems, f"data.task_kwargs.{name}", value, f"must be a whole number{' >= 1' if least else ''} "
+                 f"({what}), got {value!r}", f"e.g. {name}: {example}")
+            ok = False
+    return ok
