@@ -95,6 +95,9 @@ def test_the_issues_inputs_get_full_credit():
     ("1 x 3 is 3.", "3"), ("5 - 3 = 2", "2"), ("Sorting gives [1, 2, 3]", "[1, 2, 3]"), ("x equals -1,000", "-1,000"),
     ("A=1,B=2,C=3", "A=1,B=2,C=3"), ("A = 1, B = 2, C = 3", "A = 1, B = 2, C = 3"),  # no `=` before the verb
     ("5-3=2", "5-3=2"), ("It is 3 apples", "It is 3 apples"), ("  mother \n", "mother"), ("", ""),
+    # a new user's finding: a bare `3.` scored 0.5 on basic_arithmetic, and a heading then the number 0.07
+    ("3.", "3"), ("-4.", "-4"), ("**3**", "3"), ("It is 3 apples.", "It is 3 apples."),
+    ("Final Answer\n3", "3"), ("## Final Answer\n\n-12", "-12"),
 ])
 def test_the_final_answer_rules(text, answer):
     assert final_answer(text) == answer
@@ -182,9 +185,6 @@ def test_an_unknown_or_refused_setting_is_said_at_its_key(tmp_path):
                                                            "`family_relationships`")
 
 
-def test_validate_config_prints_them_without_a_traceback(tmp_path):
-    (tmp_path / "c.yaml").write_text("data:\n  train: reasoning_gym:family_relationship\n"
-                                     "  task_kwargs: {max_family_sise: 5}\n")
 @pytest.mark.parametrize("task_kwargs, key, message", [
     ({"size": -5}, "size", "must be a whole number >= 1 (the number of rows), got -5"),
     ({"size": 0}, "size", "must be a whole number >= 1 (the number of rows), got 0"),
@@ -197,6 +197,9 @@ def test_a_bad_size_or_seed_is_said_at_its_key_once(tmp_path, task_kwargs, key, 
     assert list(found) == [f"data.task_kwargs.{key}"] and found[f"data.task_kwargs.{key}"].message == message
 
 
+def test_validate_config_prints_them_without_a_traceback(tmp_path):
+    (tmp_path / "c.yaml").write_text("data:\n  train: reasoning_gym:family_relationship\n"
+                                     "  task_kwargs: {max_family_sise: 5}\n")
     result = CliRunner().invoke(app, ["validate-config", str(tmp_path / "c.yaml"), "-q"],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 1 and "Traceback" not in result.output

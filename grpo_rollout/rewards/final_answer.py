@@ -7,15 +7,16 @@ string, found by the first of these rules that matches (each takes the last matc
 2. ``\\boxed{...}``: what the last one holds (the math convention; one level of nested braces:
    ``\\boxed{\\frac{1}{3}}``).
 3. A final-answer phrase: ``answer is``, ``answer:`` or ``answer =`` (``The answer is: mother``, ``Final answer: 3``,
-   ``**Answer:** 3``, any case): the rest of that line, or the lines after it when the line ends there.
+   ``**Answer:** 3``, any case): the rest of that line, or the lines after it when the line ends there; or a line
+   ending in ``final answer`` (a heading, ``## Final Answer``): the lines after it.
 4. A closing statement: the last non-empty line ends with ``is``, ``are``, ``equals``, ``gives`` or ``=`` (with
    spaces around it), then a number (``-12``, ``3.5``, ``1,000``, ``2/3``) or a bracketed list (``[1, 2, 3]``), and
    nothing before the verb on that line holds ``=`` (``1 x 3 is 3.``, ``5 - 3 = 2``, ``Sorting gives [1, 2]``; not
    ``A = 1, B = 2, C = 3``, a cryptarithm's whole answer).
 5. Otherwise the whole completion.
 
-What rules 2-4 find loses ``*`` and backticks around it (Markdown emphasis), and a one-word answer its trailing
-period (``mother.``; a sentence keeps its own); every result is stripped of surrounding whitespace. Only one
+What rules 2-5 find loses ``*`` and backticks around it (Markdown emphasis), and a one-word answer its trailing
+period (``mother.``, ``8.``; a sentence keeps its own); every result is stripped of surrounding whitespace. Only one
 string is scored: scoring several and keeping the best would reward a list of guesses.
 """
 
@@ -26,7 +27,7 @@ import re
 _TAGGED = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _OPEN_TAG = "<answer>"
 _BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
-_PHRASE = re.compile(r"\banswer\**\s*(?:is\b\s*:?|:|=)", re.IGNORECASE)
+_PHRASE = re.compile(r"\banswer\**\s*(?:is\b\s*:?|:|=)|\bfinal\s+answer\**[ \t]*(?=\n)", re.IGNORECASE)
 _NUMBER = r"-?\d+(?:[.,/]\d+)*"
 _CLOSING = re.compile(rf"^(?P<lead>.*\S)\s+(?:is|are|equals|gives|=)\s+(?P<value>\**(?:{_NUMBER}|\[.*\])\**)\.?$",
                       re.IGNORECASE)
@@ -48,7 +49,7 @@ def final_answer(text: str) -> str:
         found = rule(text)
         if found is not None and _clean(found):
             return _clean(found)
-    return text.strip()
+    return _clean(text)
 
 
 def _tagged(text: str):
