@@ -27,16 +27,30 @@ def test_float16_is_refused_naming_the_fix(project, errs):
     assert not errs(project.check(cfg, load_data=False), "model.dtype")
 
 
-def _serve(tmp_path, monkeypatch, config_text: str, extra) -> tuple:
+def _serve(tmp_path, monkeypatch, config_text, extra, dtype=None) -> tuple:
     from grpo_rollout.cli.serve_cmd import run_serve
 
-    (tmp_path / "c.yaml").write_text(config_text)
+    if config_text is not None:
+        (tmp_path / "c.yaml").write_text(config_text)
     started = []
     monkeypatch.setattr(os, "execvpe", lambda *a: started.append(a[1]))
     out = io.StringIO()
-    code = run_serve(Console(file=out, width=300), tmp_path / "c.yaml", model=str(tmp_path), host=None, port=None,
-                     max_model_len=None, api_key=None, extra=extra)
+    code = run_serve(Console(file=out, width=300), tmp_path / "c.yaml" if config_text is not None else None,
+                     model=str(tmp_path), host=None, port=None, max_model_len=None, api_key=None, extra=extra,
+                     dtype=dtype)
     return code, out.getvalue(), started
+
+
+def test_serve_without_a_config_takes_the_dtype_as_its_own_option(tmp_path, monkeypatch):
+    """A new user's finding: `serve --model M --vllm-arg=--dtype=bfloat16` (no config) was told to "set model.dtype"
+    with no config to set it in."""
+    code, said, started = _serve(tmp_path, monkeypatch, None, ["--dtype=bfloat16"])
+    assert code == 1 and not started
+    assert "pass `--dtype bfloat16` to grpo-rollout serve instead" in said
+    code, said, started = _serve(tmp_path, monkeypatch, None, [], dtype="bfloat16")
+    assert code == 0 and started
+    argv = started[0]
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"
 
 
 def test_serve_refuses_a_vllm_arg_that_overrides_the_configs_dtype(tmp_path, monkeypatch):
@@ -45,7 +59,7 @@ def test_serve_refuses_a_vllm_arg_that_overrides_the_configs_dtype(tmp_path, mon
     config = f"model: {{name_or_path: {tmp_path}}}\nvllm: {{mode: attach, url: 'http://127.0.0.1:1'}}\n"
     code, said, started = _serve(tmp_path, monkeypatch, config, ["--seed=0", "--dtype=bfloat16"])
     assert code == 1 and not started
-    assert "--vllm-arg[1]" in said and "model.dtype = float32" in said and "set model.dtype: bfloat16" in said
+    assert "--vllm-arg[1]" in said and "model.dtype = float32" in said and "model.dtype: bfloat16 in its config" in said
     code, said, started = _serve(tmp_path, monkeypatch, config, ["--seed=0"])  # any other flag passes through
     assert started and started[0][-1] == "--seed=0"
 

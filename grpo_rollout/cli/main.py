@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -9,6 +10,7 @@ import typer
 from rich.console import Console
 
 from .. import __version__
+from ..config.values import DTYPES
 from ..preflight import check_config
 from .render import print_problems, print_summary
 
@@ -134,6 +136,10 @@ def eval_command(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = OVE
     raise typer.Exit(run_eval(console, config, overrides or [], checkpoint, as_json))
 
 
+#: ``serve --dtype``'s choices: the trainer's dtypes (float16 is refused there, so it is not served either)
+ServeDtype = Enum("ServeDtype", {d: d for d in DTYPES if d != "float16"}, type=str)
+
+
 @app.command()
 def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML config; its model and vllm sections "
                                                              "are used.", show_default=False),
@@ -143,6 +149,9 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
           port: Optional[int] = typer.Option(None, "--port", help="Port (default 8000, or the config's vllm.port)."),
           max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest sequence in tokens."),
           api_key: Optional[str] = typer.Option(None, "--api-key", help="Require this bearer token."),
+          dtype: Optional[ServeDtype] = typer.Option(None, "--dtype", help="The dtype served (default float32, or "
+                                                     "the config's model.dtype); the trainer's model.dtype must "
+                                                     "match it."),
           extra: Optional[List[str]] = typer.Option(None, "--vllm-arg", help="Extra argument passed to vLLM "
                                                     "(repeatable), e.g. --vllm-arg=--seed=0."),
           ) -> None:
@@ -150,7 +159,7 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
     from .serve_cmd import run_serve
 
     raise typer.Exit(run_serve(console, config, model=model, host=host, port=port, max_model_len=max_model_len,
-                               api_key=api_key, extra=extra or []))
+                               api_key=api_key, extra=extra or [], dtype=dtype.value if dtype else None))
 
 
 @app.command()

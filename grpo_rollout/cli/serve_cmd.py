@@ -18,13 +18,14 @@ from .render import print_problems
 
 def vllm_arg_problems(config: Config, extra: List[str], *, model: Optional[str] = None, host: Optional[str] = None,
                       port: Optional[int] = None, max_model_len: Optional[int] = None,
-                      api_key: Optional[str] = None) -> List[Problem]:
+                      api_key: Optional[str] = None, dtype: Optional[str] = None) -> List[Problem]:
     """``--vllm-arg`` flags that the launcher sets itself (:func:`check_server_args`), judged against the config as
     ``serve``'s own options change it: ``--vllm-arg=--dtype=bfloat16`` over a ``model.dtype: float32`` config is an
     error (vLLM keeps the last value, so it would serve another dtype than the trainer computes in)."""
     served = config.model_copy(deep=True)
     served.vllm.mode = "attach"  # what a serve'd server is to a trainer
     served.model.name_or_path = model or served.model.name_or_path
+    served.model.dtype = dtype or served.model.dtype
     served.vllm.host = host or served.vllm.host
     served.vllm.port = port or served.vllm.port
     served.vllm.max_model_len = max_model_len or served.vllm.max_model_len
@@ -35,7 +36,8 @@ def vllm_arg_problems(config: Config, extra: List[str], *, model: Optional[str] 
 
 
 def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[str], host: Optional[str],
-              port: Optional[int], max_model_len: Optional[int], api_key: Optional[str], extra: List[str]) -> int:
+              port: Optional[int], max_model_len: Optional[int], api_key: Optional[str], extra: List[str],
+              dtype: Optional[str] = None) -> int:
     """Resolve settings (flags over the config's ``model``/``vllm`` sections over defaults) and exec the server."""
     config = Config()
     if config_path is not None:
@@ -45,6 +47,9 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
         if any(p.is_error for p in problems):
             return 1
         config = loaded.config
+    if dtype:  # --dtype: the dtype served, which the trainer's model.dtype must match
+        config = config.model_copy(deep=True)
+        config.model.dtype = dtype
     problems = vllm_arg_problems(config, extra, model=model, host=host, port=port, max_model_len=max_model_len,
                                  api_key=api_key)
     print_problems(console, problems)

@@ -109,6 +109,9 @@ def _fix(flag: str, managed: Managed, spawn: bool, got: Any, where: str) -> str:
         return f"{remove}: the server must serve the model being trained (model.name_or_path)"
     if flag == "--weight-transfer-config":
         return f"{remove}; set vllm.weight_transfer: nccl to start vLLM's NCCL weight transfer"
+    if where == "--vllm-arg" and flag in ("--dtype", "--max-model-len"):  # grpo-rollout serve's own options
+        return f"{remove} and pass `{flag} {got}` to grpo-rollout serve instead (or set {managed.key}: {_yaml(got)} " \
+               "in its config); the trainer's config must say the same"
     return f"{remove} and set {managed.key}: {_yaml(got)} instead (or only remove it, to keep the config's value)"
 
 
