@@ -289,3 +289,15 @@ def test_reasoning_gym_held_out_rows_are_distinct():
                                           "max_digits": 1}, held_out=True)
     questions = [r["prompt"][0]["content"] for r in held]
     assert len(questions) == len(set(questions)) > 100
+
+
+def test_eval_of_a_folder_that_is_no_checkpoint_says_so_before_loading(project, monkeypatch):
+    """A new user's finding: `eval --checkpoint out/nope` loaded the model first, then said it was no checkpoint."""
+    cfg = project.baseline()
+    cfg["data"]["eval"] = "data.jsonl"
+    cfg["evaluation"] = {"at_start": True}
+    project.write_config(cfg)
+    (project.root / "out" / "nope").mkdir(parents=True)
+    result = CliRunner().invoke(app, ["eval", "config.yaml", "--checkpoint", "out/nope"], env={"COLUMNS": "200"})
+    assert result.exit_code == 1 and "out/nope is not a checkpoint (no trainer_state.pt)" in result.output
+    assert "Loading" not in result.output and "Traceback" not in result.output

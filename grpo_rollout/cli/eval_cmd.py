@@ -26,6 +26,7 @@ def run_eval(console: Console, config_path: Path, overrides: List[str], checkpoi
     from ..generation.vllm_client import ServerError
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
+    from ..trainer.checkpoint import find_checkpoint
     from ..trainer.eval_run import evaluate
     from ..trainer.progress import RichReporter
 
@@ -37,6 +38,8 @@ def run_eval(console: Console, config_path: Path, overrides: List[str], checkpoi
         shown.print("[red]Not evaluating: fix the errors above.[/]")
         return 1
     try:
+        if checkpoint:  # before anything loads; and the table names the folder, not `latest`
+            checkpoint = str(find_checkpoint(Path(loaded.config.training.output_dir).expanduser(), checkpoint))
         result = evaluate(loaded.config, loaded.base_dir, checkpoint, RichReporter(shown, quiet=quiet), check=False)
     except ConfigError as exc:
         print_problems(shown, exc.problems)
