@@ -99,7 +99,8 @@ def _with_evaluation(config: Path) -> Path:
     (config.parent / "held_out.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}."}) + "\n"
                                                           for i in range(50, 57)))
     cfg["data"]["eval"] = "held_out.jsonl"
-    cfg["evaluation"] = {"at_start": True, "at_end": True, "num_generations": 2, "success_threshold": 0.3}
+    cfg["evaluation"] = {"at_start": True, "at_end": True, "num_generations": 2, "temperature": 1.0,
+                         "success_threshold": 0.3}
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return config
 

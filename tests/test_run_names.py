@@ -36,7 +36,7 @@ def test_every_default_panel_key_is_logged_by_a_real_run(tmp_path, tiny_model):
     cfg = tiny_config(tmp_path, tiny_model, training={"max_steps": 2, "beta": 0.04, "save_rollouts": "off"},
                       rollout={"function": f"{tmp_path / 'tool_like.py'}:rollout"},
                       data={"eval": str(tmp_path / "data.jsonl")},  # the held-out panel's keys: eval at the end
-                      evaluation={"at_end": True, "max_prompts": 2, "num_generations": 2})
+                      evaluation={"at_end": True, "max_prompts": 2, "num_generations": 2, "temperature": 1.0})
     train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     lines = (tmp_path / "out" / rn.METRICS_FILE).read_text().splitlines()
     records = [json.loads(line) for line in lines]

@@ -130,7 +130,7 @@ def test_padding_free_trains_like_padding(tmp_path, tiny_model):
     for padding_free in (True, False):
         root = tmp_path / str(padding_free)
         root.mkdir()
-        cfg = _config(root, tiny_model, max_steps=2, padding_free=padding_free, micro_batch_size=32)
+        cfg = _config(root, tiny_model, max_steps=2, padding_free=padding_free, micro_batch_size=32, save_steps=1)
         # short and long prompts (about 30 and 120 tokens with the chat template): short sequences share a row
         (root / "data.jsonl").write_text("".join(json.dumps({"prompt": "Hi." if i % 2 else "Go on." * 30}) + "\n"
                                                  for i in range(10)))
@@ -141,9 +141,11 @@ def test_padding_free_trains_like_padding(tmp_path, tiny_model):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
         assert a["tokens/forward"] == b["tokens/forward"]
     assert sum(a["tokens/padded"] for a in packed) < 0.8 * sum(b["tokens/padded"] for b in padded)
-    a = AutoModelForCausalLM.from_pretrained(runs[True].checkpoint).state_dict()
-    b = AutoModelForCausalLM.from_pretrained(runs[False].checkpoint).state_dict()
-    assert all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
+    # the weights after one update (later, Adam divides the float-order noise of an embedding row whose gradient is
+    # ~0 by that row's tiny second moment: 1.4e-4 apart after two steps with the per-prompt seeds of issue 28.4)
+    a = AutoModelForCausalLM.from_pretrained(runs[True].output_dir / "checkpoint-1").state_dict()
+    b = AutoModelForCausalLM.from_pretrained(runs[False].output_dir / "checkpoint-1").state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
 
 
 def test_compiled_layers_train_like_eager(tmp_path, tiny_model):

@@ -312,6 +312,7 @@ def test_async_generation_samples_one_step_behind(server, tiny_model, tmp_path, 
                          steps=3)
     cfg.training.async_generation = async_generation
     cfg.training.learning_rate = 3e-2  # issue 18.3: large updates, so one step behind differs a lot from the trainer
+    cfg.vllm.max_logprob_mismatch = 0.1  # below the one-step-behind gap (0.2 to 1 nats with these updates)
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     assert result.steps == 3
     module = next(m for name, m in sys.modules.items() if name.startswith("grpo_rollout_user_") and
