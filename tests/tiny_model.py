@@ -8,24 +8,7 @@ from pathlib import Path
 
 def make_tiny_model(folder: Path, seed: int = 0) -> Path:
     """Write a 2-layer, hidden-64 LlamaForCausalLM (vocab 49152, tied embeddings) plus tokenizer into ``folder``."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from grpo_rollout.models.builtin import resolve_model_path
-
-    if (folder / "config.json").is_file():
-        return folder
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("builtin:smollm2-135m-instruct"))
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return _tiny_llama(folder, seed, tied=True)
 
 
 def make_peaked_model(folder: Path, seed: int = 0, loud: int = 32) -> Path:
@@ -34,6 +17,19 @@ def make_peaked_model(folder: Path, seed: int = 0, loud: int = 32) -> Path:
     ~0.1 on average) and min-p, top-k and top-p cut different sets. The uniform-ish random model keeps thousands of
     near-equal tokens, where the filters' order hardly matters."""
     import torch
+
+    def peak(model, config, vocab: int) -> None:
+        with torch.no_grad():
+            rows = torch.randperm(vocab)[:loud]
+            model.lm_head.weight[rows] = torch.randn(loud, config.hidden_size)
+
+    return _tiny_llama(folder, seed, tied=False, edit=peak)
+
+
+def _tiny_llama(folder: Path, seed: int, tied: bool, edit=None) -> Path:
+    """The 2-layer, hidden-64 Llama with the embedded model's tokenizer, written to ``folder`` (kept if there);
+    ``edit(model, config, vocab)`` changes its weights before saving."""
+    import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from grpo_rollout.models.builtin import resolve_model_path
@@ -44,12 +40,11 @@ def make_peaked_model(folder: Path, seed: int = 0, loud: int = 32) -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
+                         tie_word_embeddings=tied, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        rows = torch.randperm(len(tokenizer))[:loud]
-        model.lm_head.weight[rows] = torch.randn(loud, config.hidden_size)
+    if edit is not None:
+        edit(model, config, len(tokenizer))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
