@@ -191,3 +191,21 @@ def test_math_accuracy_trains_from_inside_a_running_event_loop(tmp_path, tiny_mo
     result = asyncio.run(cell())
     assert result.steps == 2 and result.evaluations[0][0] == 0
     assert result.evaluations[0][1]["eval/rewards/math_accuracy/timeouts"] == 0
+
+
+def test_a_reward_file_named_by_path_can_score_in_bounded_workers(tmp_path):
+    """`run_bounded` for a user's own scorer: a reward file named by path is loaded under a name of grpo-rollout's
+    own, which a worker cannot import by name; it loads the file."""
+    from grpo_rollout.rewards.bounded import run_bounded
+    from grpo_rollout.user_code import resolve_callable
+
+    (tmp_path / "my_reward.py").write_text("import time\n\n"
+                                          "def score(text):\n"
+                                          "    if text == 'hang':\n"
+                                          "        time.sleep(60)\n"
+                                          "    return float(len(text))\n")
+    score = resolve_callable(f"{tmp_path / 'my_reward.py'}:score", tmp_path)
+    done = run_bounded(score, [("ab",), ("hang",), ("abcd",)], timeout_s=1.0, workers=1)
+    assert done.values == [2.0, None, 4.0] and done.timed_out == [1]
+    with pytest.raises(ValueError, match="not the main script, a lambda or a nested function"):
+        run_bounded(lambda text: 0.0, [("x",)], timeout_s=1.0)

@@ -55,23 +55,30 @@ class WorkerError(RuntimeError):
     """A worker process could not start, died, or answered something unreadable."""
 
 
-def _ref(fn: Optional[Callable]) -> Optional[Tuple[str, str]]:
-    """``(module, qualified name)`` by which a worker imports ``fn``."""
+Ref = Tuple[str, str, Optional[str]]  # how a worker finds a function: (module, qualified name, the module's file)
+
+
+def _ref(fn: Optional[Callable]) -> Optional[Ref]:
+    """How a worker imports ``fn``: by its module's name, or from the module's file when that name is not importable
+    (a reward file named by path, ``path/file.py:function``, is loaded under a name of grpo-rollout's own)."""
     if fn is None:
         return None
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if not module or module == "__main__" or "<" in name:
         raise ValueError(f"{fn!r} cannot be run in a worker process: it must be a module-level function of an "
-                         "importable module (not the main script, a lambda or a nested function)")
-    return module, name
+                         "importable module or file (not the main script, a lambda or a nested function)")
+    return module, name, getattr(sys.modules.get(module), "__file__", None)
 
 
 class _Worker:
     """One worker process: start, call with a deadline, kill."""
 
-    def __init__(self, warm_up: Optional[Tuple[str, str]]):
+    def __init__(self, warm_up: Optional[Ref]):
+        # the parent's import path, so that the worker finds what the parent imported (a notebook's added folders)
+        path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
         self.proc = subprocess.Popen([sys.executable, "-m", "grpo_rollout.rewards.bounded_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env={**os.environ, "PYTHONPATH": path})
         self._send(("warm_up", warm_up))
         answer = self._receive(time.monotonic() + START_TIMEOUT_S)
         if answer is None or answer[0] != "ready":
@@ -108,7 +115,7 @@ class _Worker:
         body = self._read(_HEADER.unpack(header)[0], float("inf"))  # once it answers, the answer is read whole
         return pickle.loads(body)
 
-    def call(self, fn: Tuple[str, str], args: Tuple[Any, ...], timeout_s: float) -> Optional[Tuple[str, Any]]:
+    def call(self, fn: Ref, args: Tuple[Any, ...], timeout_s: float) -> Optional[Tuple[str, Any]]:
         """``fn(*args)`` in the worker: ``("ok", value)`` or ``("error", exception)``; ``None`` when it ran longer
         than ``timeout_s`` (the caller then kills the worker)."""
         self._send(("call", (fn, args)))
@@ -129,12 +136,12 @@ class _Pool:
     """``size`` workers started on demand, each driven by one thread; a killed worker is replaced by the next item
     that needs it."""
 
-    def __init__(self, size: int, warm_up: Optional[Tuple[str, str]]):
+    def __init__(self, size: int, warm_up: Optional[Ref]):
         self.size, self.warm_up = size, warm_up
         self.workers: List[Optional[_Worker]] = [None] * size
         self.lock = threading.Lock()  # one batch at a time
 
-    def run(self, fn: Tuple[str, str], items: Sequence[Tuple[Any, ...]], timeout_s: float) -> List[Any]:
+    def run(self, fn: Ref, items: Sequence[Tuple[Any, ...]], timeout_s: float) -> List[Any]:
         results: List[Any] = [None] * len(items)
         queue = iter(range(len(items)))
         queue_lock = threading.Lock()
@@ -147,7 +154,12 @@ class _Pool:
                     return
                 if self.workers[slot] is None:
                     self.workers[slot] = _Worker(self.warm_up)
-                answer = self.workers[slot].call(fn, tuple(items[i]), timeout_s)
+                try:
+                    answer = self.workers[slot].call(fn, tuple(items[i]), timeout_s)
+                except WorkerError:  # it died: the next call starts a fresh one
+                    self.workers[slot].kill()
+                    self.workers[slot] = None
+                    raise
                 if answer is None:  # over the limit: kill it; the next item starts a fresh one
                     self.workers[slot].kill()
                     self.workers[slot] = None
@@ -165,7 +177,7 @@ class _Pool:
                 self.workers[i] = None
 
 
-_pools: Dict[Tuple[int, int, Optional[Tuple[str, str]]], _Pool] = {}  # (pid, size, warm_up): not a parent's pool
+_pools: Dict[Tuple[int, int, Optional[Ref]], _Pool] = {}  # (pid, size, warm_up): not a parent's pool
 _pools_lock = threading.Lock()
 
 
@@ -178,7 +190,8 @@ def run_bounded(fn: Callable[..., Any], items: Sequence[Tuple[Any, ...]], timeou
     killed). Safe to call from any thread; concurrent calls take turns.
 
     Args:
-        fn: a module-level function of an importable module, with picklable arguments and result.
+        fn: a module-level function of an importable module or of a file (a reward file named by path), with
+            picklable arguments and result.
         items: the argument tuples. timeout_s: seconds one call may run (> 0). workers: pool size (>= 1; a pool per
             size, ``warm_up`` and process is kept for reuse). warm_up: a module-level function each new worker
             runs once before its first call, outside any time limit (imports, caches).

@@ -1,27 +1,41 @@
 """The worker process of :mod:`grpo_rollout.rewards.bounded`: ``python -m grpo_rollout.rewards.bounded_worker``.
 
 It reads requests from stdin and answers on stdout, each a pickle after its 8-byte length: first
-``("warm_up", (module, name) | None)``, answered ``("ready", None)`` (or ``("failed", reason)``); then any number of
-``("call", ((module, name), args))``, each answered ``("ok", value)`` or ``("error", exception)``. It imports nothing
+``("warm_up", (module, name, file) | None)``, answered ``("ready", None)`` (or ``("failed", reason)``); then any number of
+``("call", ((module, name, file), args))``, each answered ``("ok", value)`` or ``("error", exception)``. It imports nothing
 of the parent's main script. What the scoring code prints goes to stderr, so it cannot garble the answers.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import pickle
 import struct
 import sys
 import traceback
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 _HEADER = struct.Struct("<Q")
 
 
-def _load(ref: Tuple[str, str]) -> Callable:
-    module, name = ref
-    obj: Any = importlib.import_module(module)
+def _load(ref: Tuple[str, str, Optional[str]]) -> Callable:
+    """The function ``ref`` names: ``(module, qualified name, the module's file or None)``; by the module's name,
+    else from its file (loaded once, under that name)."""
+    module, name, file = ref
+    if module in sys.modules:
+        obj: Any = sys.modules[module]
+    else:
+        try:
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError:
+            if not file:
+                raise
+            spec = importlib.util.spec_from_file_location(module, file)
+            obj = importlib.util.module_from_spec(spec)
+            sys.modules[module] = obj
+            spec.loader.exec_module(obj)
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
