@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 test: install
 	$(BIN)/python -m pytest -q -ra
 
-# unit tests only: no vLLM server, no model, no torchrun, no GPU (markers: pyproject.toml, README "Tests")
+# unit tests only: no vLLM server, no model, no torchrun, no GPU (markers: pyproject.toml, docs/development.md)
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not vllm and not model and not multiproc and not gpu"
 

@@ -1,5 +1,5 @@
-"""The README's generation-client example (examples/client_rollout/rollout.py): it is what the README shows, both
-rollouts keep the contract, and the async one trains."""
+"""The generation-client example of docs/rollouts.md (examples/client_rollout/rollout.py): it is what the page shows,
+both rollouts keep the contract, and the async one trains."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _example():
 
 def test_readme_shows_the_example_file():
     text = EXAMPLE.read_text()
-    assert text[text.index("import asyncio"):] in (REPO / "README.md").read_text()
+    assert text[text.index("import asyncio"):] in (REPO / "docs" / "rollouts.md").read_text()
 
 
 @pytest.mark.parametrize("name", ["rollout", "async_rollout"])

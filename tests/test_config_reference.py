@@ -1,4 +1,4 @@
-"""One source for every key (issue 21): the schema's fields give each key its description, the README's config
+"""One source for every key (issue 21): the schema's fields give each key its description, docs/config.md's config
 reference, the JSON Schema's descriptions, validate-config's note next to a problem, and the server's defaults and
 request limits."""
 
@@ -48,10 +48,11 @@ def test_the_json_schema_gives_every_key_its_description(key):
 
 
 def test_the_readme_reference_is_the_generated_one():
-    readme = (REPO / "README.md").read_text()
-    assert START in readme and END in readme, "the README lost its config reference markers"
+    readme = (REPO / "docs" / "config.md").read_text()
+    assert START in readme and END in readme, "docs/config.md lost its config reference markers"
     copy = readme[readme.index(START):readme.index(END) + len(END)] + "\n"
-    assert copy == config_reference(), "README.md's config reference is stale: run `grpo-rollout schema --markdown -o README.md`"
+    assert copy == config_reference(), ("docs/config.md's config reference is stale: "
+                                        "run `grpo-rollout schema --markdown -o docs/config.md`")
     for key in KEYS:  # every key is in it, under its section
         section, _, name = key.rpartition(".")
         assert f"**`{section or 'top level'}`**" in copy and f"| `{name}` |" in copy, key
@@ -73,7 +74,7 @@ def test_schema_markdown_into_a_readme_replaces_only_the_reference(tmp_path):
 def test_a_reference_that_disagrees_with_the_fields_is_caught(monkeypatch):
     monkeypatch.setattr(SamplingConfig.model_fields["temperature"], "description", "Something else")
     assert "| `temperature` | `1.0` | float, > 0 | Something else |" in config_reference()
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "config.md").read_text()
     assert config_reference() not in readme
 
 

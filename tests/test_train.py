@@ -43,7 +43,7 @@ def test_reward_rises_on_trivial_task(tmp_path, tiny_model):
     assert result.checkpoint == tmp_path / "out" / "checkpoint-12"
     model = AutoModelForCausalLM.from_pretrained(result.checkpoint)
     assert model.config.vocab_size == 49152
-    # the README's checkpoint size: 4 bytes a parameter of float32 weights + 8 of AdamW's two float32 moments
+    # docs/outputs.md's checkpoint size: 4 bytes a parameter of float32 weights + 8 of AdamW's two float32 moments
     params = sum(p.numel() for p in model.parameters())
     assert (result.checkpoint / "model.safetensors").stat().st_size == pytest.approx(4 * params, rel=0.01)
     assert (result.checkpoint / "trainer_state.pt").stat().st_size == pytest.approx(8 * params, rel=0.02)

@@ -1,4 +1,4 @@
-"""Two complete rollouts written against the ``client`` interface (the README's "The generation client").
+"""Two complete rollouts written against the ``client`` interface (docs/rollouts.md, "The generation client").
 
 ``rollout`` samples every prompt in one batched ``client.generate`` call; ``async_rollout`` does the same with one
 ``await client.agenerate`` per prompt, run concurrently (the shape a multi-turn rollout takes, where each sample

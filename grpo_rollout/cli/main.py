@@ -87,17 +87,17 @@ def validate_config(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = 
 def schema(output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schema to this file "
                                                  "instead of printing it.", show_default=False),
            markdown: bool = typer.Option(False, "--markdown", help="The config reference as Markdown tables instead "
-                                         "of the JSON Schema; with -o README.md, only its reference block is "
+                                         "of the JSON Schema; with -o docs/config.md, only its reference block is "
                                          "replaced.")) -> None:
     """Print the config's JSON Schema (draft 2020-12) for an editor's YAML language server: completion, defaults and
-    misspelled keys while writing a config (see the README)."""
+    misspelled keys while writing a config (see docs/config.md)."""
     import json
 
     from ..config.json_schema import config_json_schema
     from .reference import config_reference, spliced_into
 
     text = config_reference() if markdown else json.dumps(config_json_schema(), indent=2, ensure_ascii=False) + "\n"
-    if markdown and output is not None and output.is_file():  # e.g. README.md: only its reference block is replaced
+    if markdown and output is not None and output.is_file():  # docs/config.md: only its reference block is replaced
         text = spliced_into(output.read_text(encoding="utf-8"))
     if output is None:
         typer.echo(text, nl=False)  # plain JSON on stdout, no markup, so it can be redirected

@@ -1,6 +1,6 @@
-"""The README's config reference, generated from the schema's fields (``grpo-rollout schema --markdown``): one table
+"""docs/config.md's config reference, generated from the schema's fields (``grpo-rollout schema --markdown``): one table
 per section with each key's default, allowed values or range, and description. ``tests/test_config_reference.py``
-fails when the README's copy and the fields disagree."""
+fails when docs/config.md's copy and the fields disagree."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ END = "<!-- config-reference: end -->"
 
 
 def config_reference() -> str:
-    """The reference as Markdown, between :data:`START` and :data:`END` (the lines the README holds)."""
+    """The reference as Markdown, between :data:`START` and :data:`END` (the lines docs/config.md holds)."""
     lines = [START]
     _tables(Config, "", lines)
     return "\n".join(lines + [END]) + "\n"
 
 
 def spliced_into(text: str) -> str:
-    """``text`` (a README) with the reference between its :data:`START` and :data:`END` lines replaced by the current
-    one; the reference alone when ``text`` has no such lines."""
+    """``text`` (docs/config.md) with the reference between its :data:`START` and :data:`END` lines replaced by the
+    current one; the reference alone when ``text`` has no such lines."""
     if START not in text or END not in text:
         return config_reference()
     return text[:text.index(START)] + config_reference() + text[text.index(END) + len(END) + 1:]

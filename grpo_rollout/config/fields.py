@@ -1,5 +1,5 @@
 """How a config key is declared (:func:`setting`: one pydantic field with its type, default, range, one-line
-description and :class:`Rule`) and read back by the range checks, the JSON Schema, the README's config reference and
+description and :class:`Rule`) and read back by the range checks, the JSON Schema, docs/config.md's config reference and
 the nearest-key suggestions: its section, allowed values, range, type name."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each field holds the key's type (``Literal`` for a fixed set), default, range and a one-line description; a
 :class:`~.fields.Rule` holds what ``validate-config`` says about a value outside it. Rules across keys of one section
 are model validators; rules across sections and warnings are the check functions of :mod:`grpo_rollout.config`.
-Loading (:mod:`~.loading`) turns pydantic's errors into the problem table; the JSON Schema, the README's config
+Loading (:mod:`~.loading`) turns pydantic's errors into the problem table; the JSON Schema, docs/config.md's config
 reference and the server's settings all read these fields.
 """
 
