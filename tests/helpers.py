@@ -1,11 +1,12 @@
-"""Small helpers for tests: waiting on a condition with a deadline instead of sleeping a fixed time, and answering
-HTTP requests in fake servers."""
+"""Small helpers for tests: waiting on a condition with a deadline instead of sleeping a fixed time, answering
+HTTP requests in fake servers, and running parsed tool calls from synchronous code."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from typing import Any, Callable
+from typing import Any, Callable, List, Mapping, Optional
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05) -> bool:
@@ -29,3 +30,16 @@ def send_json(handler: Any, status: int, body: Any) -> None:
     handler.send_header("content-length", str(len(data)))
     handler.end_headers()
     handler.wfile.write(data)
+
+
+def run_tool_calls_sync(calls: List[Any], tools: Mapping[str, Callable],
+                        timeout_s: Optional[float] = 10.0) -> List[Any]:
+    """``grpo_rollout.rollouts.tools.run_tool_call`` for several parsed calls, concurrently, from synchronous code:
+    their ``ToolResult`` objects in the order of ``calls``."""
+    from grpo_rollout.coroutines import run_coroutine
+    from grpo_rollout.rollouts.tools import run_tool_call
+
+    async def all_calls() -> List[Any]:
+        return list(await asyncio.gather(*(run_tool_call(c, tools, timeout_s) for c in calls)))
+
+    return run_coroutine(all_calls())

@@ -12,7 +12,8 @@ from grpo_rollout.cli.render import batch_arithmetic
 from grpo_rollout.config import Config
 from grpo_rollout.preflight import validate
 from grpo_rollout.config.batch_checks import check_batch
-from grpo_rollout.config.ranges import _RANGES, check_values
+from grpo_rollout.config.fields import bounds_of, rule_of, strip_optional, walk
+from grpo_rollout.config.ranges import check_values
 from grpo_rollout.preflight.rollout_kwargs import check_sampling_agreement
 from grpo_rollout.preflight.processes import check_processes
 from grpo_rollout.preflight.paths import check_paths
@@ -44,7 +45,7 @@ def test_default_config_passes_every_value_check():
 
 # --- single values --------------------------------------------------------------------------------------------------
 
-# key: (bad values, good values) — written out here, not derived from _RANGES, so a wrong predicate fails.
+# key: (bad values, good values) — written out here, not derived from the schema's bounds, so a wrong bound fails.
 RANGE_CASES = {
     "sampling.num_generations": ([1, 0, -3], [2, 16]),
     "sampling.temperature": ([0.0, -0.5, math.nan], [0.01, 1.0, 2.0]),
@@ -93,7 +94,10 @@ RANGE_CASES = {
 
 
 def test_range_cases_cover_every_range_check():
-    assert set(RANGE_CASES) == {key for key, *_ in _RANGES}
+    """Every number with a range or a rule of its own (what check_values enforces at the key) has its cases above."""
+    checked = {key for key, info in walk(Config) if strip_optional(info.annotation)[0] in (int, float)
+               and (bounds_of(info) or rule_of(info).fix)}
+    assert set(RANGE_CASES) == checked
 
 
 @pytest.mark.parametrize("key, value", [(k, v) for k, (bad, _) in RANGE_CASES.items() for v in bad])

@@ -107,6 +107,7 @@ def test_refills_never_repeat_a_prompt_of_the_same_step(tmp_path, tiny_model):
                       training={"max_steps": 3, "save_rollouts": "every",
                                 "dynamic_sampling": {"enabled": True, "max_rounds": 6}})
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 3 and len(result.history) == 3  # the loop below checks every step asked for
     for step, metrics in enumerate(result.history, start=1):
         prompts = [g[0]["prompt"] for g in _groups(tmp_path / "out", step)]
         assert len(prompts) == len(set(prompts)) == metrics["dynamic_sampling/groups_trained"], prompts

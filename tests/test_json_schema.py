@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import operator
 import typing
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
@@ -18,7 +19,8 @@ from typer.testing import CliRunner
 
 from grpo_rollout.cli.main import app
 from grpo_rollout.config import load_config
-from grpo_rollout.config.ranges import _RANGES, range_bounds
+from grpo_rollout.config.fields import bounds_of, walk
+from grpo_rollout.config.ranges import check_values
 from grpo_rollout.config.json_schema import SCHEMA_DIALECT, config_json_schema
 from grpo_rollout.config.schema import ENUMS, REPORT_TO, Config
 
@@ -167,29 +169,116 @@ def test_a_rule_that_is_not_an_interval_is_left_to_validate_config(schema, valid
     assert errors(validator, with_value("sampling.top_k", -1)) == []
 
 
+# Each bounded key's interval, written out by hand from the keys' documented ranges (the config reference), NOT read
+# from the schema's metadata: a bound changed in schema.py (>= for >, a lost upper limit) fails against this table.
+EXPECTED_RANGES: Dict[str, Dict[str, float]] = {
+    "model.lora.r": {"ge": 0},
+    "model.lora.alpha": {"gt": 0},
+    "model.lora.dropout": {"ge": 0, "lt": 1},
+    "sampling.num_generations": {"ge": 2},
+    "sampling.temperature": {"gt": 0},
+    "sampling.top_p": {"gt": 0, "le": 1},
+    "sampling.min_p": {"ge": 0, "le": 1},
+    "sampling.repetition_penalty": {"gt": 0},
+    "sampling.max_prompt_length": {"ge": 1},
+    "sampling.max_completion_length": {"ge": 1},
+    "training.max_steps": {"ge": 1},
+    "training.num_epochs": {"gt": 0},
+    "training.prompts_per_step": {"ge": 1},
+    "training.micro_batch_size": {"ge": 1},
+    "training.learning_rate": {"ge": 0},
+    "training.weight_decay": {"ge": 0},
+    "training.warmup_steps": {"ge": 0},
+    "training.max_grad_norm": {"ge": 0},
+    "training.beta": {"ge": 0},
+    "training.epsilon": {"gt": 0, "lt": 1},
+    "training.epsilon_high": {"gt": 0},
+    "training.dynamic_sampling.max_rounds": {"ge": 1},
+    "training.num_iterations": {"ge": 1},
+    "training.sampler_correction_cap": {"gt": 0},
+    "training.logprob_chunk_size": {"ge": 1},
+    "training.save_steps": {"ge": 0},
+    "training.save_total_limit": {"ge": 1},
+    "training.max_nonfinite_steps": {"ge": 1},
+    "training.logging_steps": {"ge": 1},
+    "training.log_completions": {"ge": 0},
+    "evaluation.every_steps": {"ge": 0},
+    "evaluation.num_generations": {"ge": 1},
+    "evaluation.temperature": {"ge": 0},
+    "evaluation.max_prompts": {"ge": 1},
+    "vllm.num_servers": {"ge": 1},
+    "vllm.port": {"ge": 0, "le": 65535},
+    "vllm.max_model_len": {"ge": 1},
+    "vllm.gpu_memory_utilization": {"gt": 0, "le": 1},
+    "vllm.kv_cache_space_gib": {"ge": 1},
+    "vllm.startup_timeout_s": {"gt": 0},
+    "vllm.sync_timeout_s": {"gt": 0},
+    "vllm.max_logprob_mismatch": {"gt": 0},
+}
+COMPARE = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
 PROBES = [-1, 0, 0.5, 1, 2, 3, 65535, 65536]
+#: other keys set while a key is probed, so that a rule across keys does not speak at it (greedy n > 1 is refused)
+PROBE_CONTEXT = {"evaluation.num_generations": {"evaluation.temperature": 1.0}}
 
 
-@pytest.mark.parametrize("dotted", sorted(range_bounds()))
-def test_schema_ranges_agree_with_the_range_checks(validator, dotted):
-    """The schema reads the same Bound objects check_values calls: for every probe both give the same verdict."""
-    predicate = {key: ok for key, ok, *_ in _RANGES}[dotted]
+def expected_to_pass(dotted: str, value: float) -> bool:
+    return all(COMPARE[name](value, bound) for name, bound in EXPECTED_RANGES[dotted].items())
+
+
+def is_integer_key(dotted: str) -> bool:
     section, *rest = dotted.split(".")
     cls = typing.get_type_hints(Config)[section]
     for part in rest[:-1]:
         cls = typing.get_type_hints(cls)[part]
     tp = typing.get_type_hints(cls)[rest[-1]]
-    is_int = tp is int or typing.get_args(tp)[:1] == (int,)
-    for value in PROBES:
-        if is_int and not float(value).is_integer():
-            continue
-        assert (errors(validator, with_value(dotted, value)) == []) == predicate(value), (dotted, value)
+    return tp is int or typing.get_args(tp)[:1] == (int,)
 
 
-def test_every_range_check_that_is_an_interval_is_stated():
-    assert {"sampling.num_generations", "sampling.temperature", "training.learning_rate", "vllm.port"} <= set(
-        range_bounds())
-    assert "sampling.top_k" not in range_bounds()
+def probes_for(dotted: str) -> List[float]:
+    """PROBES, and each expected bound of the key with its neighbours (only whole numbers for an integer key)."""
+    near = {bound + d for bound in EXPECTED_RANGES[dotted].values() for d in (-1, -0.5, 0, 0.5, 1)}
+    return [v for v in sorted(set(PROBES) | near) if not is_integer_key(dotted) or float(v).is_integer()]
+
+
+def range_check_passes(dotted: str, value: Any) -> bool:
+    """Whether check_values reports no error at ``dotted`` for a default Config with ``value`` set there (and the
+    key's PROBE_CONTEXT)."""
+    config = Config()
+    for key, v in {**PROBE_CONTEXT.get(dotted, {}), dotted: value}.items():
+        *sections, name = key.split(".")
+        node = config
+        for section in sections:
+            node = getattr(node, section)
+        setattr(node, name, v)
+    problems: list = []
+    check_values(config, problems)
+    return not [p for p in problems if p.is_error and p.key == dotted]
+
+
+@pytest.mark.parametrize("dotted", sorted(EXPECTED_RANGES))
+def test_schema_ranges_agree_with_the_range_checks(validator, dotted):
+    """The JSON Schema and check_values each give the hand-written EXPECTED_RANGES' verdict for every probe."""
+    for value in probes_for(dotted):
+        expected = expected_to_pass(dotted, value)
+        assert (errors(validator, with_value(dotted, value)) == []) == expected, ("schema", dotted, value, expected)
+        assert range_check_passes(dotted, value) == expected, ("check_values", dotted, value, expected)
+
+
+def schema_ranged_keys(node: Dict[str, Any], prefix: str = "") -> set:
+    """The dotted keys whose schema states a minimum or a maximum (exclusive or not), nested sections included."""
+    keys = set()
+    for name, sub in node.get("properties", {}).items():
+        if {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"} & set(sub):
+            keys.add(prefix + name)
+        keys |= schema_ranged_keys(sub, f"{prefix}{name}.")
+    return keys
+
+
+def test_every_range_check_that_is_an_interval_is_stated(schema):
+    stated = schema_ranged_keys(schema)
+    assert stated == {key for key, info in walk(Config) if bounds_of(info)}  # no bound lost on the way to the schema
+    assert stated == set(EXPECTED_RANGES)  # and a new bounded key gets its row in EXPECTED_RANGES
+    assert "sampling.top_k" not in stated
 
 
 # --- every field is in it -------------------------------------------------------------------------------------------
@@ -276,8 +365,9 @@ def test_interpolation_is_accepted_for_any_scalar_but_not_plain_text(validator):
         assert errors(validator, with_value(dotted, "plain text")), dotted
 
 
-def test_nan_is_outside_every_bound(validator):
-    assert not range_bounds()["sampling.temperature"](math.nan)
+def test_nan_is_outside_every_bound():
+    floats = [key for key in EXPECTED_RANGES if not is_integer_key(key)]
+    assert "sampling.temperature" in floats and [key for key in floats if range_check_passes(key, math.nan)] == []
 
 
 # --- the command ----------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Dict, List
 
 import pytest
 import torch
+from helpers import run_tool_calls_sync
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_rollout.generation.transformers_client import TransformersClient
@@ -24,7 +25,7 @@ from grpo_rollout.rollouts.calling import call_rollout
 from grpo_rollout.rollouts.multi_turn import Conversation, render
 from grpo_rollout.rollouts.tool_calling import choose_tool_prompt, tool_calling_rollout, with_system_prompt
 from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
-from grpo_rollout.rollouts.tools import load_tools, run_tool_calls_sync, tool_schema
+from grpo_rollout.rollouts.tools import load_tools, tool_schema
 
 
 def multiply(a: int, b: int) -> int:

@@ -8,10 +8,10 @@ import time
 from typing import List
 
 import pytest
+from helpers import run_tool_calls_sync
 
 from grpo_rollout.rollouts.tool_parsing import format_tool_call, parse_tool_calls, stopped_inside_string
-from grpo_rollout.rollouts.tools import (ToolError, example_call, load_tools, result_text, run_tool_calls_sync,
-                                         tool_schema)
+from grpo_rollout.rollouts.tools import ToolError, example_call, load_tools, result_text, tool_schema
 from grpo_rollout.rewards.tools import env_reward, tool_call_validity, tool_success
 
 

@@ -15,7 +15,7 @@ import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from .tool_examples import example_arguments, example_call  # noqa: F401 - re-exported: the tool API
 from .tool_parsing import ToolCall
@@ -266,14 +266,3 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
         return ToolResult(call.name, call.arguments, f"Error: {call.name} raised {type(exc).__name__}: "
                           f"{_safe_str(exc)}", "exception", loop.time() - start)
     return ToolResult(call.name, call.arguments, result_text(value), None, loop.time() - start)
-
-
-def run_tool_calls_sync(calls: List[ToolCall], tools: Mapping[str, Callable],
-                        timeout_s: Optional[float] = 10.0) -> List[ToolResult]:
-    """:func:`run_tool_call` for several calls, concurrently, from synchronous code (for scripts and tests)."""
-    from .multi_turn import run_coroutine
-
-    async def all_calls() -> List[ToolResult]:
-        return list(await asyncio.gather(*(run_tool_call(c, tools, timeout_s) for c in calls)))
-
-    return run_coroutine(all_calls())
