@@ -85,3 +85,30 @@ def test_reward_raising_names_the_user_file_and_line(tmp_path, tiny_model):
     line = REWARDS.replace("from tiny_rewards_base import *  # noqa\n", "").splitlines().index(
         "    return [len(c) / 0 for c in completions]") + 1
     assert f"task_rewards.py:{line})" in result.output.replace("\n", "").replace("│", "").replace(" ", "")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("vllm, said", [
+    ({"mode": "attach"}, "is not reachable"),
+    ({"mode": "spawn"}, "vllm.mode is spawn: the dry run generates with transformers here instead of starting a "
+                        "server"),
+])
+def test_without_a_server_answering_the_dry_run_generates_with_transformers(tmp_path, tiny_model, vllm, said):
+    """An attached server that does not answer, or spawn mode (a dry run starts no server): transformers in this
+    process, said in a status line, and the rollout still runs."""
+    from grpo_rollout.trainer.dry_run import dry_run
+
+    url = f"http://127.0.0.1:{_closed_port()}"
+    cfg = tiny_config(tmp_path, tiny_model, vllm={**vllm, "url": url} if vllm["mode"] == "attach" else vllm)
+    lines: list = []
+    result = dry_run(cfg, tmp_path, say=lines.append)
+    assert result.backend == "transformers" and result.num_completions == 4, result
+    assert [line for line in lines if said in line], lines
+    assert cfg.vllm.mode == vllm["mode"]  # the caller's config is left as it was

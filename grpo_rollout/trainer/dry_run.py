@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -71,9 +71,6 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         server answers but training would refuse it (another model, length, dtype or no sleep mode; an unreachable
         one is replaced by transformers).
     """
-    from ..generation.backend import attach_urls, check_server, connect, open_backend, prompt_limit
-    from ..generation.backend import BackendError
-    from ..generation.vllm_client import ServerError
     from ..models.loading import eos_token_ids, load_model_and_tokenizer
     from .rollout_stage import RolloutStage
 
@@ -90,24 +87,7 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
                                                              m.trust_remote_code, progress=say)
         lm.eval()
         vocab_size = lm.get_input_embeddings().num_embeddings
-        client, backend = None, "transformers"
-        if cfg.vllm.mode == "attach":
-            max_prompt, needed = prompt_limit(cfg, lm)
-            attached = connect(attach_urls(cfg), cfg, tokenizer, max_prompt)
-            try:  # the checks training makes: a server training would refuse fails the dry run too
-                for one in getattr(attached, "clients", [attached]):
-                    check_server(one, vocab_size, needed, cfg.vllm.sleep_during_training, m.dtype)
-                client, backend = attached, ", ".join(attach_urls(cfg))
-            except BackendError as exc:
-                attached.close()
-                if not isinstance(exc.__cause__, ServerError):  # it answers, and is the wrong server for this config
-                    raise
-                say(f"vLLM at {', '.join(attach_urls(cfg))} is not reachable ({exc}); generating with transformers")
-        elif cfg.vllm.mode == "spawn":
-            say("vllm.mode is spawn: the dry run generates with transformers here instead of starting a server")
-        if client is None:
-            cfg.vllm.mode = "off"
-            client = open_backend(cfg, lm, tokenizer, model_path, Path(tmp), say=say)
+        client, backend = _generation_client(cfg, lm, tokenizer, model_path, Path(tmp), vocab_size, say)
         stage.connect(client, tokenizer, eos_token_ids(lm, tokenizer), vocab_size)
         t1 = time.perf_counter()
         try:
@@ -131,6 +111,33 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
     return DryRunResult(backend, len(rows), len(batch), seconds, sample, list(batch.scores.rewards),
                         cfg.sampling.max_completion_length, config.sampling.max_completion_length,
                         cfg.sampling.num_generations, config.sampling.num_generations)
+
+
+def _generation_client(cfg: Config, lm: Any, tokenizer: Any, model_path: Any, tmp: Path, vocab_size: int,
+                       say: Callable[[str], None]) -> Tuple[Any, str]:
+    """The client the dry run generates with, and its name for the report: the attached server(s) when they answer
+    and pass the checks training makes, else transformers in this process (``cfg.vllm.mode`` becomes ``off``; no
+    server is spawned). Raises BackendError: an attached server answers but training would refuse it."""
+    from ..generation.backend import attach_urls, check_server, connect, open_backend, prompt_limit
+    from ..generation.backend import BackendError
+    from ..generation.vllm_client import ServerError
+
+    if cfg.vllm.mode == "attach":
+        max_prompt, needed = prompt_limit(cfg, lm)
+        attached = connect(attach_urls(cfg), cfg, tokenizer, max_prompt)
+        try:  # the checks training makes: a server training would refuse fails the dry run too
+            for one in getattr(attached, "clients", [attached]):
+                check_server(one, vocab_size, needed, cfg.vllm.sleep_during_training, cfg.model.dtype)
+            return attached, ", ".join(attach_urls(cfg))
+        except BackendError as exc:
+            attached.close()
+            if not isinstance(exc.__cause__, ServerError):  # it answers, and is the wrong server for this config
+                raise
+            say(f"vLLM at {', '.join(attach_urls(cfg))} is not reachable ({exc}); generating with transformers")
+    elif cfg.vllm.mode == "spawn":
+        say("vllm.mode is spawn: the dry run generates with transformers here instead of starting a server")
+    cfg.vllm.mode = "off"
+    return open_backend(cfg, lm, tokenizer, model_path, tmp, say=say), "transformers"
 
 
 def _capped(config: Config, num_completions: int, max_completion_length: int) -> Config:

@@ -101,8 +101,9 @@ def steps_for_epochs(num_epochs: float, num_rows: int, prompts_per_step: int) ->
     return max(1, math.ceil(num_epochs * num_rows / prompts_per_step - 1e-9))
 
 
-def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: RichReporter, check: bool,
-           dist: Dist) -> TrainResult:
+def _checked_config(config: Config, base_dir: Path, check: bool) -> Config:
+    """``config`` once :func:`validate` found no error in it (when ``check``); with ``training.num_epochs`` set, a copy
+    whose ``training.max_steps`` is the run's length in steps from the dataset's size. Raises ConfigError."""
     if check:
         problems = validate(config, base_dir)
         if any(p.is_error for p in problems):
@@ -112,14 +113,31 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
         rows = len(load_section(config.data, base_dir))
         config.training.max_steps = steps_for_epochs(config.training.num_epochs, rows,
                                                      config.training.prompts_per_step)
+    return config
+
+
+def _resumed_at_the_end(config: Config, resume: Optional[str], reporter: RichReporter) -> Optional[TrainResult]:
+    """When ``resume`` names a checkpoint already at ``training.max_steps``: say so and return its result (nothing is
+    loaded or saved); else ``None``. Raises FileNotFoundError when ``resume`` names no checkpoint."""
     t = config.training
-    if resume:
-        ckpt = find_checkpoint(Path(t.output_dir).expanduser(), resume)
-        reached = checkpoint_step(ckpt)
-        if reached >= t.max_steps:  # nothing to do: load nothing, save nothing
-            reporter.message(f"{ckpt} is already at step {reached} and training.max_steps is {t.max_steps}: nothing "
-                             f"to train. To continue, raise it (e.g. training.max_steps={reached + t.max_steps})")
-            return TrainResult(Path(t.output_dir).expanduser(), ckpt, reached)
+    if not resume:
+        return None
+    ckpt = find_checkpoint(Path(t.output_dir).expanduser(), resume)
+    reached = checkpoint_step(ckpt)
+    if reached < t.max_steps:
+        return None
+    reporter.message(f"{ckpt} is already at step {reached} and training.max_steps is {t.max_steps}: nothing "
+                     f"to train. To continue, raise it (e.g. training.max_steps={reached + t.max_steps})")
+    return TrainResult(Path(t.output_dir).expanduser(), ckpt, reached)
+
+
+def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: RichReporter, check: bool,
+           dist: Dist) -> TrainResult:
+    config = _checked_config(config, base_dir, check)
+    t = config.training
+    at_the_end = _resumed_at_the_end(config, resume, reporter)
+    if at_the_end is not None:
+        return at_the_end
     run = GRPORecipe(config, base_dir, reporter, dist)
     logger = MetricsLogger(run.output_dir, config.logging.report_to if dist.is_main else [],
                            config.logging.project, config.logging.run_name, config=config_dict(config),
