@@ -35,7 +35,7 @@ from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient, weights_root
 from grpo_rollout.models.loading import load_model_and_tokenizer
 from grpo_rollout.models.lora import apply_lora, merged_state_dict
-from grpo_rollout.trainer.logprobs import completion_logprobs, pack
+from grpo_rollout.trainer.update.logprobs import completion_logprobs, pack
 
 PROMPTS = ["What is {a} + {b}? Reply with only the number.", "Name {a} colours.", "Write a haiku about {a} cats."]
 

@@ -83,8 +83,8 @@ def run_grpo(mode: str, steps: int, model: str, training: dict) -> dict:
     import torch
 
     from grpo_rollout.trainer.recipe import GRPORecipe
-    from grpo_rollout.trainer.update import PolicyUpdate
-    from grpo_rollout.trainer.weight_sync import WeightSync
+    from grpo_rollout.trainer.update.policy_update import PolicyUpdate
+    from grpo_rollout.trainer.parallel.weight_sync import WeightSync
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import vs_trl

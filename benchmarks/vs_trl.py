@@ -117,7 +117,7 @@ def work_trl(args, out: dict) -> None:
 def work_grpo(args, out: dict, mode: str) -> None:
     from grpo_rollout.config import config_from_dict
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     folder = Path(tempfile.mkdtemp())
     (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows()))

@@ -1,6 +1,6 @@
 """Running inside a Jupyter kernel: what grpo-rollout does differently there.
 
-The run's console output becomes one display updated in place (:mod:`grpo_rollout.trainer.notebook_display`), and
+The run's console output becomes one display updated in place (:mod:`grpo_rollout.trainer.reporting.notebook_display`), and
 ``tqdm.auto`` is imported once without its warning that ipywidgets is missing: transformers and datasets import it
 when grpo-rollout first loads a dataset or model, and in a kernel without ipywidgets it warns "IProgress not found.
 Please update jupyter and ipywidgets" into the cell. grpo-rollout's own output needs no widgets, and tqdm's bars

@@ -36,7 +36,7 @@ def run_tool_calls_sync(calls: List[Any], tools: Mapping[str, Callable],
                         timeout_s: Optional[float] = 10.0) -> List[Any]:
     """``grpo_rollout.rollouts.tools.run_tool_call`` for several parsed calls, concurrently, from synchronous code:
     their ``ToolResult`` objects in the order of ``calls``."""
-    from grpo_rollout.coroutines import run_coroutine
+    from grpo_rollout.user_code.coroutines import run_coroutine
     from grpo_rollout.rollouts.tools import run_tool_call
 
     async def all_calls() -> List[Any]:

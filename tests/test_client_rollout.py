@@ -12,7 +12,7 @@ from grpo_rollout.generation.transformers_client import TransformersClient
 from grpo_rollout.models.loading import load_model_and_tokenizer
 from grpo_rollout.rollouts.calling import call_rollout
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)

@@ -60,7 +60,7 @@ import sys
 import torch.distributed as dist
 from grpo_rollout.config import load_config
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 
 dist.init_process_group("gloo")  # train() joins it and leaves it open: every variant runs in this one launch
 for path in sys.argv[1:]:
@@ -114,7 +114,7 @@ def _metrics(config: Path):
 def test_two_processes_update_like_one(tmp_path, tiny_model):
     from grpo_rollout.config import load_config
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     two = [_project(tmp_path / "two", tiny_model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]
     one = [_project(tmp_path / "one", tiny_model, name, save_steps=1, **settings) for name, settings in VARIANTS.items()]

@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from grpo_rollout.trainer.evaluation import eval_result, eval_summary
+from grpo_rollout.trainer.evaluation.held_out import eval_result, eval_summary
 from grpo_rollout.trainer.batch import CompletionScores
-from grpo_rollout.trainer.pass_at_k import pass_at_k_with_stderr
+from grpo_rollout.trainer.evaluation.pass_at_k import pass_at_k_with_stderr
 
 
 def _warnings(problems, key):
@@ -86,7 +86,7 @@ def test_the_run_says_the_held_out_set_is_small_at_its_start(tmp_path, tiny_mode
     from rich.console import Console
 
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
     from tiny_model import tiny_config
 
     (tmp_path / "held.jsonl").write_text("".join(json.dumps({"prompt": f"Count to {i}."}) + "\n" for i in range(5)))

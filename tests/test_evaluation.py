@@ -16,9 +16,9 @@ from grpo_rollout.cli.main import app
 from grpo_rollout.config import config_from_dict
 from grpo_rollout.preflight import validate
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.eval_run import evaluate
-from grpo_rollout.trainer.pass_at_k import default_ks, mean_pass_at_k, pass_at_k
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.evaluation.eval_run import evaluate
+from grpo_rollout.trainer.evaluation.pass_at_k import default_ks, mean_pass_at_k, pass_at_k
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 
@@ -213,7 +213,7 @@ def test_the_final_panel_shows_held_out_change_and_warns_of_reward_hacking(tmp_p
 def test_plot_draws_the_held_out_panel(tmp_path):
     import json as _json
 
-    from grpo_rollout.plotting import plot_runs
+    from grpo_rollout.views.plot import plot_runs
 
     rows = [{"step": 0, "eval/pass@1": 0.4, "eval/pass@2": 0.5, "eval/reward": 0.3}] + [
         {"step": s, "reward": 0.1 * s} for s in (1, 2)] + [{"step": 3, "reward": 0.3, "eval/pass@1": 0.6,

@@ -11,7 +11,7 @@ import pytest
 from grpo_rollout.config import load_config
 from grpo_rollout.preflight import check_config
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 
 REPO = Path(__file__).resolve().parents[1]
 

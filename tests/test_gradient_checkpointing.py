@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from grpo_rollout.config import config_from_dict
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_rollout.cli.main import app
-from grpo_rollout.inspection import load_sample, render_html, run_tokenizer
+from grpo_rollout.views.inspect import load_sample, render_html, run_tokenizer
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
-from grpo_rollout.trainer.rollout_log import save_now, saved_steps
+from grpo_rollout.trainer.reporting.progress import RichReporter
+from grpo_rollout.runs.rollouts import save_now, saved_steps
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)

@@ -1,4 +1,4 @@
-"""Completion log-probs (grpo_rollout.trainer.logprobs) against a full forward pass of a tiny random Llama."""
+"""Completion log-probs (grpo_rollout.trainer.update.logprobs) against a full forward pass of a tiny random Llama."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from grpo_rollout.trainer.logprobs import completion_logprobs, pack, packing_isolates  # noqa: E402
+from grpo_rollout.trainer.update.logprobs import completion_logprobs, pack, packing_isolates  # noqa: E402
 
 PAD = 0
 PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13], [14, 15], [3, 4]]

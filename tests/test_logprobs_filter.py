@@ -108,7 +108,7 @@ def test_in_process_sampler_draws_from_the_distribution_the_trainer_scores(peake
 
     from grpo_rollout.generation import transformers_client
     from grpo_rollout.generation.transformers_client import TransformersClient
-    from grpo_rollout.trainer.logprobs import completion_logprobs, pack
+    from grpo_rollout.trainer.update.logprobs import completion_logprobs, pack
 
     lm = AutoModelForCausalLM.from_pretrained(peaked_model, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(peaked_model)

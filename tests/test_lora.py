@@ -18,10 +18,10 @@ from grpo_rollout.preflight import validate
 from grpo_rollout.config.schema import LoraConfig
 from grpo_rollout.models.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, MERGED_DIR, apply_lora, merged_state_dict
 from grpo_rollout.trainer import recipe, train
-from grpo_rollout.trainer.distributed import Dist
-from grpo_rollout.trainer.logprobs import CompletionLogprobs, completion_logprobs, pack
-from grpo_rollout.trainer.policy import full_state_dict
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.parallel.distributed import Dist
+from grpo_rollout.trainer.update.logprobs import CompletionLogprobs, completion_logprobs, pack
+from grpo_rollout.trainer.parallel.policy import full_state_dict
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 R, ALPHA = 4, 8.0

@@ -16,7 +16,7 @@ from grpo_rollout.rewards.calling import RewardFunction, compute_rewards
 from grpo_rollout.rewards.scores import RewardScores
 from grpo_rollout.rewards.tasks import math_accuracy
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 
 # the issue's inputs
 GOOD, GOLD = r"The answer is \boxed{\frac{1}{3}}", r"\frac{1}{3}"
@@ -197,7 +197,7 @@ def test_a_reward_file_named_by_path_can_score_in_bounded_workers(tmp_path):
     """`run_bounded` for a user's own scorer: a reward file named by path is loaded under a name of grpo-rollout's
     own, which a worker cannot import by name; it loads the file."""
     from grpo_rollout.rewards.bounded import run_bounded
-    from grpo_rollout.user_code import resolve_callable
+    from grpo_rollout.user_code.resolve import resolve_callable
 
     (tmp_path / "my_reward.py").write_text("import time\n\n"
                                           "def score(text):\n"

@@ -10,7 +10,7 @@ import torch
 
 from grpo_rollout.rewards.calling import RewardFunction, compute_rewards
 from grpo_rollout.trainer.batch import CompletionScores, StepTimes
-from grpo_rollout.trainer.step_metrics import step_metrics
+from grpo_rollout.trainer.reporting.step_metrics import step_metrics
 
 
 class _NoUpdate:

@@ -91,7 +91,7 @@ def test_two_spawned_servers_both_serve_and_follow_every_sync(tmp_path, tiny_mod
     from tiny_model import tiny_config
 
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     cfg = tiny_config(tmp_path, tiny_model, sampling={"num_generations": 4, "max_completion_length": 8,
                                                  "max_prompt_length": 24, "top_k": -1},

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from grpo_rollout.cli.main import app
-from grpo_rollout.plotting import PlotError, default_output_path, load_run, plot_runs, save_figure
+from grpo_rollout.views.plot import PlotError, default_output_path, load_run, plot_runs, save_figure
 from tiny_model import tiny_config
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -76,7 +76,7 @@ def synthetic(offset: float = 0.0, steps: int = 4, **extra) -> List[Dict]:
 def trained_run(tmp_path_factory, tiny_model) -> Path:
     """A 3-step run of the tiny random model (transformers generation), logging metrics.jsonl."""
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     root = tmp_path_factory.mktemp("run")
     cfg = tiny_config(root, tiny_model, training={"max_steps": 3, "save_steps": 100})

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.precision import Precision
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.parallel.precision import Precision
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 

@@ -13,7 +13,7 @@ import yaml
 from rich.console import Console
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 

@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from grpo_rollout.trainer.progress import RichReporter, pick_samples
+from grpo_rollout.trainer.reporting.progress import RichReporter, pick_samples
 
 SAMPLES = [{"prompt": "Name one thing that is usually red.", "completion": "A fire\ntruck.", "reward": 1.0,
             "rewards/correct": 1.0, "advantage": 0.866, "turns": 2, "tool_calls": 1},
@@ -119,7 +119,7 @@ def test_in_a_notebook_every_line_goes_to_one_display_updated_in_place(monkeypat
 
 
 def test_a_long_runs_display_keeps_its_start_and_end(monkeypatch):
-    from grpo_rollout.trainer import notebook_display
+    from grpo_rollout.trainer.reporting import notebook_display
 
     reporter, handle = _notebook_reporter(monkeypatch)
     total = notebook_display.HEAD + notebook_display.TAIL + 25

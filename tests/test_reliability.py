@@ -19,10 +19,11 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from grpo_rollout.models.loading import disable_dropout
-from grpo_rollout.trainer import recipe, train, update
+from grpo_rollout.trainer import recipe,  train
+from grpo_rollout.trainer.update import policy_update as update
 from grpo_rollout.trainer.checkpoint import STATE_FILE, load_trainer_state
 from grpo_rollout.trainer.guards import NonFiniteError
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.model
@@ -152,7 +153,7 @@ import os, signal, sys
 import torch
 from grpo_rollout.config import load_config
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 
 real_save = torch.save
 

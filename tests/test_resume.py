@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.prompt_order import PromptSampler
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.rollout.prompt_order import PromptSampler
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.model

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_rollout.trainer.resume_hint import resume_command
+from grpo_rollout.trainer.reporting.resume_hint import resume_command
 
 REWARDS = '''
 import os

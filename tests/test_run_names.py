@@ -1,4 +1,4 @@
-"""The names a run logs and the names the default plot panels draw are the same (grpo_rollout.run_names): a real
+"""The names a run logs and the names the default plot panels draw are the same (grpo_rollout.runs.names): a real
 2-step run on the tiny model, with a multi-turn tool rollout and a KL term, logs every key a default panel wants."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from grpo_rollout import run_names as rn
-from grpo_rollout.plot_panels import DEFAULT_PANELS, REWARD_RANGE, Fixed
+from grpo_rollout.runs import names as rn
+from grpo_rollout.views.plot_panels import DEFAULT_PANELS, REWARD_RANGE, Fixed
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.model

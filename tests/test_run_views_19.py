@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from grpo_rollout.cli.main import app
 from grpo_rollout.cli.render import problems_table
 from grpo_rollout.config.problems import Problem
-from grpo_rollout.plotting import PlotError, plot_runs
+from grpo_rollout.views.plot import PlotError, plot_runs
 
 ENV_TITLES = ["Multi-turn: sampled turns per episode (mean)",
               "Multi-turn: how episodes ended (share of the step's episodes)",
@@ -81,7 +81,7 @@ def test_plot_and_inspect_of_a_run_that_died_before_its_first_step(tmp_path):
 
 
 def test_console_inspect_shows_the_extras(tmp_path):
-    from grpo_rollout.inspection import InspectedSample, console_renderables
+    from grpo_rollout.views.inspect import InspectedSample, console_renderables
 
     sample = InspectedSample(tmp_path, 1, 0, 0, "p", "p", 3, [], 0.5, 1.0, {"env_reward": 1.0},
                              {"end_reason": "budget_reply", "env_reward": 1.0})

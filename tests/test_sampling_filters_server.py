@@ -13,8 +13,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient
-from grpo_rollout.trainer import logprobs as trainer_logprobs
-from grpo_rollout.trainer.logprobs import completion_logprobs, pack
+from grpo_rollout.trainer.update import logprobs as trainer_logprobs
+from grpo_rollout.trainer.update.logprobs import completion_logprobs, pack
 from test_logprobs_filter import COMBINATIONS, transformers_order
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]

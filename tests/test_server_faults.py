@@ -152,7 +152,7 @@ def _config(root: Path, model: Path, **vllm):
 @pytest.mark.model
 def test_spawned_server_killed_during_generation(tmp_path, tiny_model):
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     (tmp_path / "killing_rollout.py").write_text(KILLING_ROLLOUT)
     cfg = _config(tmp_path, tiny_model, mode="spawn")
@@ -174,7 +174,7 @@ def test_attached_server_killed_before_the_weight_sync(tmp_path, tiny_model):
     from grpo_rollout.generation.server.launch import ServerSettings
     from grpo_rollout.generation.spawn import ManagedServer
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     server = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=152, kv_cache_space_gib=1),
                            tmp_path / "server.log")

@@ -86,7 +86,7 @@ def test_rollout_raising_with_requests_in_flight_leaves_no_shm_and_no_busy_serve
     from grpo_rollout.generation.spawn import ManagedServer
     from grpo_rollout.rollouts.contract import RolloutError
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     model = tiny_model
     (tmp_path / "raising_rollout.py").write_text(RAISING_ROLLOUT)

@@ -170,7 +170,7 @@ def test_the_trainer_sleeps_the_server_between_generation_and_the_sync(scripted,
     from transformers import AutoConfig, AutoTokenizer
 
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     vocab = AutoConfig.from_pretrained(tiny_model).vocab_size
     server = scripted(vocab=vocab, tokenizer=AutoTokenizer.from_pretrained(tiny_model))
@@ -193,8 +193,8 @@ def test_a_server_left_asleep_is_woken_and_a_failed_run_leaves_it_awake(scripted
     from transformers import AutoConfig, AutoTokenizer
 
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
-    from grpo_rollout.trainer.update import PolicyUpdate
+    from grpo_rollout.trainer.reporting.progress import RichReporter
+    from grpo_rollout.trainer.update.policy_update import PolicyUpdate
 
     server = scripted(vocab=AutoConfig.from_pretrained(tiny_model).vocab_size,
                       tokenizer=AutoTokenizer.from_pretrained(tiny_model))

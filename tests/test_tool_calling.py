@@ -459,7 +459,7 @@ def test_raising_and_hanging_tools_do_not_stop_training(tool_model, tmp_path):
     timeout. The step finishes, the failures are counted in the step's tool metrics, and the weights are saved."""
     from grpo_rollout.config import config_from_dict
     from grpo_rollout.trainer import train
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     model, tokenizer = tool_model
     model.save_pretrained(tmp_path / "model")
@@ -514,8 +514,8 @@ def test_evaluation_calls_the_tool_calling_rollout_and_logs_tool_metrics(tool_mo
     """Held-out evaluation (issue 22) through the built-in tool-calling rollout: the tools are called, and the tool
     metrics and each reward are logged under eval/."""
     from grpo_rollout.config import config_from_dict
-    from grpo_rollout.trainer.eval_run import evaluate
-    from grpo_rollout.trainer.progress import RichReporter
+    from grpo_rollout.trainer.evaluation.eval_run import evaluate
+    from grpo_rollout.trainer.reporting.progress import RichReporter
 
     model, tokenizer = tool_model
     model.save_pretrained(tmp_path / "model")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.model

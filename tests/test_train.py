@@ -12,7 +12,7 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.model

@@ -14,7 +14,7 @@ from grpo_rollout.cli.main import app
 from grpo_rollout.config import to_yaml
 from grpo_rollout.preflight import check_config
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
 ENV = '''

@@ -1,4 +1,4 @@
-"""Loading user files named in a config (grpo_rollout.user_code): one module per file, sys.path left as found,
+"""Loading user files named in a config (grpo_rollout.user_code.resolve): one module per file, sys.path left as found,
 imports of neighbouring files working (issue 18, item 10)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from grpo_rollout.user_code import module_name_for, resolve_callable
+from grpo_rollout.user_code.resolve import module_name_for, resolve_callable
 
 
 def _reward(folder, value):
@@ -55,7 +55,7 @@ def test_a_user_file_that_imports_a_sibling_module_still_works(tmp_path):
 
 def test_a_failing_user_file_leaves_sys_path_and_sys_modules_clean(tmp_path):
 
-    from grpo_rollout.user_code import ImportSpecError
+    from grpo_rollout.user_code.resolve import ImportSpecError
 
     path = tmp_path / "bad.py"
     path.write_text("raise RuntimeError('boom')\n")

@@ -19,7 +19,7 @@ from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.guards import StaleWeightsError
-from grpo_rollout.trainer.progress import RichReporter
+from grpo_rollout.trainer.reporting.progress import RichReporter
 from fuzz_strategies import GENERATE_BODY, JUNK
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]

@@ -25,10 +25,10 @@ from grpo_rollout.generation.vllm_client import ServerError, VllmClient
 from grpo_rollout.rollouts.contract import RolloutOutput
 from grpo_rollout.trainer.batch import ScoredBatch
 from grpo_rollout.trainer.guards import StaleWeightsError, check_sampler_mismatch
-from grpo_rollout.trainer.precision import Precision
-from grpo_rollout.trainer.rollout_stage import RolloutStage
-from grpo_rollout.trainer.weight_sync import WeightSync
-from grpo_rollout.trainer.weight_versions import progress_lines
+from grpo_rollout.trainer.parallel.precision import Precision
+from grpo_rollout.trainer.rollout.stage import RolloutStage
+from grpo_rollout.trainer.parallel.weight_sync import WeightSync
+from grpo_rollout.trainer.rollout.versions import progress_lines
 from helpers import send_json, wait_until
 
 
@@ -226,7 +226,7 @@ def test_sync_weights_reports_waiting_and_records_the_version(servers, tmp_path,
                       Precision(torch.float32, "cpu"), said.append)
     run = SimpleNamespace(sync_weights=sync.send, client=sync.client)
     server.stuck = True
-    monkeypatch.setattr("grpo_rollout.trainer.weight_sync.progress_lines",
+    monkeypatch.setattr("grpo_rollout.trainer.parallel.weight_sync.progress_lines",
                         lambda what, say: progress_lines(what, say, every_s=0.05))
 
     def unstick():  # answer once a progress line has been said (polled, bounded)

@@ -27,8 +27,8 @@ def run_eval(console: Console, config_path: Path, overrides: List[str], checkpoi
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer.checkpoint import find_checkpoint
-    from ..trainer.eval_run import evaluate
-    from ..trainer.progress import RichReporter
+    from ..trainer.evaluation.eval_run import evaluate
+    from ..trainer.reporting.progress import RichReporter
 
     quiet = os.environ.get("RANK", "0") != "0"
     shown = Console(stderr=True) if as_json else console  # JSON alone on stdout

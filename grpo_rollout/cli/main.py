@@ -181,7 +181,7 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder (training.out
             ) -> None:
     """Show one completion token by token: the prompt the model saw, which tokens were trained, their sampler and
     trainer log-probs, advantage and importance weight (needs [cyan]training.save_rollouts[/])."""
-    from ..inspection import console_renderables, load_sample, render_html
+    from ..views.inspect import console_renderables, load_sample, render_html
 
     try:
         shown = load_sample(run_dir, step, sample)
@@ -212,7 +212,7 @@ def plot(run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", show_defa
     per step."""
     from rich.markup import escape
 
-    from ..plotting import PlotError, default_output_path, plot_runs, save_figure
+    from ..views.plot import PlotError, default_output_path, plot_runs, save_figure
 
     try:
         figure = plot_runs(run_dirs, metrics=metrics.split(",") if metrics is not None else None)

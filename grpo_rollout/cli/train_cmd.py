@@ -45,14 +45,14 @@ def _train_and_summarise(console: Console, loaded: LoadedConfig, config_path: Pa
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer import train
-    from ..trainer.distributed import RankError
+    from ..trainer.parallel.distributed import RankError
     from ..trainer.guards import NonFiniteError, StaleWeightsError
-    from ..trainer.progress import RichReporter
+    from ..trainer.reporting.progress import RichReporter
 
     def _terminate(signum, frame):  # `kill` / a job scheduler: stop like Ctrl-C (save finished steps, stop vLLM)
         raise KeyboardInterrupt
 
-    from ..trainer.resume_hint import resume_command
+    from ..trainer.reporting.resume_hint import resume_command
 
     signal.signal(signal.SIGTERM, _terminate)
     reporter = RichReporter(console)

@@ -14,7 +14,7 @@ import difflib
 from pathlib import Path
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple
 
-from ..user_code import ImportSpecError, resolve_callable
+from ..user_code.resolve import ImportSpecError, resolve_callable
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 #: Roles a chat-message prompt may use (what chat templates render).

@@ -7,7 +7,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager, List, Optional, Sequence
 
-from ..run_names import server_log
+from ..runs.names import server_log
 from .base import GenerationClient
 from .multi_server import MultiServerClient
 from .vllm_client import ServerError, VllmClient

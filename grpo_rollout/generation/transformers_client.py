@@ -45,7 +45,7 @@ class TransformersClient(GenerationClient):
         batch_size: at most this many sequences (prompts × n) per ``generate`` call, to bound memory.
 
     With several training processes the trainer holds the sharded model's weights whole around each rollout
-    (:func:`~grpo_rollout.trainer.policy.whole_weights`), so ``generate`` runs with no collective and each rank may
+    (:func:`~grpo_rollout.trainer.parallel.policy.whole_weights`), so ``generate`` runs with no collective and each rank may
     call it as often as its own rollout needs.
 
     Calls from several threads (e.g. :meth:`agenerate` from concurrent multi-turn samples) run one at a time: they

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List, Optional
 
-from ..user_code import resolve_callable
+from ..user_code.resolve import resolve_callable
 from ..config.problems import Problem, add_error as _err
 from ..config.schema import Config
 from .reasoning_gym import check_task_source

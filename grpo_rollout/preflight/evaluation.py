@@ -10,8 +10,8 @@ from typing import List, Optional, Tuple
 from ..config.problems import Problem, add_error as _err, add_warning as _warn
 from ..config.schema import Config
 from .reasoning_gym import check_task_source
-from ..signatures import required_params
-from ..user_code import resolve_callable
+from ..user_code.signatures import required_params
+from ..user_code.resolve import resolve_callable
 
 
 #: Fewer held-out prompts than this get a warning: pass@1's standard error over prompts can then exceed 0.09

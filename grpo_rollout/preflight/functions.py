@@ -6,12 +6,12 @@ import difflib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ..user_code import ImportSpecError, resolve_callable
+from ..user_code.resolve import ImportSpecError, resolve_callable
 from ..config.problems import Problem, add_error as _err, add_warning as _warn
 from ..config.schema import Config
 from ..rewards.calling import STANDARD_REWARD_ARGS
 from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ARGS
-from ..signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
+from ..user_code.signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
 
 
 def _resolve(spec: str, key: str, base_dir: Path, problems: List[Problem]) -> Optional[Callable]:

@@ -18,9 +18,9 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from .. import run_names as rn
-from ..coroutines import run_coroutine
-from ..signatures import defined_at, describe, raised_at, required_params, select_kwargs
+from ..runs import names as rn
+from ..user_code.coroutines import run_coroutine
+from ..user_code.signatures import defined_at, describe, raised_at, required_params, select_kwargs
 from .scores import RewardScores, mean_std
 
 #: Arguments every reward function can ask for by name.

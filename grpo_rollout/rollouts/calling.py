@@ -6,9 +6,9 @@ import inspect
 from typing import Any, Callable, Dict, Mapping, Sequence
 
 from ..generation.vllm_client import ServerError
-from ..signatures import accepts_var_kwargs, describe, named_params, raised_at
+from ..user_code.signatures import accepts_var_kwargs, describe, named_params, raised_at
 from .contract import CONTEXT_ARGS, RolloutError, RolloutOutput, check_rollout_output
-from .multi_turn import run_coroutine
+from ..user_code.coroutines import run_coroutine
 
 
 def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, Any], rollout_kwargs: Mapping[str, Any],

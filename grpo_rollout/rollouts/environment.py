@@ -11,7 +11,7 @@ An environment is a class (named by ``rollout.kwargs.env``, built with ``rollout
 Either method may be ``async def``; plain methods run in a worker thread so a slow environment does not stall other
 samples. One instance per sample (the ``n`` samples of a prompt play the same row). The sum of the rewards reaches
 reward functions as the extra ``env_reward`` (use ``grpo_rollout.rewards.tools:env_reward``), with ``num_turns``.
-Observation tokens get ``completion_mask`` 0 (see :mod:`.multi_turn`).
+Observation tokens get ``completion_mask`` 0 (see :mod:`.conversation`).
 
 Config::
 
@@ -29,10 +29,12 @@ import numbers
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..signatures import raised_at
+from ..user_code.signatures import raised_at
 from .contract import RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
-from .multi_turn import Conversation, as_messages, eos_ids_of, is_message, run_coroutine, run_multi_turn
+from ..user_code.coroutines import run_coroutine
+from .conversation import Conversation, as_messages, eos_ids_of, is_message
+from .episodes import run_multi_turn
 
 ENV_EXTRAS = ("env_reward", "env_done", "num_turns", "final_response", "truncated", "end_reason", "end_detail",
               "first_prompt")
@@ -114,7 +116,7 @@ def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
     Raises:
         RolloutError: it cannot be imported, is not a class, or lacks ``reset``/``step``.
     """
-    from ..user_code import ImportSpecError, resolve_callable
+    from ..user_code.resolve import ImportSpecError, resolve_callable
 
     if isinstance(env, str):
         try:

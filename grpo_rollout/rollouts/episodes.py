@@ -15,10 +15,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Awaitable, Dict, List, Optional, Sequence
 
-from ..coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
+from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.seeds import derive_seed
 from .contract import RolloutError
-from .multi_turn import MAX_CONTINUATIONS, Conversation, TurnHandler
+from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler
 
 #: ``end_reason`` values (the per-completion extra) and what each means.
 END_REASONS = {

@@ -13,7 +13,7 @@ import math
 import numbers
 from typing import Any, Callable, Dict, List, Mapping, Tuple
 
-from ..signatures import named_params
+from ..user_code.signatures import named_params
 from .contract import CONTEXT_ARGS, SAMPLING_ALIASES
 
 KwargsProblem = Tuple[str, ...]  # (key, message, fix) or (key, message, fix, "warning")

@@ -13,7 +13,7 @@ Per sample: generate → parse ``<tool_call>`` blocks → run the tools (in the 
 with the timeout; exceptions become the tool's answer; ``parallel_tool_calls: true`` runs one turn's calls
 concurrently) → append one tool message per call → generate again; until a turn has
 no call, ``max_turns`` turns were sampled, or the ``max_completion_length`` budget is used up (tool tokens count).
-All samples of the step run concurrently. Tool tokens get ``completion_mask`` 0 (see :mod:`.multi_turn`).
+All samples of the step run concurrently. Tool tokens get ``completion_mask`` 0 (see :mod:`.conversation`).
 
 How the tools are described to the model (``tool_prompt``): ``"template"`` passes their JSON schemas to the chat
 template (``tools=``), ``"system"`` writes them into a system prompt with the call format and a one-line example call,
@@ -30,7 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 from .kwargs_checks import check_bool, check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
-from .multi_turn import Conversation, as_messages, eos_ids_of, render, run_multi_turn
+from .conversation import Conversation, as_messages, eos_ids_of, render
+from .episodes import run_multi_turn
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tools import ToolError, ToolResult, example_call, load_tools, run_tool_call, tool_schema
 

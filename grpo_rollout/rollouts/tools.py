@@ -66,7 +66,7 @@ def load_tools(specs: Sequence[ToolSpec], base_dir: Optional[Path] = None) -> Di
     Raises:
         ToolError: a name does not import, is not callable, or two tools share a name.
     """
-    from ..user_code import ImportSpecError, resolve_callable
+    from ..user_code.resolve import ImportSpecError, resolve_callable
 
     if isinstance(specs, (str, bytes)) or callable(specs):
         specs = [specs]

@@ -4,7 +4,7 @@ One step of one rank, as data (:mod:`.recipe` passes these between its stages)::
 
     rollout stage ─▶ ScoredBatch(rollout, scores, generated_at)      groups of completions, rewards per function
     recipe        ─▶ ScoredBatch.advantages                          group-relative, over the whole step
-    update stage  ─▶ UpdateResult (:mod:`.update`)                   loss parts, grad norm, clip/KL/IS statistics
+    update stage  ─▶ UpdateResult (:mod:`.update.policy_update`)                   loss parts, grad norm, clip/KL/IS statistics
 
 A :class:`ScoredBatch` keeps the checked rollout (token ids, masks, sampler log-probs, extras, the weight version
 that sampled it: :class:`~grpo_rollout.rollouts.contract.RolloutOutput`) and, aligned with it completion by
@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from .. import run_names as rn
+from ..runs import names as rn
 from ..rewards.calling import RewardResult
 from ..rollouts.contract import RolloutOutput
 

@@ -7,7 +7,7 @@ transformers on 2 CPU cores) and a short ``max_completion_length`` through the c
 server when it answers; otherwise transformers in this process: no server is spawned for a dry run), checks the
 output contract, calls every reward function, and reports one sample with its rewards and how long each part took. A multi-turn episode that the short
 budget ended before another turn is played again with training's budget, so every turn's code runs. It runs exactly
-the code a training step runs (:meth:`.rollout_stage.RolloutStage.generate_and_score`), so a contract or reward error
+the code a training step runs (:meth:`.rollout.stage.RolloutStage.generate_and_score`), so a contract or reward error
 reads the same as in training.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import torch
 
 from ..config import Config
-from .distributed import Dist
+from .parallel.distributed import Dist
 
 
 @dataclass
@@ -72,7 +72,7 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         one is replaced by transformers).
     """
     from ..models.loading import eos_token_ids, load_model_and_tokenizer
-    from .rollout_stage import RolloutStage
+    from .rollout.stage import RolloutStage
 
     cfg = _capped(config, num_completions, max_completion_length)
     with tempfile.TemporaryDirectory(prefix="grpo-rollout-dry-run-") as tmp:

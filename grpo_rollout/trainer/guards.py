@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..run_names import VLLM_LOG
+from ..runs.names import VLLM_LOG
 
 
 class StaleWeightsError(RuntimeError):

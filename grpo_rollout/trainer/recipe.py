@@ -11,23 +11,23 @@ each a method a reader can jump to, passing typed data (:mod:`.batch`)::
 With ``vllm.sleep_during_training`` the servers sleep between ``collect`` and ``update`` and wake before ``sync``
 (:meth:`GRPORecipe.rest_servers`): a server on the trainer's GPU leaves it the memory while it computes.
 
-Step convention (:mod:`grpo_rollout.run_names`): ``step`` is 0-based in every stage of the recipe; logs, messages,
+Step convention (:mod:`grpo_rollout.runs.names`): ``step`` is 0-based in every stage of the recipe; logs, messages,
 ``rollouts/step_<k>.jsonl`` and ``checkpoint-<k>`` count from 1 (``k = step + 1``: steps completed), and a method
 that takes or gives the 1-based count says so.
 
 With ``N`` training processes each takes its own whole groups of the step's prompts; N processes train exactly as
-one would on the same batch (:mod:`.distributed`, :mod:`.policy`); rank 0 alone writes and prints.
+one would on the same batch (:mod:`.parallel.distributed`, :mod:`.parallel.policy`); rank 0 alone writes and prints.
 
 One sample, prompt → loss, in 7 hops through 4 files:
 
-1. :meth:`GRPORecipe.collect` → :meth:`.rollout_stage.RolloutStage.collect` (this rank's rows of the step)
-2. :meth:`.rollout_stage.RolloutStage.generate_and_score`: the rollout (``call_rollout``) and its rewards
+1. :meth:`GRPORecipe.collect` → :meth:`.rollout.stage.RolloutStage.collect` (this rank's rows of the step)
+2. :meth:`.rollout.stage.RolloutStage.generate_and_score`: the rollout (``call_rollout``) and its rewards
    (``compute_rewards``) → a :class:`.batch.ScoredBatch`
 3. back in :meth:`GRPORecipe.collect`: group-relative advantages over the whole step (``group_advantages``)
-4. :meth:`GRPORecipe.update` → :meth:`.update.PolicyUpdate.update`: micro-batches, ``num_iterations`` passes
-5. :meth:`.update.PolicyUpdate.backward`: the policy's log-probs of the sample's completion tokens
-6. ``per_token_loss`` (:mod:`.losses`): ratio, clip, KL per token
-7. ``aggregate`` (:mod:`.losses`): the ``loss_type``'s normalisation → ``backward()``
+4. :meth:`GRPORecipe.update` → :meth:`.update.policy_update.PolicyUpdate.update`: micro-batches, ``num_iterations`` passes
+5. :meth:`.update.policy_update.PolicyUpdate.backward`: the policy's log-probs of the sample's completion tokens
+6. ``per_token_loss`` (:mod:`.update.losses`): ratio, clip, KL per token
+7. ``aggregate`` (:mod:`.update.losses`): the ``loss_type``'s normalisation → ``backward()``
 """
 
 from __future__ import annotations
@@ -42,24 +42,24 @@ import torch
 
 from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
-from ..run_names import CONFIG_FILE
-from .advantages import group_advantages
+from ..runs.names import CONFIG_FILE
+from .update.advantages import group_advantages
 from .batch import CompletionScores, ScoredBatch, StepTimes
 from .checkpoint import TrainerState, rng_state, save_checkpoint
-from .distributed import Dist
-from .dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
-from .evaluation import EvalResult, Evaluator, evaluation_on, write_eval_records
+from .parallel.distributed import Dist
+from .rollout.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
+from .evaluation.held_out import EvalResult, Evaluator, evaluation_on, write_eval_records
 from .guards import NonFiniteGuard, check_sampler_mismatch
-from .memory import memory_metrics, start_step
-from .policy import full_state_dict, optimizer_state, whole_weights
-from .precision import Precision
-from .progress import RichReporter
-from .rollout_log import save_now
-from .rollout_stage import RolloutStage
+from .parallel.memory import memory_metrics, start_step
+from .parallel.policy import full_state_dict, optimizer_state, whole_weights
+from .parallel.precision import Precision
+from .reporting.progress import RichReporter
+from ..runs.rollouts import save_now
+from .rollout.stage import RolloutStage
 from .setup import build_optimizer, load_policy, open_clients, restore
-from .step_metrics import save_rollouts, step_metrics
-from .update import PolicyUpdate, UpdateResult
-from .weight_sync import WeightSync
+from .reporting.step_metrics import save_rollouts, step_metrics
+from .update.policy_update import PolicyUpdate, UpdateResult
+from .parallel.weight_sync import WeightSync
 
 
 class GRPORecipe:
@@ -165,7 +165,7 @@ class GRPORecipe:
         return batch, counts
 
     def update(self, step: int, batch: ScoredBatch, times: StepTimes) -> UpdateResult:
-        """The policy update on this rank's groups (:class:`~.update.PolicyUpdate`); none when the whole step has no
+        """The policy update on this rank's groups (:class:`~.update.policy_update.PolicyUpdate`); none when the whole step has no
         signal (every advantage 0 and ``beta`` 0). Stops the run after ``training.max_nonfinite_steps`` skipped
         updates in a row. ``step`` 0-based; :attr:`applied` and the messages count from 1."""
         t = self.cfg.training
@@ -215,7 +215,7 @@ class GRPORecipe:
 
     def evaluate(self, done: int) -> EvalResult:
         """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes
-        ``eval/step_<done>.jsonl``. It reads the weights and changes nothing of training (:mod:`.evaluation`)."""
+        ``eval/step_<done>.jsonl``. It reads the weights and changes nothing of training (:mod:`.evaluation.held_out`)."""
         with whole_weights(self.policy) if self.rollouts.client.shares_weights else nullcontext():
             result = self.evaluator.run(done)
         if self.dist.is_main:

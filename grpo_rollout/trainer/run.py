@@ -15,16 +15,16 @@ from ..data import load_section
 from ..generation.vllm_client import ServerError
 from ..rewards.calling import RewardError
 from ..rollouts.contract import RolloutError
-from ..run_names import REWARD, STEP
+from ..runs.names import REWARD, STEP
 from .checkpoint import checkpoint_step, find_checkpoint
-from .evaluation import eval_summary
-from .distributed import Dist, RankError
+from .evaluation.held_out import eval_summary
+from .parallel.distributed import Dist, RankError
 from .guards import NonFiniteError, StaleWeightsError
-from .metrics import MetricsLogger
-from .progress import RichReporter, pick_samples
+from ..runs.metrics_writer import MetricsLogger
+from .reporting.progress import RichReporter, pick_samples
 from .recipe import GRPORecipe
-from .resume_hint import resume_hint
-from .summary import summary_panel, summary_text
+from .reporting.resume_hint import resume_hint
+from .reporting.summary import summary_panel, summary_text
 
 
 @dataclass
@@ -36,7 +36,7 @@ class TrainResult:
         ``None`` when no step was trained). steps: the step counter at the end (a resumed run counts the steps before
         it too). history: one metrics dict per step trained by this call, in order, each with ``step`` (1-based, the
         ``step`` of its ``metrics.jsonl`` line; a resumed run's rows start after the checkpoint's step) and the
-        step's metrics (names: :mod:`grpo_rollout.run_names`). evaluations: ``(completed steps, eval/ metrics)`` of
+        step's metrics (names: :mod:`grpo_rollout.runs.names`). evaluations: ``(completed steps, eval/ metrics)`` of
         each held-out evaluation of this call (``evaluation:``), in order; 0 = before step 1.
     """
 

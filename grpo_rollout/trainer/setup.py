@@ -20,11 +20,11 @@ from ..generation.backend import connect, open_backend, prompt_limit
 from ..models.loading import eos_token_ids, load_model_and_tokenizer
 from ..models.lora import apply_lora, is_adapter_checkpoint, load_adapter, parameter_counts
 from .checkpoint import TrainerState, find_checkpoint, load_trainer_state, restore_rng
-from .distributed import Dist
-from .logprobs import CompletionLogprobs, packing_isolates
-from .policy import decoder_layers, initialise_sharding, load_optimizer_state, shard
-from .precision import MASTER_DTYPE, Precision
-from .prompt_order import PromptSampler
+from .parallel.distributed import Dist
+from .update.logprobs import CompletionLogprobs, packing_isolates
+from .parallel.policy import decoder_layers, initialise_sharding, load_optimizer_state, shard
+from .parallel.precision import MASTER_DTYPE, Precision
+from .rollout.prompt_order import PromptSampler
 
 
 @dataclass
@@ -32,7 +32,7 @@ class LoadedPolicy:
     """The models of a run, on the training device.
 
     Attributes:
-        policy: the trained model inside :class:`~.logprobs.CompletionLogprobs` (FSDP2-sharded over N processes).
+        policy: the trained model inside :class:`~.update.logprobs.CompletionLogprobs` (FSDP2-sharded over N processes).
         ref: the frozen reference for the KL term (``None``: ``beta`` 0, or LoRA: the policy with adapters off).
         tokenizer, model_path: from ``model.name_or_path``. padding_free: micro-batches may share rows (checked on
         the model). state: rank 0's trainer state of the checkpoint resumed from (``None``: a fresh run, other ranks).
@@ -76,7 +76,7 @@ def _resumed_lm(lm: Any, config: Config, output_dir: Path, resume: str, dist: Di
 
 def load_policy(config: Config, dist: Dist, precision: Precision, output_dir: Path, resume: Optional[str],
                 say: Callable[[str], None], evaluating: bool = False) -> LoadedPolicy:
-    """Load the policy (float32 master weights, :mod:`.precision`), the reference copy, maybe a checkpoint's
+    """Load the policy (float32 master weights, :mod:`.parallel.precision`), the reference copy, maybe a checkpoint's
     weights, LoRA adapters, gradient checkpointing and ``torch.compile``, and shard it all over the processes.
     ``evaluating``: ``resume`` is a checkpoint to evaluate (``grpo-rollout eval``), not to continue.
 

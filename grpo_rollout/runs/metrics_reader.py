@@ -1,6 +1,6 @@
 """Reading a run's ``metrics.jsonl`` back: one :class:`Run` per folder, with clear errors for a folder that has none.
 
-``grpo-rollout plot`` (:mod:`grpo_rollout.plotting`) draws what this module reads.
+``grpo-rollout plot`` (:mod:`grpo_rollout.views.plot`) draws what this module reads.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from .run_folder import no_step_finished
-from .run_names import METRICS_FILE, STEP
+from .folder import no_step_finished
+from .names import METRICS_FILE, STEP
 
 PathLike = Union[str, Path]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .run_names import CONFIG_FILE, VLLM_LOG
+from .names import CONFIG_FILE, VLLM_LOG
 
 
 

@@ -1,6 +1,6 @@
-"""``grpo-rollout eval``: the held-out evaluation of :mod:`.evaluation` on the base model or a checkpoint, outside a
+"""``grpo-rollout eval``: the held-out evaluation of :mod:`.held_out` on the base model or a checkpoint, outside a
 training run. It loads the model as training would (a full checkpoint's weights, or a LoRA checkpoint's adapters on
-the base), spawns or attaches to vLLM the same way, and runs the same :class:`~.evaluation.Evaluator`, so its numbers
+the base), spawns or attaches to vLLM the same way, and runs the same :class:`~.held_out.Evaluator`, so its numbers
 equal the ``at_start`` evaluation of a run on the same model and seed."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
-from ..config import Config, ConfigError, Problem
-from ..preflight import validate
-from .distributed import Dist
-from .evaluation import EvalResult, Evaluator
-from .policy import whole_weights
-from .precision import Precision
-from .progress import RichReporter
-from .rollout_stage import RolloutStage
-from .setup import load_policy, open_clients
-from .weight_sync import WeightSync
+from ...config import Config, ConfigError, Problem
+from ...preflight import validate
+from ..parallel.distributed import Dist
+from .held_out import EvalResult, Evaluator
+from ..parallel.policy import whole_weights
+from ..parallel.precision import Precision
+from ..reporting.progress import RichReporter
+from ..rollout.stage import RolloutStage
+from ..setup import load_policy, open_clients
+from ..parallel.weight_sync import WeightSync
 
 
 def evaluate(config: Config, base_dir: Optional[Path] = None, checkpoint: Optional[str] = None,

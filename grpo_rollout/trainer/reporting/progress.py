@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .. import run_names as rn
+from ...runs import names as rn
 from .notebook_display import NotebookDisplay
 
 # (metric key, column header, format)

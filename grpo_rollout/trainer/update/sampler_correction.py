@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config.schema import SAMPLER_CORRECTIONS as MODES  # the one list of modes (the config's)
+from ...config.schema import SAMPLER_CORRECTIONS as MODES  # the one list of modes (the config's)
 
 
 def importance_weights(trainer_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor, mode: str,

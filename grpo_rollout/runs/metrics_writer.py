@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
-from ..run_names import COMPLETIONS_FILE, METRICS_FILE, STEP
+from .names import COMPLETIONS_FILE, METRICS_FILE, STEP
 
 
 def _clean(value: Any) -> Any:

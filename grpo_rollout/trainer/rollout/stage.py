@@ -1,4 +1,4 @@
-"""The rollout stage: a step's prompts → the user's rollout → rewards, as a :class:`~.batch.ScoredBatch`.
+"""The rollout stage: a step's prompts → the user's rollout → rewards, as a :class:`~..batch.ScoredBatch`.
 
 Each training process takes its own whole groups of the step's prompts (:meth:`RolloutStage.my_rows`), calls the
 rollout once with them (``n = num_generations`` completions each, :func:`~grpo_rollout.rollouts.calling.call_rollout`
@@ -8,7 +8,7 @@ checks the result against the contract) and scores every completion
 
 With ``training.async_generation`` the next step's rollout starts in the background before this step trains (one
 step off-policy), and each batch carries the weight version that sampled it: a batch further behind than expected
-stops the run (:func:`~.weight_versions.version_lag_problem`).
+stops the run (:func:`~.versions.version_lag_problem`).
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ..config import Config
-from ..user_code import resolve_callable
-from ..data import load_section
-from ..generation.versions import record_versions
-from ..rewards.calling import RewardFunction, compute_rewards, unique_names
-from ..rollouts import builtin_rollout
-from ..rollouts.calling import call_rollout
-from .batch import CompletionScores, ScoredBatch
-from .distributed import Dist
-from .guards import StaleWeightsError
+from ...config import Config
+from ...user_code.resolve import resolve_callable
+from ...data import load_section
+from ...generation.versions import record_versions
+from ...rewards.calling import RewardFunction, compute_rewards, unique_names
+from ...rollouts import builtin_rollout
+from ...rollouts.calling import call_rollout
+from ..batch import CompletionScores, ScoredBatch
+from ..parallel.distributed import Dist
+from ..guards import StaleWeightsError
 from .prompt_order import PromptSampler
-from .rollout_stats import shown_prompts, truncated_flags
-from .weight_versions import version_lag_problem
+from .stats import shown_prompts, truncated_flags
+from .versions import version_lag_problem
 
 
 class RolloutStage:

@@ -2,7 +2,7 @@
 weight version.
 
 Versions count weight syncs: the first sync (before step 1) makes version 1, each step's sync one more
-(:mod:`.weight_versions` checks batches against it). Rank 0 sends over HTTP or a shared folder; with
+(:mod:`..rollout.versions` checks batches against it). Rank 0 sends over HTTP or a shared folder; with
 ``vllm.weight_transfer: nccl`` every rank takes part in a GPU broadcast (:mod:`~grpo_rollout.generation.nccl_sync`).
 """
 
@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from ..generation.versions import confirm_version
-from ..generation.vllm_client import ServerError
+from ...generation.versions import confirm_version
+from ...generation.vllm_client import ServerError
 from .distributed import Dist
-from .logprobs import CompletionLogprobs
+from ..update.logprobs import CompletionLogprobs
 from .policy import full_state_dict
 from .precision import Precision
-from .weight_versions import progress_lines
+from ..rollout.versions import progress_lines
 
 
 class WeightSync:

@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from .plot_panels import DEFAULT_PANELS, Panel, draw_panel, fixed
-from .run_metrics import PathLike, PlotError, Run, load_run
-from .run_names import STEP
+from ..runs.metrics_reader import PathLike, PlotError, Run, load_run
+from ..runs.names import STEP
 
 __all__ = ["PlotError", "Run", "load_run", "available_metrics", "plot_runs", "default_output_path", "save_figure"]
 

@@ -1,6 +1,6 @@
 """What a step logs: its metrics (rewards, lengths, extras, the update's statistics, times), one sample record per
 completion for the console and ``completions.jsonl``, and the token-level records of ``rollouts/step_<k>.jsonl``
-(``k`` 1-based, :mod:`grpo_rollout.run_names`)."""
+(``k`` 1-based, :mod:`grpo_rollout.runs.names`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from .. import run_names as rn
-from ..rewards.scores import mean_std
-from .advantages import zero_std_fraction
-from .batch import CompletionScores, StepTimes
-from .rollout_log import RolloutRecord, write_rollouts
-from .rollout_stats import episode_metrics, extras_means, tool_metrics
-from .update import UpdateResult
+from ...runs import names as rn
+from ...rewards.scores import mean_std
+from ..update.advantages import zero_std_fraction
+from ..batch import CompletionScores, StepTimes
+from ...runs.rollouts import RolloutRecord, write_rollouts
+from ..rollout.stats import episode_metrics, extras_means, tool_metrics
+from ..update.policy_update import UpdateResult
 
 #: extras shown as columns of a sample record (name in the record → name of the rollout's extra)
 SAMPLE_EXTRAS = (("turns", "num_turns"), ("tool_calls", "num_tool_calls"), ("ended", "end_reason"),
@@ -62,8 +62,8 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
 def save_rollouts(output_dir: Path, step: int, whole: CompletionScores, advantages: torch.Tensor,
                   tokens: List[Dict[str, Any]], tokenizer: Any, num_generations: int) -> None:
     """Write ``rollouts/step_<step>.jsonl`` (``step`` 1-based): every completion's tokens, mask, sampler and trainer
-    log-probs, importance weights, advantage, rewards and extras (a :class:`~.rollout_log.RolloutRecord` each;
-    ``tokens``: every rank's :func:`~.rollout_log.token_record` in rank order)."""
+    log-probs, importance weights, advantage, rewards and extras (a :class:`~...runs.rollouts.RolloutRecord` each;
+    ``tokens``: every rank's :func:`~...runs.rollouts.token_record` in rank order)."""
     g = num_generations
     records = [RolloutRecord(step=step, index=i, group=i // g, prompt=whole.prompts[i],
                              prompt_text=tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Set
 
-from .. import run_names as rn
+from ...runs import names as rn
 
 #: Extras of the built-in tool-calling rollout that give a tool's call and error counts per completion.
 TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = "tool_calls/", "tool_errors/"
@@ -73,7 +73,7 @@ def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
         (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went on from; counted when the
         rollout returns the ``turns_capped`` extra). Empty without ``end_reason``.
     """
-    from ..rollouts.episodes import BUDGET_REASONS, END_REASONS
+    from ...rollouts.episodes import BUDGET_REASONS, END_REASONS
 
     reasons = [r for r in extras.get("end_reason", []) if isinstance(r, str)]
     if not reasons:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import List, Sequence, Tuple
 
-from ..rewards.scores import mean_std
+from ...rewards.scores import mean_std
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -11,11 +11,11 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
-from .. import run_names as rn
-from .evaluation import plus_minus
+from ...runs import names as rn
+from ..evaluation.held_out import plus_minus
 
 if TYPE_CHECKING:
-    from .run import TrainResult
+    from ..run import TrainResult
 
 
 def summary_panel(result: TrainResult) -> Panel:

@@ -1,6 +1,6 @@
 """``grpo-rollout inspect``: one saved completion token by token, in the console or as an HTML page.
 
-Reads ``RUN_DIR/rollouts/step_<k>.jsonl`` (written with ``training.save_rollouts``, :mod:`.trainer.rollout_log`) and
+Reads ``RUN_DIR/rollouts/step_<k>.jsonl`` (written with ``training.save_rollouts``, :mod:`..runs.rollouts`) and
 the run's tokenizer, and shows what the update saw: the prompt as the model read it, each completion token with
 whether it was trained (``completion_mask``), its sampler and trainer log-probs (nats), the sequence's advantage and
 the token's importance weight. Tool calls (``<tool_call>…</tool_call>`` in the model's text) and inserted tool or
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .run_names import CONFIG_FILE, ROLLOUTS_DIR
-from .trainer.rollout_log import read_rollouts, saved_steps
+from ..runs.names import CONFIG_FILE, ROLLOUTS_DIR
+from ..runs.rollouts import read_rollouts, saved_steps
 
 TOOL_CALL = re.compile(r"<tool_call>.*?(</tool_call>|$)", re.S)
 
@@ -74,7 +74,7 @@ def run_tokenizer(run_dir: Path):
     """
     from transformers import AutoTokenizer
 
-    from .trainer.checkpoint import list_checkpoints
+    from ..trainer.checkpoint import list_checkpoints
 
     run_dir = Path(run_dir)
     for ckpt in reversed(list_checkpoints(run_dir)):
@@ -85,7 +85,7 @@ def run_tokenizer(run_dir: Path):
         raise FileNotFoundError(f"{run_dir} has no checkpoint and no {CONFIG_FILE} to find the tokenizer from")
     from omegaconf import OmegaConf
 
-    from .models.builtin import resolve_model_path
+    from ..models.builtin import resolve_model_path
 
     model = OmegaConf.load(config).model
     return AutoTokenizer.from_pretrained(resolve_model_path(model.name_or_path), revision=model.get("revision"),
@@ -116,7 +116,7 @@ def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, toke
     if step is None:
         steps = saved_steps(run_dir)
         if not steps:
-            from .run_folder import no_step_finished
+            from ..runs.folder import no_step_finished
 
             why = no_step_finished(run_dir, "training.save_rollouts", lambda v: v not in (None, "off", False))
             raise FileNotFoundError(f"{run_dir / ROLLOUTS_DIR} holds no saved step: " + (

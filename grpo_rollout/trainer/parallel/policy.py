@@ -1,4 +1,4 @@
-"""The policy as the trainer holds it: a causal LM inside :class:`~.logprobs.CompletionLogprobs`, sharded with FSDP2
+"""The policy as the trainer holds it: a causal LM inside :class:`~..update.logprobs.CompletionLogprobs`, sharded with FSDP2
 over several processes, and the full (gathered) weights and optimizer state that checkpoints and weight sync need.
 
 With FSDP2 (``torch.distributed.fsdp.fully_shard``) each decoder layer is its own unit and the wrapper is the root
@@ -18,7 +18,7 @@ from typing import Dict, Iterator, Optional
 import torch
 
 from .distributed import Dist
-from .logprobs import CompletionLogprobs
+from ..update.logprobs import CompletionLogprobs
 
 PREFIX = "lm."  # the LM's parameter names inside the wrapper
 
@@ -59,7 +59,7 @@ def initialise_sharding(policy: CompletionLogprobs, pad_id: int) -> None:
     "FSDP requires running forward through the root module first". A no-op for an unsharded module."""
     from torch.distributed.fsdp import FSDPModule
 
-    from .logprobs import pack
+    from ..update.logprobs import pack
 
     if isinstance(policy, FSDPModule):
         with torch.no_grad():
@@ -100,7 +100,7 @@ def full_state_dict(policy: CompletionLogprobs, dist: Dist) -> Optional[Dict[str
     rank must call it. One process gets the live tensors (no copy). A LoRA policy (a ``peft.PeftModel``, one process)
     gives the base model's names with the adapters merged in (:func:`~grpo_rollout.models.lora.merged_state_dict`:
     the adapted weights are new tensors), which is what a server of the plain model loads."""
-    from ..models.lora import is_peft_model, merged_state_dict
+    from ...models.lora import is_peft_model, merged_state_dict
 
     if is_peft_model(policy.lm):
         if dist.world_size > 1:

@@ -11,7 +11,7 @@ from typing import Dict
 
 import torch
 
-from .. import run_names as rn
+from ...runs import names as rn
 
 GIB = 1024 ** 3
 

@@ -1,5 +1,5 @@
 """The panels of ``grpo-rollout plot`` and how one panel is drawn (the figure's layout and the reading of
-``metrics.jsonl`` are in :mod:`grpo_rollout.plotting`).
+``metrics.jsonl`` are in :mod:`grpo_rollout.views.plot`).
 
 A :class:`Panel` names the metrics it draws; :data:`DEFAULT_PANELS` is the default figure, top to bottom: reward,
 the held-out evaluation (pass@k, its reward), completion length, truncation, KL, clipping, sampler drift, tool success, multi-turn episodes (turns; how episodes
@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from . import run_names as rn
+from ..runs import names as rn
 
 #: Line styles that tell a panel's metrics apart when the colours mean runs.
 LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
@@ -137,7 +137,7 @@ def _step_axis(ax: Any, runs: Sequence[Any]) -> None:
 
 def draw_panel(ax: Any, panel: Panel, keys: List[str], runs: Sequence[Any], several: bool) -> None:
     """Draw ``keys`` of every run (objects with ``name``, ``records`` and ``series(key)``, see
-    :class:`grpo_rollout.plotting.Run`) on ``ax``. The band's mean (``reward``) is drawn last and thicker, and the
+    :class:`grpo_rollout.views.plot.Run`) on ``ax``. The band's mean (``reward``) is drawn last and thicker, and the
     other lines of a band panel dashed, so a reward function whose mean equals it (``env_reward``) does not hide
     it."""
     styles: List[Tuple[str, object, str]] = []  # (key, linestyle, colour) for the legend of a several-run panel

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from ..generation.sampling_filter import filter_logits, filtering
+from ...generation.sampling_filter import filter_logits, filtering
 
 
 @dataclass

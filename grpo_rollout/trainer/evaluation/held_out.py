@@ -1,6 +1,6 @@
 """Held-out evaluation (``evaluation:``): the run's own rollout and rewards on ``data.eval`` with the current weights,
 scored as pass@k of a success reward (Chen et al. 2021, arXiv:2107.03374), each reward's mean and the completions'
-lengths, under ``eval/`` names (:mod:`grpo_rollout.run_names`).
+lengths, under ``eval/`` names (:mod:`grpo_rollout.runs.names`).
 
 It changes nothing of training: it reads the weights, never the optimizer or the prompt order, and it runs inside a
 saved and restored random state (Python's, numpy's and torch's), seeded the same way every time, so evaluation at step 0 of a
@@ -20,16 +20,16 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from .. import run_names as rn
-from ..config import Config
-from ..data import load_section
-from ..preflight.evaluation import evaluation_asked, held_out_size_warning
-from ..rewards.scores import mean_std
-from .batch import CompletionScores
-from .distributed import Dist
+from ...runs import names as rn
+from ...config import Config
+from ...data import load_section
+from ...preflight.evaluation import evaluation_asked, held_out_size_warning
+from ...rewards.scores import mean_std
+from ..batch import CompletionScores
+from ..parallel.distributed import Dist
 from .pass_at_k import default_ks, pass_at_k, pass_at_k_with_stderr
-from .rollout_stage import RolloutStage
-from .rollout_stats import episode_metrics, extras_means, tool_metrics
+from ..rollout.stage import RolloutStage
+from ..rollout.stats import episode_metrics, extras_means, tool_metrics
 
 
 @dataclass

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Sequence, Tupl
 
 import torch
 
-from .. import run_names as rn
-from .batch import ScoredBatch
-from .distributed import Dist
+from ...runs import names as rn
+from ..batch import ScoredBatch
+from ..parallel.distributed import Dist
 from .prompt_order import PromptSampler
 
 if TYPE_CHECKING:
-    from .rollout_stage import RolloutStage
+    from .stage import RolloutStage
 
 ROUND_SEED_STRIDE = 1_000_003  # round r's order is seeded with training.seed + r × this
 

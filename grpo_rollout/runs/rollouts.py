@@ -13,7 +13,7 @@ One JSON line per completion of the step, enough to see every number the update 
      "advantage": 0.71, "reward": 1.0, "rewards": {"fn": 1.0}, "extras": {...}}
 
 Floats are rounded to 4 decimals to keep a step of 32 completions × 64 tokens near 60 KB. :class:`RolloutRecord` is
-one line (written by the trainer, read back by ``grpo-rollout inspect``, :mod:`grpo_rollout.inspection`).
+one line (written by the trainer, read back by ``grpo-rollout inspect``, :mod:`grpo_rollout.views.inspect`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from ..run_names import ROLLOUT_FILE_PREFIX, ROLLOUTS_DIR, rollout_file
+from .names import ROLLOUT_FILE_PREFIX, ROLLOUTS_DIR, rollout_file
 
 
 def save_now(setting: str, step: int, last: bool) -> bool:

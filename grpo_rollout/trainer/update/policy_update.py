@@ -6,7 +6,7 @@ surrogate (+ KL) per token (:func:`~.losses.per_token_loss`) → the ``loss_type
 whole step's totals (:func:`~.losses.aggregate`), so N processes make the update one process would make → backward.
 Then clip the gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the
 sampler-correction weights and the sampler/trainer mismatch over every micro-batch and iteration, reduces them over
-ranks, and names them as metrics (:mod:`grpo_rollout.run_names`).
+ranks, and names them as metrics (:mod:`grpo_rollout.runs.names`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .. import run_names as rn
-from .distributed import Dist
+from ...runs import names as rn
+from ..parallel.distributed import Dist
 from .sampler_correction import importance_weights
 from .logprobs import CompletionLogprobs, completion_logprobs
 from .losses import BatchTotals, aggregate, per_token_loss
 from .micro_batch import MicroBatch, build_micro_batches
-from .precision import Precision
-from .rollout_log import token_record
+from ..parallel.precision import Precision
+from ...runs.rollouts import token_record
 
 
 @dataclass
@@ -110,7 +110,7 @@ class UpdateResult:
         stats: the reduced :class:`UpdateStats`. num_tokens: trained tokens of the step. sampler: whether the
         rollout gave sampler log-probs. tokens_forward / tokens_padded: tokens the forward passes processed, real
         and with padding. token_records: with ``keep_tokens``, this rank's per-completion token values
-        (:func:`~.rollout_log.token_record`) from the first iteration.
+        (:func:`~...runs.rollouts.token_record`) from the first iteration.
     """
 
     stats: UpdateStats
@@ -139,7 +139,7 @@ class PolicyUpdate:
     Args:
         config: the run's config. policy: the (sharded) policy. ref: the frozen reference (``None``: no KL term, or
         a LoRA policy whose reference is itself with adapters off). optimizer, scheduler: AdamW and its LR schedule.
-        precision: compute dtype (:mod:`.precision`). dist: the process group. pad_id: the tokenizer's padding id.
+        precision: compute dtype (:mod:`..parallel.precision`). dist: the process group. pad_id: the tokenizer's padding id.
         padding_free: pack micro-batches without padding. compare_with_sampler: false with a repetition penalty
         (the trainer cannot reproduce the sampler's distribution: no correction, no check). check_sampler: called
         with the step's mean |sampler - trainer| log-prob (nats per token) after the first iteration's backward

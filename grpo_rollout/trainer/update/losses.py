@@ -38,7 +38,7 @@ from typing import Dict, Optional
 
 import torch
 
-from ..config.schema import IMPORTANCE_LEVELS, LOSS_TYPES  # the one list of each
+from ...config.schema import IMPORTANCE_LEVELS, LOSS_TYPES  # the one list of each
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The held-out evaluation: sampling and scoring ``data.eval``, pass@k, ``grpo-rollout eval``."""

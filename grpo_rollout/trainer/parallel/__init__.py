@@ -1,0 +1,1 @@
+"""Several processes and what crosses devices: the collectives, FSDP2 sharding, precision, memory, weight sync."""

@@ -1,0 +1,1 @@
+"""Reading a run folder back: ``grpo-rollout plot`` and ``grpo-rollout inspect``."""
