@@ -127,26 +127,26 @@ def test_versions_seen_in_a_rollout_are_recorded_per_context(servers):
 
 class _Run:
     """The version checks of a run, as the recipe wires them: the rollout stage's batch check against the servers'
-    confirmed version, and the stale-weights guard reading the stage's lag."""
+    confirmed version, and the stale-weights guard reading the batch's own lag."""
 
     def __init__(self, version: int, mode: str = "attach"):
         self.cfg = Config()
         self.cfg.vllm.mode = mode
         self.weight_version = version
-        self.stage = RolloutStage.__new__(RolloutStage)  # only what the version checks read
-        self.stage.sampler_lag = 0
-        self.stage.current_version = lambda: self.weight_version
+        self.batch = None
 
     @property
     def sampler_lag(self) -> int:
-        return self.stage.sampler_lag
+        return self.batch.sampler_lag
 
     def checked_version(self, step, result, allowed):
-        return self.stage.checked_version(step, ScoredBatch(result[0], None, 0.0), allowed)
+        self.batch = RolloutStage.checked_version(step, ScoredBatch(result[0], None, 0.0), self.weight_version,
+                                                  allowed)
+        return self.batch
 
     def check_sampler_mismatch(self, mean_abs_diff):
         check_sampler_mismatch(mean_abs_diff, self.cfg.vllm.max_logprob_mismatch, self.cfg.vllm.mode,
-                               self.stage.sampler_lag)
+                               self.batch.sampler_lag)
 
 
 def _run(version: int, mode: str = "attach") -> _Run:

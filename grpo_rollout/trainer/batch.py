@@ -2,8 +2,9 @@
 
 One step of one rank, as data (:mod:`.recipe` passes these between its stages)::
 
-    rollout stage ─▶ ScoredBatch(rollout, scores, generated_at)      groups of completions, rewards per function
-    recipe        ─▶ ScoredBatch.advantages                          group-relative, over the whole step
+    rollout stage ─▶ ScoredBatch(rollout, scores, generated_at,      groups of completions, rewards per function,
+                                 sampler_lag)                      how far behind the sampler's weights were
+    recipe        ─▶ ScoredBatch.with_advantages(...)                group-relative, over the whole step
     update stage  ─▶ UpdateResult (:mod:`.update.policy_update`)                   loss parts, grad norm, clip/KL/IS statistics
 
 A :class:`ScoredBatch` keeps the checked rollout (token ids, masks, sampler log-probs, extras, the weight version
@@ -13,7 +14,7 @@ completion, what scoring added (:class:`CompletionScores`); selecting groups sel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -103,14 +104,17 @@ class ScoredBatch:
         rollout: the checked rollout (ids, masks, sampler log-probs, extras, ``weight_version``).
         scores: what scoring added, aligned with ``rollout``.
         generated_at: when generation ended (``time.perf_counter()``, seconds).
-        advantages: ``(len,)`` float32, this batch's, set once the whole step's rewards are known
-            (:meth:`.recipe.GRPORecipe.collect`). step_advantages: ``(every rank's len,)`` the whole step's, in rank
-            order (what metrics and records report).
+        sampler_lag: weight versions the sampler was behind the trainer when the batch was collected (async: 1 by
+            design; checked by :meth:`.rollout.stage.RolloutStage.checked_version`, read by the stale-weights guard).
+        advantages: ``(len,)`` float32, this batch's, added by :meth:`with_advantages` once the whole step's rewards
+            are known (:meth:`.recipe.GRPORecipe.collect`). step_advantages: ``(every rank's len,)`` the whole step's,
+            in rank order (what metrics and records report).
     """
 
     rollout: RolloutOutput
     scores: CompletionScores
     generated_at: float
+    sampler_lag: int = 0
     advantages: Optional[torch.Tensor] = None
     step_advantages: Optional[torch.Tensor] = None
 
@@ -127,14 +131,18 @@ class ScoredBatch:
         groups = list(groups)
         return ScoredBatch(self.rollout.select_groups(groups), self.scores.select([i * g + j for i in groups
                                                                                   for j in range(g)]),
-                           self.generated_at)
+                           self.generated_at, self.sampler_lag)
 
     @staticmethod
     def concat(batches: List["ScoredBatch"]) -> "ScoredBatch":
-        """The groups of several batches, in order (generation time: the last one's)."""
+        """The groups of several batches, in order (generation time and sampler lag: the largest)."""
         return ScoredBatch(RolloutOutput.concat([b.rollout for b in batches]),
                            CompletionScores.merge([b.scores for b in batches]),
-                           max(b.generated_at for b in batches))
+                           max(b.generated_at for b in batches), max(b.sampler_lag for b in batches))
+
+    def with_advantages(self, advantages: torch.Tensor, step_advantages: torch.Tensor) -> "ScoredBatch":
+        """This batch with its advantages ``(len,)`` and the whole step's ``(every rank's len,)``."""
+        return replace(self, advantages=advantages, step_advantages=step_advantages)
 
 
 @dataclass

@@ -35,6 +35,7 @@ from __future__ import annotations
 import random
 import time
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -49,7 +50,7 @@ from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist
 from .rollout.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
 from .evaluation.held_out import EvalResult, Evaluator, evaluation_on, write_eval_records
-from .guards import NonFiniteGuard, check_sampler_mismatch
+from .guards import NonFiniteGuard
 from .parallel.memory import memory_metrics, start_step
 from .parallel.policy import full_state_dict, optimizer_state, whole_weights
 from .parallel.precision import Precision
@@ -107,14 +108,14 @@ class GRPORecipe:
         loaded = load_policy(cfg, dist, self.precision, self.output_dir, resume, say)
         self.policy, self.ref, self.tokenizer = loaded.policy, loaded.ref, loaded.tokenizer
         self.optimizer, self.scheduler = build_optimizer(cfg, self.policy, dist)
-        self.updater = PolicyUpdate(cfg, self.policy, self.ref, self.optimizer, self.scheduler, self.precision, dist,
-                                    self.tokenizer.pad_token_id, loaded.padding_free, self.compare_with_sampler,
-                                    self.check_sampler)
+        self.updater = PolicyUpdate(cfg, self.policy, self.ref, self.optimizer, self.scheduler,
+                                    precision=self.precision, dist=dist, pad_id=self.tokenizer.pad_token_id,
+                                    padding_free=loaded.padding_free, compare_with_sampler=self.compare_with_sampler)
         start = restore(loaded.state, self.policy, self.optimizer, self.scheduler, self.rollouts.prompt_order, cfg,
                         dist, say) if resume else 0
         client, nccl = open_clients(cfg, loaded, self.output_dir, dist, say, self.reporter.status)
         self.weights = WeightSync(self.policy, client, nccl, dist, self.precision, say)
-        self.rollouts.connect(client, self.tokenizer, loaded.eos_ids, loaded.vocab_size, lambda: self.weights.version)
+        self.rollouts.connect(client, self.tokenizer, loaded.eos_ids, loaded.vocab_size)
         if cfg.vllm.sleep_during_training and not client.shares_weights:
             self.weights.rest(False)  # an attached server that a crashed run left asleep wakes up (idempotent)
         if not client.shares_weights:
@@ -140,15 +141,19 @@ class GRPORecipe:
         """This rank's scored groups of the step (with dynamic sampling: those with reward variance, the same number
         on every rank) and their group-relative advantages, computed over the whole step (``scale_rewards: batch``
         needs every rank's rewards)."""
-        cfg, dist, stage = self.cfg, self.dist, self.rollouts
+        cfg, dist, stage, t = self.cfg, self.dist, self.rollouts, self.cfg.training
         batch = first = counts = error = None
+        version = self.weights.version
         try:
             # in-process generation from a sharded policy: weights held whole, so no rank waits on another's rollout
             with whole_weights(self.policy) if stage.client.shares_weights else nullcontext():
-                batch = first = stage.collect(step)
+                batch = first = stage.collect(step, version)
                 times.generated = max(batch.generated_at, times.start)  # made in the background: no wait
-                if cfg.training.dynamic_sampling.enabled:
-                    batch, counts = keep_groups_with_signal(stage, step, batch)
+                if t.dynamic_sampling.enabled:
+                    batch, counts = keep_groups_with_signal(
+                        step, batch, stage.prompt_order.indices(step), partial(stage.refill, step, version),
+                        num_generations=cfg.sampling.num_generations, max_rounds=t.dynamic_sampling.max_rounds,
+                        num_rows=len(stage.dataset), prompts_per_step=t.prompts_per_step, seed=t.seed)
                     times.generated = time.perf_counter()
         except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
             error = exc
@@ -159,10 +164,9 @@ class GRPORecipe:
         everyone = [r for rewards in dist.gather(batch.scores.rewards) for r in rewards]
         advantages = group_advantages(torch.tensor(everyone, dtype=torch.float32), cfg.sampling.num_generations,
                                       cfg.training.scale_rewards)
-        batch.advantages = advantages[dist.rank * len(batch):(dist.rank + 1) * len(batch)]
-        batch.step_advantages = advantages
         times.scored = time.perf_counter()
-        return batch, counts
+        return batch.with_advantages(advantages[dist.rank * len(batch):(dist.rank + 1) * len(batch)], advantages), \
+            counts
 
     def update(self, step: int, batch: ScoredBatch, times: StepTimes) -> UpdateResult:
         """The policy update on this rank's groups (:class:`~.update.policy_update.PolicyUpdate`); none when the whole step has no
@@ -170,8 +174,7 @@ class GRPORecipe:
         updates in a row. ``step`` 0-based; :attr:`applied` and the messages count from 1."""
         t = self.cfg.training
         signal = t.beta > 0 or bool(batch.step_advantages.abs().max() > 0)  # the same on every rank
-        result = self.updater.update(batch.rollout, batch.advantages, batch.scores.truncated,
-                                     keep_tokens=self.keeps_rollouts(step), signal=signal)
+        result = self.updater.update(batch, keep_tokens=self.keeps_rollouts(step), signal=signal)
         self.applied = step + 1  # the weights now include this step, whatever happens next
         self.nonfinite.after_step(step, result.skipped)
         if not signal:
@@ -208,7 +211,7 @@ class GRPORecipe:
             tokens = [r for part in dist.gather(result.token_records) for r in part]
             if dist.is_main:
                 save_rollouts(self.output_dir, step + 1, whole, batch.step_advantages, tokens, self.tokenizer, g)
-        lag = None if self.rollouts.client.shares_weights else self.rollouts.sampler_lag
+        lag = None if self.rollouts.client.shares_weights else batch.sampler_lag
         metrics, samples = step_metrics(whole, batch.step_advantages, result, times, g, lag)
         memory = {k: max(v) for k, v in _by_key(dist.gather(memory_metrics(dist.device))).items()}  # the largest rank
         return {**metrics, **(refill.metrics() if refill is not None else {}), **memory}, samples
@@ -235,11 +238,6 @@ class GRPORecipe:
         """Whether step ``step`` (0-based) writes its token-level records (``training.save_rollouts``)."""
         t = self.cfg.training
         return save_now(t.save_rollouts, step + 1, step + 1 == t.max_steps)
-
-    def check_sampler(self, mean_abs_diff: float) -> None:
-        """The stale-weights guard on the step's sampler/trainer log-prob gap (nats per token; :mod:`.guards`)."""
-        check_sampler_mismatch(mean_abs_diff, self.cfg.vllm.max_logprob_mismatch, self.cfg.vllm.mode,
-                               self.rollouts.sampler_lag)
 
     # -- saving and cleaning up --------------------------------------------------------------------------------------
     def save_checkpoint(self, step: int) -> Path:

@@ -53,7 +53,7 @@ def evaluate(config: Config, base_dir: Optional[Path] = None, checkpoint: Option
         loaded = load_policy(config, dist, precision, output_dir, checkpoint, reporter.message, evaluating=True)
         client, nccl = open_clients(config, loaded, output_dir, dist, reporter.message, reporter.status)
         weights = WeightSync(loaded.policy, client, nccl, dist, precision, reporter.message)
-        stage.connect(client, loaded.tokenizer, loaded.eos_ids, loaded.vocab_size, lambda: weights.version)
+        stage.connect(client, loaded.tokenizer, loaded.eos_ids, loaded.vocab_size)
         if not client.shares_weights:  # as a run's setup does: the servers sample from the trainer's weights
             with reporter.status("Sending the weights to vLLM"):
                 weights.send()

@@ -11,7 +11,7 @@ list and takes its own slice), so ranks never share a prompt either.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -19,9 +19,6 @@ from ...runs import names as rn
 from ..batch import ScoredBatch
 from ..parallel.distributed import Dist
 from .prompt_order import PromptSampler
-
-if TYPE_CHECKING:
-    from .stage import RolloutStage
 
 ROUND_SEED_STRIDE = 1_000_003  # round r's order is seeded with training.seed + r × this
 
@@ -73,18 +70,25 @@ def groups_with_signal(rewards: Sequence[float], num_generations: int) -> List[i
     return [i for i in range(grouped.shape[0]) if grouped[i].max() > grouped[i].min()]
 
 
-def keep_groups_with_signal(stage: "RolloutStage", step: int, first: ScoredBatch) -> Tuple[ScoredBatch, RefillCounts]:
+def keep_groups_with_signal(step: int, first: ScoredBatch, drawn: Sequence[int],
+                            refill: Callable[[List[int]], Optional[ScoredBatch]], *, num_generations: int,
+                            max_rounds: int, num_rows: int, prompts_per_step: int,
+                            seed: int) -> Tuple[ScoredBatch, RefillCounts]:
     """Drop this rank's groups whose rewards are all equal and roll out more prompts (:func:`refill_indices`) until
-    it holds its share of groups with reward variance or ``training.dynamic_sampling.max_rounds`` rollout calls are
-    spent. Returns the kept groups (at most the share) and this rank's counts for :func:`even_out_groups`.
-    ``step`` is 0-based."""
-    cfg = stage.cfg
-    g, max_rounds, t = cfg.sampling.num_generations, cfg.training.dynamic_sampling.max_rounds, cfg.training
-    target = first.num_groups
+    it holds its share of groups with reward variance or ``max_rounds`` rollout calls are spent. Returns the kept
+    groups (at most the share) and this rank's counts for :func:`even_out_groups`.
+
+    Args:
+        step: 0-based. first: the step's own batch. drawn: the whole step's dataset rows (never drawn twice).
+        refill: the scored batch of this rank's share of some dataset rows (``None``: no rows for this rank).
+        num_generations: the group size. max_rounds: ``training.dynamic_sampling.max_rounds``. num_rows: the
+        dataset's rows. prompts_per_step, seed: ``training.prompts_per_step``, ``training.seed``.
+    """
+    g, target = num_generations, first.num_groups
     kept: List[ScoredBatch] = []
     have = dropped = 0
     rounds = 1
-    drawn = list(stage.prompt_order.indices(step))  # the whole step's rows so far: never drawn twice
+    drawn = list(drawn)
     batch = first
     while True:
         signal = groups_with_signal(batch.scores.rewards, g)
@@ -94,12 +98,12 @@ def keep_groups_with_signal(stage: "RolloutStage", step: int, first: ScoredBatch
         have += len(signal)
         if have >= target or rounds >= max_rounds:
             break
-        indices = refill_indices(step, rounds, len(stage.dataset), t.prompts_per_step, t.seed, drawn)
+        indices = refill_indices(step, rounds, num_rows, prompts_per_step, seed, drawn)
         drawn += indices
-        rows = stage.rows(indices)
-        if not rows:  # every row of the dataset was drawn in this step already
+        refilled = refill(indices)
+        if refilled is None:  # every row of the dataset was drawn in this step already
             break
-        batch = stage.generate_and_score(step, rows)
+        batch = refilled
         rounds += 1
     return ScoredBatch.concat(kept), RefillCounts(rounds, dropped, have, target)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Sequence
 
 from ...config import Config
 from ...user_code.resolve import resolve_callable
@@ -39,8 +40,7 @@ class RolloutStage:
     config fails before minutes of model loading; :meth:`connect` adds the tokenizer and the client.
 
     Attributes:
-        dataset, rollout_fn, rewards, prompt_order: from the config. sampler_lag: weight versions the last collected
-        batch's sampler was behind the trainer (async: 1 by design).
+        dataset, rollout_fn, rewards, prompt_order: from the config.
     """
 
     def __init__(self, config: Config, base_dir: Path, dist: Dist):
@@ -56,17 +56,13 @@ class RolloutStage:
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
         self.vocab_size = 0
-        self.current_version: Callable[[], int] = lambda: 0
-        self.sampler_lag = 0
         self.background = None
         self.pending: Dict[int, Any] = {}  # async_generation: the next step's batch, being made in the background
 
-    def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int,
-                current_version: Callable[[], int] = lambda: 0) -> None:
+    def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int) -> None:
         """Add what needs the model: the generation client, the tokenizer, its end-of-sequence ids and vocabulary
-        size, and where to read the weight version the servers confirmed last."""
+        size."""
         self.client, self.tokenizer, self.eos_ids, self.vocab_size = client, tokenizer, eos_ids, vocab_size
-        self.current_version = current_version
 
     def sampling_kwargs(self, step: int) -> Dict[str, Any]:
         """The sampling settings handed to the rollout (``seed`` advances with the step when set)."""
@@ -76,11 +72,11 @@ class RolloutStage:
                 "max_completion_length": s.max_completion_length,
                 "seed": None if s.seed is None else s.seed + step}
 
-    def generate_and_score(self, step: int, rows: List[Dict[str, Any]],
-                           sampling: Optional[Dict[str, Any]] = None) -> ScoredBatch:
+    def generate_and_score(self, step: int, rows: List[Dict[str, Any]], sampling: Optional[Dict[str, Any]] = None,
+                           version: int = 0) -> ScoredBatch:
         """This rank's rollout and rewards for its ``rows`` (its ``rollout.weight_version``: the oldest one the
-        servers' answers carried); ``sampling``: the rollout's sampling settings (default :meth:`sampling_kwargs`;
-        the evaluation passes its own ``n`` and ``temperature``).
+        servers' answers carried, else ``version``, the one they confirmed last); ``sampling``: the rollout's sampling
+        settings (default :meth:`sampling_kwargs`; the evaluation passes its own ``n`` and ``temperature``).
 
         Raises:
             RolloutError / RewardError: a user function broke its contract or raised.
@@ -89,14 +85,13 @@ class RolloutStage:
         sampling = sampling or self.sampling_kwargs(step)
         g = sampling["n"]
         prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
-        started = self.current_version()  # what the servers held when it started (if no answer says otherwise)
         with record_versions() as seen:
             out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs),
                                {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
                                 "base_dir": str(self.base_dir)},
                                self.vocab_size)
         if not self.client.shares_weights:  # shared weights are always the trainer's current ones
-            out.weight_version = seen.oldest if seen.oldest is not None else started
+            out.weight_version = seen.oldest if seen.oldest is not None else version
         generated = time.perf_counter()
         n = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
@@ -122,43 +117,51 @@ class RolloutStage:
         """This rank's share of step ``step``'s (0-based) prompts."""
         return self.rows(self.prompt_order.indices(step))
 
-    def collect(self, step: int) -> ScoredBatch:
-        """Step ``step``'s (0-based) rollout and rewards. With ``training.async_generation`` the next step's are
+    def collect(self, step: int, version: int) -> ScoredBatch:
+        """Step ``step``'s (0-based) rollout and rewards, with its ``sampler_lag`` (``version``: the weight version
+        the servers confirmed last, the trainer's). With ``training.async_generation`` the next step's are
         started in the background before this one trains (one step off-policy: sampled from the weights before this
         step's update; the sampler-correction weights account for it), so generation overlaps training.
-
-        Sets ``sampler_lag``.
 
         Raises:
             StaleWeightsError: the batch was sampled with older weights than expected (or newer: another trainer).
         """
         t = self.cfg.training
         if not t.async_generation:
-            return self.checked_version(step, self.generate_and_score(step, self.my_rows(step)), allowed=0)
+            return self.checked_version(step, self.generate_and_score(step, self.my_rows(step), None, version),
+                                        version, allowed=0)
         if self.background is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-rollout-next-step")
         future = self.pending.pop(step, None)
         if future is None:
-            future = self.background.submit(self.generate_and_score, step, self.my_rows(step))
+            future = self.background.submit(self.generate_and_score, step, self.my_rows(step), None, version)
         batch = future.result()
         if step + 1 < t.max_steps:  # the servers still hold this step's weights: the next rollout is one step behind
-            self.pending[step + 1] = self.background.submit(self.generate_and_score, step + 1, self.my_rows(step + 1))
-        return self.checked_version(step, batch, allowed=1)
+            self.pending[step + 1] = self.background.submit(self.generate_and_score, step + 1,
+                                                            self.my_rows(step + 1), None, version)
+        return self.checked_version(step, batch, version, allowed=1)
 
-    def checked_version(self, step: int, batch: ScoredBatch, allowed: int) -> ScoredBatch:
-        """``batch`` unchanged, once its weight version is at most ``allowed`` versions behind the trainer's.
+    def refill(self, step: int, version: int, indices: Sequence[int]) -> Optional[ScoredBatch]:
+        """Dynamic sampling's extra round: this rank's share of the dataset rows ``indices``, rolled out and scored
+        (``version`` as in :meth:`generate_and_score`); ``None`` when there are none."""
+        rows = self.rows(indices)
+        return self.generate_and_score(step, rows, None, version) if rows else None
+
+    @staticmethod
+    def checked_version(step: int, batch: ScoredBatch, current: int, allowed: int) -> ScoredBatch:
+        """``batch`` with its ``sampler_lag`` (the trainer's ``current`` version minus the one that sampled it), once
+        that is at most ``allowed`` versions.
 
         Raises:
             StaleWeightsError: it is further behind, or ahead (the message names both versions).
         """
-        sampled, current = batch.rollout.weight_version, self.current_version()
+        sampled = batch.rollout.weight_version
         problem = version_lag_problem(step, sampled, current, allowed)
         if problem:
             raise StaleWeightsError(problem)
-        self.sampler_lag = 0 if sampled is None else current - sampled
-        return batch
+        return replace(batch, sampler_lag=0 if sampled is None else current - sampled)
 
     def close(self) -> None:
         """Stop the background rollout, then the generation client (and any server it spawned)."""

@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from ...config import Config
+from ...rollouts.contract import RolloutOutput
 from ...runs import names as rn
+from ...runs.rollouts import token_record
+from ..batch import ScoredBatch
+from ..guards import check_sampler_mismatch
 from ..parallel.distributed import Dist
-from .sampler_correction import importance_weights
+from ..parallel.precision import Precision
 from .logprobs import CompletionLogprobs, completion_logprobs
 from .losses import BatchTotals, aggregate, per_token_loss
 from .micro_batch import MicroBatch, build_micro_batches
-from ..parallel.precision import Precision
-from ...runs.rollouts import token_record
+from .sampler_correction import importance_weights
 
 
 @dataclass
@@ -141,17 +145,15 @@ class PolicyUpdate:
         a LoRA policy whose reference is itself with adapters off). optimizer, scheduler: AdamW and its LR schedule.
         precision: compute dtype (:mod:`..parallel.precision`). dist: the process group. pad_id: the tokenizer's padding id.
         padding_free: pack micro-batches without padding. compare_with_sampler: false with a repetition penalty
-        (the trainer cannot reproduce the sampler's distribution: no correction, no check). check_sampler: called
-        with the step's mean |sampler - trainer| log-prob (nats per token) after the first iteration's backward
-        passes (the stale-weights guard).
+        (the trainer cannot reproduce the sampler's distribution: no correction, no stale-weights check).
     """
 
-    def __init__(self, config: Any, policy: CompletionLogprobs, ref: Optional[CompletionLogprobs],
-                 optimizer: torch.optim.Optimizer, scheduler: Any, precision: Precision, dist: Dist, pad_id: int,
-                 padding_free: bool, compare_with_sampler: bool, check_sampler: Callable[[float], None]):
+    def __init__(self, config: Config, policy: CompletionLogprobs, ref: Optional[CompletionLogprobs],
+                 optimizer: torch.optim.Optimizer, scheduler: Any, *, precision: Precision, dist: Dist, pad_id: int,
+                 padding_free: bool, compare_with_sampler: bool):
         self.cfg, self.policy, self.ref, self.optimizer, self.scheduler = config, policy, ref, optimizer, scheduler
         self.precision, self.dist, self.pad_id, self.padding_free = precision, dist, pad_id, padding_free
-        self.compare_with_sampler, self.check_sampler = compare_with_sampler, check_sampler
+        self.compare_with_sampler = compare_with_sampler
         s = config.sampling
         # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
         self.sampling_filter = {"top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
@@ -171,7 +173,7 @@ class PolicyUpdate:
         with self.policy.lm.disable_adapter():
             return self.logprobs(self.policy, mb)
 
-    def micro_batches(self, out: Any, advantages: torch.Tensor,
+    def micro_batches(self, out: RolloutOutput, advantages: torch.Tensor,
                       masks: List[List[int]]) -> Tuple[List[MicroBatch], BatchTotals, int, int]:
         """This rank's micro-batches, with the whole step's totals (a collective) and the step's real and padded
         token counts."""
@@ -206,17 +208,22 @@ class PolicyUpdate:
         stats.add(result, mb, old, first_iteration=first)
         return loss.item(), old
 
-    def update(self, out: Any, advantages: torch.Tensor, truncated: List[bool], keep_tokens: bool = False,
-               signal: bool = True) -> UpdateResult:
-        """``num_iterations`` optimizer updates on this rank's share of the step (``out``: its checked rollout;
-        ``advantages``: ``(len(out),)``); the loss of every ``loss_type`` is normalised by the whole step's totals, so
+    def update(self, batch: ScoredBatch, keep_tokens: bool = False, signal: bool = True) -> UpdateResult:
+        """``num_iterations`` optimizer updates on this rank's share of the step (``batch``: its checked rollout and
+        its ``(len(batch),)`` advantages); the loss of every ``loss_type`` is normalised by the whole step's totals, so
         N processes make the update one process would make on the same batch. ``signal`` false (the whole step's
         advantages are all 0 and there is no KL term): everything is measured, but neither the optimizer nor the
-        learning-rate schedule steps."""
-        t, dist = self.cfg.training, self.dist
+        learning-rate schedule steps. After the first iteration's backward passes, the step's mean
+        |sampler - trainer| log-prob gap goes to the stale-weights guard (:func:`~..guards.check_sampler_mismatch`,
+        with the batch's own ``sampler_lag``).
+
+        Raises:
+            StaleWeightsError: the gap is over ``vllm.max_logprob_mismatch`` on a batch sampled with current weights.
+        """
+        t, dist, out = self.cfg.training, self.dist, batch.rollout
         masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
-                 for m, tr in zip(out.completion_mask, truncated)]
-        batches, totals, real, padded = self.micro_batches(out, advantages, masks)
+                 for m, tr in zip(out.completion_mask, batch.scores.truncated)]
+        batches, totals, real, padded = self.micro_batches(out, batch.advantages, masks)
         stats = UpdateStats()
         kept: List[Tuple[List[float], Optional[List[float]]]] = []  # per sequence: trainer log-probs, IS weights
         for iteration in range(t.num_iterations):
@@ -230,7 +237,8 @@ class PolicyUpdate:
             if iteration == 0 and out.logprobs is not None and self.compare_with_sampler:
                 [lp_diff] = dist.sum([stats.lp_diff])
                 if math.isfinite(lp_diff):  # non-finite: the trainer's own log-probs; the update is skipped below
-                    self.check_sampler(lp_diff / max(totals.num_tokens, 1))
+                    check_sampler_mismatch(lp_diff / max(totals.num_tokens, 1), self.cfg.vllm.max_logprob_mismatch,
+                                           self.cfg.vllm.mode, batch.sampler_lag)
             self.step_optimizer(stats, dist.sum([loss_sum])[0], iteration, signal)
         records = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
                                 None if out.logprobs is None else out.logprobs[i], lp, w)
