@@ -1,4 +1,4 @@
-"""The GRPO objective (grpo_rollout.trainer.update.losses) against hand-computed numbers."""
+"""The GRPO objective (grpo_rollout.trainer.update.objective) against hand-computed numbers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from grpo_rollout.trainer.update.advantages import group_advantages
-from grpo_rollout.trainer.update.losses import LOSS_TYPES, BatchTotals, aggregate, per_token_loss
+from grpo_rollout.trainer.update.objective import group_advantages
+from grpo_rollout.trainer.update.objective import LOSS_TYPES, BatchTotals, aggregate, per_token_loss
 
 EPS, EPS_HIGH = 0.2, 0.28  # clip range [0.8, 1.28]
 

@@ -1,1 +1,1 @@
-"""A run folder's files: their names (:mod:`..names`), and each format's writer next to its reader."""
+"""A run folder's files: their names (:mod:`.names`), and each format's writer next to its reader."""

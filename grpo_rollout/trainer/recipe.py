@@ -18,16 +18,20 @@ that takes or gives the 1-based count says so.
 With ``N`` training processes each takes its own whole groups of the step's prompts; N processes train exactly as
 one would on the same batch (:mod:`.parallel.distributed`, :mod:`.parallel.policy`); rank 0 alone writes and prints.
 
-One sample, prompt → loss, in 7 hops through 4 files:
+One sample, prompt → loss, in 8 hops through 5 files (``recipe.py``, ``rollout/stage.py``, ``update/objective.py``,
+``update/policy_update.py``, ``update/logprobs.py``; ``batch.py`` defines the record they pass, and the rollout and
+rewards are the user's, behind their contracts):
 
 1. :meth:`GRPORecipe.collect` → :meth:`.rollout.stage.RolloutStage.collect` (this rank's rows of the step)
 2. :meth:`.rollout.stage.RolloutStage.generate_and_score`: the rollout (``call_rollout``) and its rewards
-   (``compute_rewards``) → a :class:`.batch.ScoredBatch`
-3. back in :meth:`GRPORecipe.collect`: group-relative advantages over the whole step (``group_advantages``)
-4. :meth:`GRPORecipe.update` → :meth:`.update.policy_update.PolicyUpdate.update`: micro-batches, ``num_iterations`` passes
-5. :meth:`.update.policy_update.PolicyUpdate.backward`: the policy's log-probs of the sample's completion tokens
-6. ``per_token_loss`` (:mod:`.update.losses`): ratio, clip, KL per token
-7. ``aggregate`` (:mod:`.update.losses`): the ``loss_type``'s normalisation → ``backward()``
+   (``compute_rewards``) → a :class:`.batch.ScoredBatch` carrying its ``sampler_lag``
+3. back in :meth:`GRPORecipe.collect`: group-relative advantages over the whole step (``group_advantages``,
+   :mod:`.update.objective`) → :meth:`.batch.ScoredBatch.with_advantages`
+4. :meth:`GRPORecipe.update` → :meth:`.update.policy_update.PolicyUpdate.update` (the batch, whole)
+5. :meth:`.update.policy_update.PolicyUpdate.micro_batches` → ``build_micro_batches`` (:mod:`.update.logprobs`)
+6. :meth:`.update.policy_update.PolicyUpdate.backward` → ``completion_logprobs`` (:mod:`.update.logprobs`)
+7. ``per_token_loss`` (:mod:`.update.objective`): ratio, clip, KL, sampler-correction weights per token
+8. ``aggregate`` (:mod:`.update.objective`): the ``loss_type``'s normalisation → ``backward()``
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import torch
 from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
 from ..runs.names import CONFIG_FILE
-from .update.advantages import group_advantages
+from .update.objective import group_advantages
 from .batch import CompletionScores, ScoredBatch, StepTimes
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist

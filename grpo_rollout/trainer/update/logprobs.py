@@ -1,8 +1,12 @@
-"""Log-probabilities of completion tokens under a model, computed only where they are needed.
+"""Completion tokens laid out for the trainer's forward passes (packing, micro-batches), and their
+log-probabilities under a model, computed only where they are needed.
 
 The decoder runs once over ``prompt + completion``; the output projection (vocabulary-sized) and the log-softmax are
 applied only to the hidden states that predict completion tokens, ``chunk_size`` positions at a time, so the batch
 never holds a ``(B, T, vocab)`` tensor (32 × 128 × 49152 fp32 would be 0.8 GB).
+
+:func:`build_micro_batches` turns a checked rollout's sequences, masks and sampler log-probs and the advantages into
+:class:`MicroBatch` objects, right-padded or padding-free (:func:`pack`).
 """
 
 from __future__ import annotations
@@ -197,3 +201,54 @@ def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature
         where = torch.nonzero(valid)
         out = out.index_put((where[:, 0].to(device), where[:, 1].to(device)), torch.cat(flat))
     return out
+
+
+# --- micro-batches ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class MicroBatch:
+    """One forward/backward pass worth of sequences (``B`` rows, ``C`` = longest completion).
+
+    Attributes:
+        packed: token layout (:class:`~.logprobs.PackedBatch`).
+        mask: ``(B, C)`` float, 1 on trained tokens.
+        advantages: ``(B,)``.
+        sampler_logprobs: ``(B, C)`` the sampler's log-probs (nats; placeholders where ``mask`` is 0), or ``None``.
+        old_logprobs: ``(B, C)`` the policy's before the first update (only with ``num_iterations > 1``).
+        ref_logprobs: ``(B, C)`` the reference model's (only with ``beta > 0``).
+        is_weights: ``(B, C)`` sampler-correction weights, set on the first iteration.
+    """
+
+    packed: PackedBatch
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    sampler_logprobs: Optional[torch.Tensor] = None
+    old_logprobs: Optional[torch.Tensor] = None
+    ref_logprobs: Optional[torch.Tensor] = None
+    is_weights: Optional[torch.Tensor] = None
+
+
+def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                        masks: Sequence[Sequence[int]], logprobs: Optional[Sequence[Sequence[float]]],
+                        advantages: torch.Tensor, size: int, pad_id: int, device: torch.device,
+                        padding_free: bool = False) -> List[MicroBatch]:
+    """Split ``N`` sequences into micro-batches of ``size`` (in order) on ``device``, right-padded or padding-free
+    (see :func:`~.logprobs.pack`).
+
+    Args:
+        prompt_ids, completion_ids, masks: ``N`` lists each (masks: 0/1 per completion token).
+        logprobs: ``N`` lists of sampler log-probs, or ``None``. advantages: ``(N,)``.
+    """
+    batches = []
+    for start in range(0, len(completion_ids), size):
+        idx = range(start, min(start + size, len(completion_ids)))
+        packed = pack([prompt_ids[i] for i in idx], [completion_ids[i] for i in idx], pad_id, padding_free)
+        mask = torch.zeros_like(packed.completion_valid, dtype=torch.float32)
+        sampler = torch.zeros_like(mask) if logprobs is not None else None
+        for row, i in enumerate(idx):
+            mask[row, : len(masks[i])] = torch.tensor(masks[i], dtype=torch.float32)
+            if sampler is not None:
+                sampler[row, : len(logprobs[i])] = torch.tensor(logprobs[i], dtype=torch.float32)
+        batches.append(MicroBatch(packed, mask.to(device), advantages[list(idx)].to(device),
+                                  None if sampler is None else sampler.to(device)))
+    return batches

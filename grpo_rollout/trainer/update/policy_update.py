@@ -1,9 +1,9 @@
 """The update stage: ``num_iterations`` policy updates on one rank's share of a step, and what they measured.
 
-For each iteration, each micro-batch (:mod:`.micro_batch`): policy log-probs at the completion tokens
-(:mod:`.logprobs`) → sampler-correction weights (:mod:`.sampler_correction`, first iteration) → the clipped
-surrogate (+ KL) per token (:func:`~.losses.per_token_loss`) → the ``loss_type`` aggregation normalised by the
-whole step's totals (:func:`~.losses.aggregate`), so N processes make the update one process would make → backward.
+For each iteration, each micro-batch (:mod:`.logprobs`): policy log-probs at the completion tokens
+(:mod:`.logprobs`) → sampler-correction weights (:mod:`.objective`, first iteration) → the clipped
+surrogate (+ KL) per token (:func:`~.objective.per_token_loss`) → the ``loss_type`` aggregation normalised by the
+whole step's totals (:func:`~.objective.aggregate`), so N processes make the update one process would make → backward.
 Then clip the gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the
 sampler-correction weights and the sampler/trainer mismatch over every micro-batch and iteration, reduces them over
 ranks, and names them as metrics (:mod:`grpo_rollout.runs.names`).
@@ -25,10 +25,8 @@ from ..batch import ScoredBatch
 from ..guards import check_sampler_mismatch
 from ..parallel.distributed import Dist
 from ..parallel.precision import Precision
-from .logprobs import CompletionLogprobs, completion_logprobs
-from .losses import BatchTotals, aggregate, per_token_loss
-from .micro_batch import MicroBatch, build_micro_batches
-from .sampler_correction import importance_weights
+from .logprobs import CompletionLogprobs, MicroBatch, build_micro_batches, completion_logprobs
+from .objective import BatchTotals, aggregate, importance_weights, per_token_loss
 
 
 @dataclass
@@ -56,7 +54,7 @@ class UpdateStats:
     no_signal: bool = False  # every advantage 0 and no KL term: no optimizer update at all
 
     def add(self, result: Dict[str, torch.Tensor], mb: MicroBatch, old: torch.Tensor, first_iteration: bool) -> None:
-        """Add one micro-batch's :func:`~.losses.per_token_loss` result. Indexing by the mask (not multiplying):
+        """Add one micro-batch's :func:`~.objective.per_token_loss` result. Indexing by the mask (not multiplying):
         placeholders on untrained tokens may be ``-inf``."""
         m = mb.mask.bool()
         ratio = result["ratio"].detach()[m]

@@ -1,6 +1,14 @@
-"""The GRPO objective: clipped importance ratio, optional KL to a reference model, and the four aggregations.
+"""The GRPO objective, every formula on one page: group-relative advantages, the per-token clipped loss with its KL
+term and its four aggregations, and the weights that correct for the sampler/trainer mismatch.
 
-Per completion token ``t`` of sequence ``i`` with advantage ``A_i``::
+**Advantages.** GRPO (Shao et al. 2024, *DeepSeekMath*, arXiv:2402.03300, eq. 3 / §4.1.2) replaces a learned value
+baseline with the mean reward of the other completions of the same prompt:
+``A_i = (r_i - mean(r_group)) / std(r_group)``.
+Dr. GRPO (Liu et al. 2025, *Understanding R1-Zero-Like Training*, arXiv:2503.20783) drops the division by the std,
+which biases updates toward prompts that are too easy or too hard (``scale_rewards: none``). Scaling by the std of the
+whole batch (``scale_rewards: batch``) is the middle ground used by e.g. Hu et al. 2025 (REINFORCE++).
+
+**The loss.** Per completion token ``t`` of sequence ``i`` with advantage ``A_i``::
 
     ratio_it = exp(logp_it - old_logp_it)
     l_it     = -min(ratio_it · A_i, clip(ratio_it, 1 - epsilon, 1 + epsilon_high) · A_i) + beta · KL_it
@@ -29,6 +37,18 @@ baseline 0.2 / 0.27). With ``loss_type: grpo`` (and unit ``token_weights``) the 
 
 A training batch is processed as micro-batches with gradient accumulation; :func:`aggregate` takes the totals of the
 whole batch (:class:`BatchTotals`) so that the summed micro-batch losses equal the full-batch loss exactly.
+
+**Sampler correction.** The sampler (vLLM) and the trainer compute slightly different probabilities for the same
+tokens (kernels, precision, or a stale weight copy), so the batch is slightly off-policy.
+
+Truncated importance sampling (TIS; Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
+Training") reweights each token's loss by ``w = π_trainer(token) / π_sampler(token)``, capped at ``cap``; the masked
+variant (MIS) drops tokens (or whole sequences) whose ratio exceeds the cap instead. Sequence-level modes use the
+product of the token ratios of the sequence (``training.sampler_correction``).
+
+Not the ratio of the clipped surrogate: that one is against the old policy (the trainer's own log-probs before the
+step's first update), and ``training.importance_level`` says whether it is per token or per sequence (the loss
+above).
 """
 
 from __future__ import annotations
@@ -39,7 +59,56 @@ from typing import Dict, Optional
 import torch
 
 from ...config.schema import IMPORTANCE_LEVELS, LOSS_TYPES  # the one list of each
+from ...config.schema import SAMPLER_CORRECTIONS as MODES  # the one list of modes (the config's)
 
+
+# --- advantages -------------------------------------------------------------------------------------------------------
+
+EPS = 1e-4
+
+
+def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group") -> torch.Tensor:
+    """Advantages of ``N = P × G`` completions grouped by prompt.
+
+    Args:
+        rewards: ``(N,)`` float rewards, completion ``i`` belonging to group ``i // num_generations``.
+        num_generations: ``G``, the group size.
+        scale_rewards: ``"group"`` (divide by each group's std), ``"batch"`` (by the std of all ``N`` rewards) or
+            ``"none"`` (only subtract the group mean). Stds are unbiased (Bessel's correction), ``+ 1e-4``.
+
+    Returns:
+        ``(N,)`` advantages; a group whose rewards are all equal gets exactly zero.
+
+    Raises:
+        ValueError: ``N`` is not a multiple of ``G`` or ``scale_rewards`` is unknown.
+    """
+    if num_generations < 1:
+        raise ValueError(f"num_generations must be >= 1, got {num_generations}")
+    if rewards.ndim != 1 or rewards.numel() % num_generations:
+        raise ValueError(f"rewards must be 1-D with a multiple of {num_generations} entries, got {tuple(rewards.shape)}")
+    grouped = rewards.view(-1, num_generations)
+    centered = grouped - grouped.mean(dim=1, keepdim=True)
+    # the float mean of equal values can be off by an ulp (8 × 0.1 in float32); an all-equal group must give exactly 0
+    equal = grouped.max(dim=1, keepdim=True).values == grouped.min(dim=1, keepdim=True).values
+    centered = centered.masked_fill(equal, 0.0).view(-1)
+    if scale_rewards == "group":
+        std = grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
+    elif scale_rewards == "batch":
+        std = rewards.std().expand_as(rewards)
+    elif scale_rewards == "none":
+        return centered
+    else:
+        raise ValueError(f"scale_rewards must be group, batch or none, got {scale_rewards!r}")
+    return centered / (std + EPS)
+
+
+def zero_std_fraction(rewards: torch.Tensor, num_generations: int) -> float:
+    """Fraction of groups whose rewards are all equal (they contribute no policy gradient)."""
+    grouped = rewards.view(-1, num_generations)
+    return (grouped.max(dim=1).values == grouped.min(dim=1).values).double().mean().item()
+
+
+# --- the loss ---------------------------------------------------------------------------------------------------------
 
 @dataclass
 class BatchTotals:
@@ -147,3 +216,32 @@ def aggregate(token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str, tota
     if loss_type == "bnpo":
         return masked.sum() / mask.sum().clamp(min=1) / totals.num_micro_batches
     raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {loss_type!r}")
+
+
+# --- sampler correction -----------------------------------------------------------------------------------------------
+
+def importance_weights(trainer_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor, mode: str,
+                       cap: float) -> torch.Tensor:
+    """Per-token loss weights ``(B, C)``.
+
+    Args:
+        trainer_logps, sampler_logps: ``(B, C)`` log-probs of the same tokens (nats), trainer's without grad.
+        mask: ``(B, C)`` 1 on trained tokens; other positions never enter the arithmetic (their log-probs may be
+            placeholders, even ``-inf``) and get weight 1.
+        mode: one of :data:`MODES`. cap: upper bound (> 0) of the ratio.
+
+    Raises:
+        ValueError: unknown mode.
+    """
+    if mode == "none":
+        return torch.ones_like(trainer_logps)
+    # where, not a product: a masked position may hold a -inf placeholder, and (x - -inf) * 0 is NaN
+    log_ratio = torch.where(mask.bool(), trainer_logps - sampler_logps, torch.zeros_like(trainer_logps))
+    if mode.startswith("sequence"):
+        log_ratio = log_ratio.sum(dim=1, keepdim=True).expand_as(trainer_logps)
+    ratio = torch.exp(log_ratio.clamp(max=50.0))
+    if mode.endswith("truncate"):
+        return ratio.clamp(max=cap)
+    if mode.endswith("mask"):
+        return torch.where(ratio <= cap, ratio, torch.zeros_like(ratio))
+    raise ValueError(f"importance-sampling mode must be one of {', '.join(MODES)}, got {mode!r}")
