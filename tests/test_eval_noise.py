@@ -60,7 +60,8 @@ def test_pass_at_k_has_a_standard_error_over_prompts():
     assert mean == 1.0 and math.isnan(se)
     n, order = 2, [0, 1, 2, 3]
     successes = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
-    whole = CompletionScores(["p"] * 8, ["c"] * 8, successes, {}, [1] * 8, [False] * 8, {})
+    whole = CompletionScores(rewards=successes, per_function={}, prompts=["p"] * 8, texts=["c"] * 8,
+                             lengths=[1] * 8, truncated=[False] * 8, extras={})
     metrics = eval_result(whole, order, n, None, 1.0, []).metrics
     # per prompt pass@1: 0.5, 1, 0, 0.5 → mean 0.5, std 0.408, se 0.204
     assert metrics["eval/pass@1"] == 0.5 and metrics["eval/stderr/pass@1"] == pytest.approx(0.2041, abs=1e-4)

@@ -56,21 +56,21 @@ def test_per_token_loss_hand_computed_with_clipping():
     expected = torch.tensor([[-1.0, -1.28, -0.5, -1.28],   # masked r=9 → -min(9, 1.28)
                              [1.6, 3.0, 2.0, 2.0],          # masked r=1 → -(1·-2)
                              [-0.5, -0.6, -0.45, -0.55]], dtype=torch.float64)
-    torch.testing.assert_close(out["loss"], expected, rtol=1e-9, atol=1e-12)
-    torch.testing.assert_close(out["ratio"], torch.exp(logps - old_logps))
-    assert torch.equal(out["kl"], torch.zeros_like(logps))
+    torch.testing.assert_close(out.loss, expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(out.ratio, torch.exp(logps - old_logps))
+    assert torch.equal(out.kl, torch.zeros_like(logps))
     # clip flags: high bound active for A > 0 and r > 1.28, low bound for A < 0 and r < 0.8 (mask not applied)
-    assert out["clipped_high"].tolist() == [[False, True, False, True], [False] * 4, [False] * 4]
-    assert out["clipped_low"].tolist() == [[False] * 4, [True, False, False, False], [False] * 4]
+    assert out.clipped_high.tolist() == [[False, True, False, True], [False] * 4, [False] * 4]
+    assert out.clipped_low.tolist() == [[False] * 4, [True, False, False, False], [False] * 4]
 
 
 def test_epsilon_high_defaults_to_epsilon():
     logps, old_logps, adv, _ = _hand_batch()
     out = per_token_loss(logps, old_logps, adv, epsilon=EPS)
     # seq 0 token 1: r = 1.5, A = +1, symmetric clip → -min(1.5, 1.2) = -1.2
-    assert out["loss"][0, 1].item() == pytest.approx(-1.2)
+    assert out.loss[0, 1].item() == pytest.approx(-1.2)
     # seq 2 token 1: r = 1.2 is exactly on the bound: -(1.2 · 0.5) = -0.6 either way
-    assert out["loss"][2, 1].item() == pytest.approx(-0.6)
+    assert out.loss[2, 1].item() == pytest.approx(-0.6)
 
 
 @pytest.mark.parametrize("loss_type, expected", [
@@ -85,7 +85,7 @@ def test_epsilon_high_defaults_to_epsilon():
 ])
 def test_aggregate_hand_computed(loss_type, expected):
     logps, old_logps, adv, mask = _hand_batch()
-    token_loss = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH)["loss"]
+    token_loss = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH).loss
     got = aggregate(token_loss, mask, loss_type, _totals(mask, MAX_LEN))
     assert got.ndim == 0
     assert got.item() == pytest.approx(expected, rel=1e-9)
@@ -95,7 +95,7 @@ def test_loss_types_give_different_losses_on_the_hand_batch():
     # guards the parametrised test above: on this batch the aggregations really differ (if two coincided, a bug
     # that computes one loss type with another's formula would pass it)
     logps, old_logps, adv, mask = _hand_batch()
-    token_loss = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH)["loss"]
+    token_loss = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH).loss
     got = {t: aggregate(token_loss, mask, t, _totals(mask, MAX_LEN)).item() for t in ("grpo", "dr_grpo", "dapo")}
     assert len({round(v, 9) for v in got.values()}) == 3, got
     # bnpo equals dapo only because the batch is one micro-batch: with two it must differ
@@ -114,8 +114,8 @@ def test_kl_k3_hand_computed():
                          ref_logps=ref_logps)
     # k3 = exp(d) - d - 1:  d = ln 2 → 2 - ln 2 - 1 = 0.30685 ;  d = 0 → 0 ;  d = -1 → e^-1 + 1 - 1 = 0.36788
     k3 = [2.0 - math.log(2.0) - 1.0, 0.0, math.exp(-1.0)]
-    assert out["kl"][0].tolist() == pytest.approx(k3, rel=1e-12)
-    assert out["loss"][0].tolist() == pytest.approx([beta * k for k in k3], rel=1e-12)
+    assert out.kl[0].tolist() == pytest.approx(k3, rel=1e-12)
+    assert out.loss[0].tolist() == pytest.approx([beta * k for k in k3], rel=1e-12)
 
 
 def test_kl_added_to_clipped_surrogate_and_aggregated():
@@ -127,13 +127,13 @@ def test_kl_added_to_clipped_surrogate_and_aggregated():
                          ref_logps=logps + delta)
     k_a, k_b = 1.0 - math.log(2.0), math.exp(-1.0)  # k3 at d = ln 2 and d = -1
     # token losses gain beta · k3: seq 0 (3 trained tokens) beta·k_a each, seq 1 (2 tokens) beta·k_b, seq 2 nothing
-    assert out["loss"][0, 1].item() == pytest.approx(-1.28 + beta * k_a)
-    assert out["loss"][1, 0].item() == pytest.approx(1.6 + beta * k_b)
-    assert out["loss"][2, 3].item() == pytest.approx(-0.55)
-    dapo = aggregate(out["loss"], mask, "dapo", _totals(mask, MAX_LEN))
+    assert out.loss[0, 1].item() == pytest.approx(-1.28 + beta * k_a)
+    assert out.loss[1, 0].item() == pytest.approx(1.6 + beta * k_b)
+    assert out.loss[2, 3].item() == pytest.approx(-0.55)
+    dapo = aggregate(out.loss, mask, "dapo", _totals(mask, MAX_LEN))
     # (-0.28 + 0.05 · (3·(1 - ln 2) + 2·e^-1)) / 9
     assert dapo.item() == pytest.approx((TOTAL + beta * (3 * k_a + 2 * k_b)) / 9, rel=1e-9)
-    grpo = aggregate(out["loss"], mask, "grpo", _totals(mask, MAX_LEN))
+    grpo = aggregate(out.loss, mask, "grpo", _totals(mask, MAX_LEN))
     # per-sequence means shift by beta·k_a, beta·k_b and 0
     expected = ((SEQ_SUMS[0] / 3 + beta * k_a) + (SEQ_SUMS[1] / 2 + beta * k_b) + SEQ_SUMS[2] / 4) / 3
     assert grpo.item() == pytest.approx(expected, rel=1e-9)
@@ -146,7 +146,7 @@ def test_token_weights_scale_the_surrogate_not_the_kl():
                          ref_logps=logps + delta, token_weights=torch.tensor([[0.5, 2.0]], dtype=torch.float64))
     k = 1.0 - math.log(2.0)
     # -(1 · 1) · w + 0.5 · k3
-    assert out["loss"][0].tolist() == pytest.approx([-0.5 + 0.5 * k, -2.0 + 0.5 * k])
+    assert out.loss[0].tolist() == pytest.approx([-0.5 + 0.5 * k, -2.0 + 0.5 * k])
 
 
 def test_beta_without_ref_logps_raises():
@@ -176,7 +176,7 @@ def _random_batch(seed: int = 0, s: int = 8, c: int = 6):
 
 def _token_loss(logps, old_logps, ref_logps, adv):
     return per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH, beta=0.04,
-                          ref_logps=ref_logps)["loss"]
+                          ref_logps=ref_logps).loss
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
@@ -259,7 +259,7 @@ def test_equal_rewards_give_zero_advantages_and_zero_policy_gradient(scale_rewar
     logps, old_logps, _, _, mask = _random_batch(seed=1, s=8)
     logps, old_logps, mask = torch.cat([logps, logps]), torch.cat([old_logps, old_logps]), torch.cat([mask, mask])
     leaf = logps.float().clone().requires_grad_(True)
-    token_loss = per_token_loss(leaf, old_logps.float(), adv, epsilon=EPS, epsilon_high=EPS_HIGH)["loss"]
+    token_loss = per_token_loss(leaf, old_logps.float(), adv, epsilon=EPS, epsilon_high=EPS_HIGH).loss
     loss = aggregate(token_loss, mask, loss_type, _totals(mask, 6))
     loss.backward()
     assert loss.item() == 0.0
@@ -275,7 +275,7 @@ def test_masked_tokens_get_no_gradient(loss_type):
     adv = adv.sign() * (adv.abs() + 0.1)  # no zero advantage
     leaf = logps.clone().requires_grad_(True)
     token_loss = per_token_loss(leaf, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH, beta=0.04,
-                                ref_logps=ref_logps)["loss"]
+                                ref_logps=ref_logps).loss
     aggregate(token_loss, mask, loss_type, _totals(mask, 6)).backward()
     assert (mask == 0).any()
     assert torch.equal(leaf.grad[mask == 0], torch.zeros(int((mask == 0).sum()), dtype=torch.float64))
@@ -287,12 +287,12 @@ def test_on_policy_first_iteration_ratio_one_no_clipping_no_kl():
     leaf = logps.clone().requires_grad_(True)
     out = per_token_loss(leaf, leaf.detach(), adv, epsilon=EPS, epsilon_high=EPS_HIGH, beta=0.1,
                          ref_logps=leaf.detach().clone())
-    assert torch.equal(out["ratio"], torch.ones_like(logps))
-    assert not out["clipped_low"].any() and not out["clipped_high"].any()
-    assert torch.equal(out["kl"], torch.zeros_like(logps))
+    assert torch.equal(out.ratio, torch.ones_like(logps))
+    assert not out.clipped_low.any() and not out.clipped_high.any()
+    assert torch.equal(out.kl, torch.zeros_like(logps))
     # loss = -A on every token; the gradient of the grpo loss w.r.t. logp_it is -A_i / (n_i · S)
-    torch.testing.assert_close(out["loss"], (-adv).unsqueeze(1).expand_as(logps), rtol=0, atol=0)
-    aggregate(out["loss"], mask, "grpo", _totals(mask, 6)).backward()
+    torch.testing.assert_close(out.loss, (-adv).unsqueeze(1).expand_as(logps), rtol=0, atol=0)
+    aggregate(out.loss, mask, "grpo", _totals(mask, 6)).backward()
     expected = (-adv.unsqueeze(1) / (mask.sum(1, keepdim=True) * 8)) * mask
     torch.testing.assert_close(leaf.grad, expected, rtol=1e-12, atol=1e-15)
 
@@ -328,28 +328,28 @@ def test_sequence_ratio_clipping_and_loss_hand_computed():
     out = _gspo(logps, old_logps, adv, mask)
     # the ratio is s_i on every position of row i: the mean of the trained log-ratios, never the sum (exp(0.4),
     # exp(5.2)) and never with the masked one (seq 1 over 3 positions would be exp(4.2 / 3) = exp(1.4))
-    torch.testing.assert_close(out["ratio"], torch.tensor([[S0] * 3, [S1] * 3], dtype=torch.float64),
+    torch.testing.assert_close(out.ratio, torch.tensor([[S0] * 3, [S1] * 3], dtype=torch.float64),
                                rtol=1e-12, atol=0)
     # clip range [0.8, 1.28]: s_0 = 1.221 is inside; s_1 = 13.46 > 1.28 with A > 0 → the high bound is active
-    assert out["clipped_high"].tolist() == [[False] * 3, [True] * 3]
-    assert not out["clipped_low"].any()
+    assert out.clipped_high.tolist() == [[False] * 3, [True] * 3]
+    assert not out.clipped_low.any()
     # l = -min(s·A, clip(s)·A):  seq 0: -(1.22140 · 2) = -2.44281 ;  seq 1: -min(6.7319, 1.28 · 0.5) = -0.64
     expected = torch.tensor([[-2 * S0] * 3, [-0.64] * 3], dtype=torch.float64)
-    torch.testing.assert_close(out["loss"], expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.loss, expected, rtol=1e-12, atol=1e-12)
     totals = _totals(mask, max_completion_length=3)
     # grpo: per-sequence means (-2.44281, -0.64), then their mean = -1.54140 (GSPO's eq. 5 objective, negated)
-    assert aggregate(out["loss"], mask, "grpo", totals).item() == pytest.approx((-2 * S0 - 0.64) / 2, rel=1e-12)
+    assert aggregate(out.loss, mask, "grpo", totals).item() == pytest.approx((-2 * S0 - 0.64) / 2, rel=1e-12)
     # dr_grpo: sum over the 4 trained tokens / (2 sequences · 3) = (2 · -2.44281 + 2 · -0.64) / 6 = -1.02760
-    assert aggregate(out["loss"], mask, "dr_grpo", totals).item() == pytest.approx((-4 * S0 - 1.28) / 6, rel=1e-12)
+    assert aggregate(out.loss, mask, "dr_grpo", totals).item() == pytest.approx((-4 * S0 - 1.28) / 6, rel=1e-12)
     # the token level differs on the same batch: seq 0 token 0 has ratio exp(0.1), loss -2 · exp(0.1) = -2.21034
     token = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH)
-    assert token["loss"][0, 0].item() == pytest.approx(-2 * math.exp(0.1), rel=1e-12)
+    assert token.loss[0, 0].item() == pytest.approx(-2 * math.exp(0.1), rel=1e-12)
 
 
 def test_sequence_ratio_gradient_hand_computed_and_equal_to_gspo_objective():
     logps, old_logps, adv, mask = _gspo_batch()
     leaf = logps.clone().requires_grad_(True)
-    aggregate(_gspo(leaf, old_logps, adv, mask)["loss"], mask, "grpo", _totals(mask, 3)).backward()
+    aggregate(_gspo(leaf, old_logps, adv, mask).loss, mask, "grpo", _totals(mask, 3)).backward()
     # unclipped seq 0: d/dlogp_0t of -(1/S)(1/n_0) Σ_t sg[s_0]·exp(logp_0t - sg[logp_0t])·A_0 = -A_0·s_0 / (n_0·S)
     #   = -2 · 1.22140 / (2 · 2) = -0.61070 per trained token; clipped seq 1 and masked positions: 0
     expected = torch.tensor([[-S0 / 2, -S0 / 2, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
@@ -370,9 +370,9 @@ def test_sequence_ratio_is_a_mean_not_a_sum():
     log_ratios = torch.tensor([[0.1, 0.3, 0.0, 0.0], [0.1, 0.3, 0.1, 0.3]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
     out = _gspo(old + log_ratios, old, torch.tensor([1.0, 1.0], dtype=torch.float64), mask)
-    assert out["ratio"][0, 0].item() == pytest.approx(math.exp(0.2), rel=1e-12)
-    assert out["ratio"][1, 0].item() == pytest.approx(math.exp(0.2), rel=1e-12)
-    assert out["ratio"][1, 0].item() != pytest.approx(math.exp(0.8), rel=1e-3)  # what a sum would give
+    assert out.ratio[0, 0].item() == pytest.approx(math.exp(0.2), rel=1e-12)
+    assert out.ratio[1, 0].item() == pytest.approx(math.exp(0.2), rel=1e-12)
+    assert out.ratio[1, 0].item() != pytest.approx(math.exp(0.8), rel=1e-3)  # what a sum would give
 
 
 @pytest.mark.parametrize("placeholder", [math.nan, math.inf, -math.inf])
@@ -385,8 +385,8 @@ def test_sequence_ratio_ignores_placeholders_on_masked_positions(placeholder):
     leaf = dirty_logps.clone().requires_grad_(True)
     dirty = _gspo(leaf, dirty_old, adv, mask)
     for key in ("loss", "ratio", "clipped_low", "clipped_high"):
-        torch.testing.assert_close(dirty[key], clean[key], rtol=0, atol=0)
-    aggregate(dirty["loss"], mask, "grpo", _totals(mask, 3)).backward()
+        torch.testing.assert_close(getattr(dirty, key), getattr(clean, key), rtol=0, atol=0)
+    aggregate(dirty.loss, mask, "grpo", _totals(mask, 3)).backward()
     assert torch.isfinite(leaf.grad).all()
     assert leaf.grad[0, 2].item() == 0.0 and leaf.grad[1, 2].item() == 0.0
 
@@ -399,10 +399,10 @@ def test_sequence_ratio_keeps_token_weights_and_kl_per_token():
     out = _gspo(leaf, old_logps, adv, mask, token_weights=weights, beta=0.1, ref_logps=logps + delta)
     k = 1.0 - math.log(2.0)  # k3 at d = ln 2
     # seq 0: -(2 · s_0) · w + 0.1 · k3 = -2.44281 · 0.5 + 0.030685 ; -2.44281 · 2 + 0.030685
-    assert out["loss"][0, :2].tolist() == pytest.approx([-2 * S0 * 0.5 + 0.1 * k, -2 * S0 * 2.0 + 0.1 * k], rel=1e-12)
+    assert out.loss[0, :2].tolist() == pytest.approx([-2 * S0 * 0.5 + 0.1 * k, -2 * S0 * 2.0 + 0.1 * k], rel=1e-12)
     # the sampler weight scales each token's own gradient: grpo, d/dlogp_0t of the surrogate = -A·s_0·w_t / (n·S)
     # (the ref log-probs are fixed here, the k3 term adds beta·(1 - exp(ref - logp)) / (n·S) = 0.1·(1 - 2) / 4)
-    aggregate(out["loss"], mask, "grpo", _totals(mask, 3)).backward()
+    aggregate(out.loss, mask, "grpo", _totals(mask, 3)).backward()
     kl_grad = 0.1 * (1 - 2.0) / 4
     assert leaf.grad[0, :2].tolist() == pytest.approx([-2 * S0 * 0.5 / 4 + kl_grad, -2 * S0 * 2.0 / 4 + kl_grad],
                                                       rel=1e-12)
@@ -416,8 +416,8 @@ def test_sequence_level_on_policy_equals_token_level():
         leaf = logps.clone().requires_grad_(True)
         out = per_token_loss(leaf, leaf.detach(), adv, epsilon=EPS, epsilon_high=EPS_HIGH, importance_level=level,
                              mask=mask)
-        assert torch.equal(out["ratio"], torch.ones_like(logps))
-        aggregate(out["loss"], mask, "dapo", _totals(mask, 6)).backward()
+        assert torch.equal(out.ratio, torch.ones_like(logps))
+        aggregate(out.loss, mask, "dapo", _totals(mask, 6)).backward()
         grads[level] = leaf.grad
     torch.testing.assert_close(grads["sequence"], grads["token"], rtol=0, atol=0)
 
@@ -427,22 +427,22 @@ def test_token_level_ignores_mask():
     plain = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH)
     named = per_token_loss(logps, old_logps, adv, epsilon=EPS, epsilon_high=EPS_HIGH, importance_level="token",
                            mask=mask)
-    for key in plain:
-        assert torch.equal(plain[key], named[key]), key
+    for key in plain._fields:
+        assert torch.equal(getattr(plain, key), getattr(named, key)), key
 
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_sequence_level_micro_batches_accumulate_to_full_batch_gradient(loss_type):
     logps, old_logps, _, adv, mask = _random_batch(seed=6)
     leaf = logps.clone().requires_grad_(True)
-    aggregate(_gspo(leaf, old_logps, adv, mask)["loss"], mask, loss_type, _totals(mask, 6)).backward()
+    aggregate(_gspo(leaf, old_logps, adv, mask).loss, mask, loss_type, _totals(mask, 6)).backward()
     full = leaf.grad.clone()
     micro = 2 if loss_type != "bnpo" else 8  # bnpo equals the full batch only as one micro-batch
     totals = _totals(mask, 6, num_micro_batches=8 // micro)
     leaf = logps.clone().requires_grad_(True)
     for i in range(0, 8, micro):
         sl = slice(i, i + micro)
-        aggregate(_gspo(leaf[sl], old_logps[sl], adv[sl], mask[sl])["loss"], mask[sl], loss_type, totals).backward()
+        aggregate(_gspo(leaf[sl], old_logps[sl], adv[sl], mask[sl]).loss, mask[sl], loss_type, totals).backward()
     torch.testing.assert_close(leaf.grad, full, rtol=1e-12, atol=1e-15)
     assert (full[mask == 1] != 0).any()
 
@@ -466,9 +466,9 @@ def test_gspo_with_a_token_summed_loss_weights_sequences_by_length():
     logps = torch.full((2, 20), -1.3, dtype=torch.float64, requires_grad=True)
     token = per_token_loss(logps, logps.detach().clone(), adv, epsilon=3e-4, epsilon_high=4e-4,
                            importance_level="sequence", mask=mask)
-    assert torch.allclose(token["ratio"], torch.ones(2, 20, dtype=torch.float64))
+    assert torch.allclose(token.ratio, torch.ones(2, 20, dtype=torch.float64))
     totals = _totals(mask, max_completion_length=20)
-    losses = {lt: aggregate(token["loss"], mask, lt, totals).item() for lt in LOSS_TYPES}
+    losses = {lt: aggregate(token.loss, mask, lt, totals).item() for lt in LOSS_TYPES}
     assert losses["grpo"] == pytest.approx(0.0, abs=1e-12)
     assert losses["dapo"] == pytest.approx(0.707 * 18 / 22) and round(losses["dapo"], 3) == 0.578
     assert losses["bnpo"] == pytest.approx(losses["dapo"])  # one micro-batch

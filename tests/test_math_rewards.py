@@ -141,8 +141,9 @@ def test_timeouts_are_counted_per_function_and_named():
                              completion_ids=[[1]] * 4, columns={"answer": [GOLD, "1", "2", "3"]}, extras={}, step=3)
     assert result.timed_out == {"math_accuracy": [False, True, False, True]}
     assert result.stats()["rewards/math_accuracy/timeouts"] == 2
-    scores = CompletionScores(["p"] * 4, [GOOD, HANGS, "x", HANGS], result.total, result.per_function, [1] * 4,
-                              [False] * 4, {}, result.timed_out, result.limits)
+    scores = CompletionScores(rewards=result.rewards, per_function=result.per_function, timed_out=result.timed_out,
+                              time_limits=result.time_limits, prompts=["p"] * 4, texts=[GOOD, HANGS, "x", HANGS],
+                              lengths=[1] * 4, truncated=[False] * 4, extras={})
     notes = scores.timeout_notes(num_generations=2)
     assert len(notes) == 2
     assert notes[0].startswith("reward `math_accuracy` could not score completion 1 (group 0, sample 1) within its 1 s "
@@ -151,7 +152,7 @@ def test_timeouts_are_counted_per_function_and_named():
     # merged over ranks and selected by group, the flags travel with their completions
     merged = CompletionScores.merge([scores.select([2, 3]), scores.select([0, 1])])
     assert merged.timed_out == {"math_accuracy": [False, True, False, True]}
-    assert merged.reward_result().stats()["rewards/math_accuracy/timeouts"] == 2
+    assert merged.stats()["rewards/math_accuracy/timeouts"] == 2
 
 
 def test_a_plain_list_reward_reports_no_timeouts_key():

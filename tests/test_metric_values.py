@@ -20,7 +20,8 @@ class _NoUpdate:
 
 def _metrics(rewards, per_function, g):
     n = len(rewards)
-    whole = CompletionScores(["p"] * n, ["c"] * n, rewards, per_function, [1] * n, [False] * n, {})
+    whole = CompletionScores(rewards=rewards, per_function=per_function, prompts=["p"] * n, texts=["c"] * n,
+                             lengths=[1] * n, truncated=[False] * n, extras={})
     return step_metrics(whole, torch.zeros(n), _NoUpdate(), StepTimes(0.0), g, None)[0]
 
 
@@ -33,7 +34,7 @@ def test_constant_weighted_rewards_log_exactly_their_value(n, g):
            RewardFunction("tenth", lambda completions, **kw: [0.1] * len(completions), weight=0.0)]
     scored = compute_rewards(fns, prompts=["p"] * n, completions=["c"] * n, completion_ids=[[1]] * n,
                              columns={}, extras={}, step=0)
-    metrics = _metrics(scored.total, scored.per_function, g)
+    metrics = _metrics(scored.rewards, scored.per_function, g)
     assert metrics["reward"] == 0.7 and metrics["reward_std"] == 0.0
     assert metrics["rewards/tenth/mean"] == 0.1 and metrics["rewards/tenth/std"] == 0.0
     assert metrics["reward_min"] == metrics["reward_max"] == 0.7

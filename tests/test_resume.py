@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.rollout.prompt_order import PromptSampler
+from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 
@@ -36,7 +36,7 @@ def test_resume_with_fewer_prompts_per_step_continues_the_order(tmp_path, tiny_m
     resumed = tiny_config(tmp_path, tiny_model, rows=16, training={"max_steps": 4, "prompts_per_step": 2})
     train(resumed, base_dir=tmp_path, resume="latest", reporter=quiet)
     steps = _prompts_by_step(tmp_path / "out")
-    order = PromptSampler(16, 1, resumed.training.seed, shuffle=True)
+    order = PromptOrder(16, 1, resumed.training.seed, shuffle=True)
     expected = [f"Count to {order.indices(p)[0]}." for p in range(12)]
     assert steps[1] + steps[2] == expected[:8]
     assert steps[3] + steps[4] == expected[8:12]

@@ -32,7 +32,7 @@ def test_sync_and_async_functions_run():
 
     res = _run([RewardFunction("length", length), RewardFunction("is_long", is_long)])
     assert res.per_function == {"length": [1.0, 2.0, 3.0, 4.0], "is_long": [0.0, 0.0, 1.0, 1.0]}
-    assert res.total == [1.0, 2.0, 4.0, 5.0]
+    assert res.rewards == [1.0, 2.0, 4.0, 5.0]
 
 
 def test_async_functions_run_concurrently():
@@ -51,7 +51,7 @@ def test_async_functions_run_concurrently():
         return [2.0] * len(completions)
 
     res = _run([RewardFunction("a", slow_a), RewardFunction("b", slow_b)])
-    assert res.total == [3.0] * 4
+    assert res.rewards == [3.0] * 4
     # concurrent: both started before either finished (one after the other would give a, a, b, b)
     assert events[:2] == ["a starts", "b starts"], f"two async rewards did not overlap: {events}"
 
@@ -61,7 +61,7 @@ def test_async_callable_object():
         async def __call__(self, completions):
             return [0.5] * len(completions)
 
-    assert _run([RewardFunction("judge", Judge())]).total == [0.5] * 4
+    assert _run([RewardFunction("judge", Judge())]).rewards == [0.5] * 4
 
 
 def test_functions_receive_only_named_parameters():
@@ -93,7 +93,7 @@ def test_columns_extras_and_config_kwargs_arrive_as_keywords():
     res = _run([RewardFunction("match", match, kwargs={"scale": 0.5})], step=11)
     assert seen == {"answer": ["x", "x", "y", "y"], "level": [1, 1, 2, 2], "turns": [1, 2, 3, 4], "step": 11,
                     "scale": 0.5, "prompts": PROMPTS}
-    assert res.total == [0.5, 1.0, 1.5, 2.0]
+    assert res.rewards == [0.5, 1.0, 1.5, 2.0]
 
 
 def test_none_scores_count_zero_in_total_and_are_left_out_of_stats():
@@ -105,7 +105,7 @@ def test_none_scores_count_zero_in_total_and_are_left_out_of_stats():
 
     res = _run([RewardFunction("sometimes", sometimes, weight=2.0), RewardFunction("always", always)])
     # total = 2 · sometimes (None → 0) + 1 · always
-    assert res.total == [2 * 1.0 + 2.0, 0 + 2.0, 2 * 3.0 + 2.0, 0 + 4.0]
+    assert res.rewards == [2 * 1.0 + 2.0, 0 + 2.0, 2 * 3.0 + 2.0, 0 + 4.0]
     s = res.per_function["sometimes"]
     assert s[0] == 1.0 and math.isnan(s[1]) and s[2] == 3.0 and math.isnan(s[3])
     stats = res.stats()
@@ -119,7 +119,7 @@ def test_none_scores_count_zero_in_total_and_are_left_out_of_stats():
 
 def test_all_none_scores_give_nan_stats():
     res = _run([RewardFunction("silent", lambda completions: [None] * 4)])
-    assert res.total == [0.0] * 4
+    assert res.rewards == [0.0] * 4
     stats = res.stats()
     assert math.isnan(stats["rewards/silent/mean"]) and math.isnan(stats["rewards/silent/std"])
 
@@ -127,14 +127,14 @@ def test_all_none_scores_give_nan_stats():
 def test_weights_apply():
     res = _run([RewardFunction("one", lambda completions: [1.0, 0.0, 1.0, 0.0], weight=0.25),
                 RewardFunction("len", lambda completion_ids: [float(len(c)) for c in completion_ids], weight=-1.0)])
-    assert res.total == pytest.approx([0.25 - 1, -2.0, 0.25 - 3, -4.0])
+    assert res.rewards == pytest.approx([0.25 - 1, -2.0, 0.25 - 3, -4.0])
     assert res.per_function["len"] == [1.0, 2.0, 3.0, 4.0]  # unweighted
 
 
 def test_numpy_scores_and_ints_accepted():
     res = _run([RewardFunction("np", lambda completions: np.array([1, 2, 3, 4], dtype=np.float32)),
                 RewardFunction("ints", lambda completions: (0, 1, 0, 1))])
-    assert res.total == [1.0, 3.0, 3.0, 5.0]
+    assert res.rewards == [1.0, 3.0, 3.0, 5.0]
 
 
 def test_wrong_length_names_function():
@@ -213,7 +213,7 @@ def test_unique_names_suffixes_duplicates():
 
 
 def test_reward_result_stats_keys():
-    res = RewardResult(total=[1.0, 2.0], per_function={"a": [1.0, 2.0], "b": [float("nan"), 4.0]})
+    res = RewardResult(rewards=[1.0, 2.0], per_function={"a": [1.0, 2.0], "b": [float("nan"), 4.0]})
     assert res.stats() == {"rewards/a/mean": 1.5, "rewards/a/std": math.sqrt(0.5), "rewards/b/mean": 4.0,
                            "rewards/b/std": 0.0}
 
@@ -234,7 +234,7 @@ def test_rewards_are_computed_from_inside_a_running_event_loop():
 
     res = asyncio.run(notebook_cell())
     assert res.per_function == {"length": [1.0, 2.0, 3.0, 4.0], "is_long": [0.0, 0.0, 1.0, 1.0]}
-    assert res.total == [1.0, 2.0, 4.0, 5.0]
+    assert res.rewards == [1.0, 2.0, 4.0, 5.0]
 
 
 def test_a_reward_error_inside_a_running_event_loop_is_still_a_reward_error():

@@ -18,6 +18,11 @@ from typing import Optional
 import torch
 
 
+#: The ``sampling.*`` settings that cut the vocabulary (the arguments of :func:`filter_logits` after the logits),
+#: read by the trainer to score tokens under the same filtering as the sampler.
+FILTER_SETTINGS = ("top_k", "top_p", "min_p")
+
+
 def filtering(top_k: int = -1, top_p: float = 1.0, min_p: float = 0.0) -> bool:
     """True when one of the filters cuts anything (``top_k`` > 0, ``top_p`` < 1, ``min_p`` > 0)."""
     return bool(top_k and top_k > 0) or top_p < 1.0 or min_p > 0.0

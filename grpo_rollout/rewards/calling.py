@@ -43,19 +43,20 @@ class RewardFunction:
 
 @dataclass
 class RewardResult:
-    """Scores of one batch.
+    """Scores of one batch (the trainer's :class:`~grpo_rollout.trainer.batch.CompletionScores` adds what else it
+    knows of each completion).
 
     Attributes:
-        total: ``N`` weighted sums (``None`` scores count as 0).
+        rewards: ``N`` weighted sums (``None`` scores count as 0).
         per_function: name → ``N`` scores, ``nan`` where the function returned ``None``.
         timed_out: name → ``N`` flags, for each function that returned a :class:`~.scores.RewardScores`: whether it
-            gave up on the completion for lack of time. limits: name → that function's time limit (seconds).
+            gave up on the completion for lack of time. time_limits: name → that function's time limit (seconds).
     """
 
-    total: List[float]
+    rewards: List[float]
     per_function: Dict[str, List[float]]
     timed_out: Dict[str, List[bool]] = field(default_factory=dict)
-    limits: Dict[str, Optional[float]] = field(default_factory=dict)
+    time_limits: Dict[str, Optional[float]] = field(default_factory=dict)
 
     def stats(self) -> Dict[str, float]:
         """``rewards/<name>/mean`` and ``/std`` (the sample std, :func:`~.scores.mean_std`) per function over
@@ -81,18 +82,18 @@ def unique_names(functions: Sequence[Callable]) -> List[str]:
     return names
 
 
-def _check_scores(name: str, scores: Any, n: int, fn: Optional[Callable] = None) -> List[float]:
+def _check_scores(name: str, scores: Any, num_completions: int, fn: Optional[Callable] = None) -> List[float]:
     where = defined_at(fn) if fn is not None else ""
     if hasattr(scores, "tolist"):
         scores = scores.tolist()
     if not isinstance(scores, (list, tuple)):
         raise RewardError(f"reward function `{name}` returned {type(scores).__name__}; it must return a list with one "
-                          f"float (or None) per completion ({n})")
-    if len(scores) != n:
-        raise RewardError(f"reward function `{name}`{where} returned {len(scores)} scores for {n} completions; it "
-                          "must return one score (a float, or None for no opinion) per completion, in the order of "
-                          "`completions`: e.g. `return [score(c) for c in completions]` (a score per prompt must be "
-                          "repeated for each of its num_generations completions)")
+                          f"float (or None) per completion ({num_completions})")
+    if len(scores) != num_completions:
+        raise RewardError(f"reward function `{name}`{where} returned {len(scores)} scores for {num_completions} "
+                          "completions; it must return one score (a float, or None for no opinion) per completion, in "
+                          "the order of `completions`: e.g. `return [score(c) for c in completions]` (a score per "
+                          "prompt must be repeated for each of its num_generations completions)")
     out = []
     for i, s in enumerate(scores):
         if s is None:
@@ -139,15 +140,16 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
     Raises:
         RewardError: naming the function when one raises or returns the wrong number/type of scores.
     """
-    n = len(completions)
+    num_completions = len(completions)
     args: Dict[str, Any] = {**columns, **extras, "prompts": list(prompts), "completions": list(completions),
                             "completion_ids": [list(c) for c in completion_ids], "step": step}
     raw = run_coroutine(_call_all(functions, args))  # also from inside a running loop (a notebook)
-    per_function = {rf.name: _check_scores(rf.name, scores, n, rf.fn) for rf, scores in zip(functions, raw)}
+    per_function = {rf.name: _check_scores(rf.name, scores, num_completions, rf.fn)
+                    for rf, scores in zip(functions, raw)}
     reporting = [(rf.name, scores) for rf, scores in zip(functions, raw) if isinstance(scores, RewardScores)]
-    timed_out = {name: [i in set(scores.timed_out) for i in range(n)] for name, scores in reporting}
+    timed_out = {name: [i in set(scores.timed_out) for i in range(num_completions)] for name, scores in reporting}
     limits = {name: scores.limit_s for name, scores in reporting}
-    total = [0.0] * n
+    total = [0.0] * num_completions
     for rf in functions:
         for i, s in enumerate(per_function[rf.name]):
             if not math.isnan(s):

@@ -32,12 +32,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..user_code.signatures import raised_at
 from .contract import RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
+from ..runs import names as rn
 from ..user_code.coroutines import run_coroutine
 from .conversation import Conversation, as_messages, eos_ids_of, is_message
 from .episodes import run_multi_turn
 
-ENV_EXTRAS = ("env_reward", "env_done", "num_turns", "final_response", "truncated", "end_reason", "end_detail",
-              "first_prompt")
+ENV_EXTRAS = (rn.ENV_REWARD_EXTRA, rn.ENV_DONE_EXTRA, rn.NUM_TURNS_EXTRA, rn.FINAL_RESPONSE_EXTRA,
+              rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA, rn.FIRST_PROMPT_EXTRA)
 
 
 def _label(env: Any, method: str) -> str:
@@ -209,9 +210,9 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
     out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                          repetition_penalty=repetition_penalty, seed=seed, stop=stop, max_turn_tokens=max_turn_tokens,
                          max_completion_length=max_completion_length, max_turns=max_turns)
-    out["env_reward"] = [h.total_reward for h in handlers]
-    out["env_done"] = [h.done for h in handlers]
-    out["first_prompt"] = list(first_prompts)  # what the model saw first: logged instead of the dataset's text
+    out[rn.ENV_REWARD_EXTRA] = [h.total_reward for h in handlers]
+    out[rn.ENV_DONE_EXTRA] = [h.done for h in handlers]
+    out[rn.FIRST_PROMPT_EXTRA] = list(first_prompts)  # what the model saw first: logged instead of the dataset's text
     return out
 
 

@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Dict, List, Optional, Sequence
 
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.seeds import derive_seed
+from ..runs import names as rn
 from .contract import RolloutError
 from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler
 
@@ -188,11 +189,11 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
         "completion_ids": [c.completion_ids for c in conversations],
         "logprobs": [c.logprobs for c in conversations],
         "completion_mask": [c.completion_mask for c in conversations],
-        "num_turns": [c.turns for c in conversations],
-        "final_response": [c.last_text for c in conversations],
-        "truncated": [c.truncated for c in conversations],
-        "end_reason": [c.end_reason for c in conversations],
-        "end_detail": [c.end_detail for c in conversations],
+        rn.NUM_TURNS_EXTRA: [c.turns for c in conversations],
+        rn.FINAL_RESPONSE_EXTRA: [c.last_text for c in conversations],
+        rn.TRUNCATED_EXTRA: [c.truncated for c in conversations],
+        rn.END_REASON_EXTRA: [c.end_reason for c in conversations],
+        rn.END_DETAIL_EXTRA: [c.end_detail for c in conversations],
         "turns_capped": [c.capped_turns for c in conversations],
     }
 

@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..runs import names as rn
 from .contract import RolloutError
 from .kwargs_checks import check_bool, check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
 from .conversation import Conversation, as_messages, eos_ids_of, render
@@ -42,8 +43,8 @@ To call a tool, write its name and arguments as JSON inside <tool_call></tool_ca
 The tool's answer comes back in the next message. When you know the answer, reply without a tool call."""
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
-TOOL_EXTRAS = ("num_turns", "num_tool_calls", "num_tool_errors", "tool_results", "final_response", "truncated",
-               "end_reason", "end_detail")
+TOOL_EXTRAS = (rn.NUM_TURNS_EXTRA, rn.NUM_TOOL_CALLS_EXTRA, rn.NUM_TOOL_ERRORS_EXTRA, rn.TOOL_RESULTS_EXTRA,
+               rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)
 
 
 def template_renders_tools(tokenizer: Any, schemas: Sequence[Dict[str, Any]]) -> bool:
@@ -136,12 +137,12 @@ class _ToolEpisode:
 
     def extras(self) -> Dict[str, Any]:
         """This sample's tool counts (total, errors, per configured tool) and its ``tool_results`` records."""
-        out: Dict[str, Any] = {"num_tool_calls": len(self.results),
-                               "num_tool_errors": sum(not r.ok for r in self.results),
-                               "tool_results": [r.as_dict() for r in self.results]}
+        out: Dict[str, Any] = {rn.NUM_TOOL_CALLS_EXTRA: len(self.results),
+                               rn.NUM_TOOL_ERRORS_EXTRA: sum(not r.ok for r in self.results),
+                               rn.TOOL_RESULTS_EXTRA: [r.as_dict() for r in self.results]}
         for name in self.tools:
-            out[f"tool_calls/{name}"] = sum(r.name == name for r in self.results)
-            out[f"tool_errors/{name}"] = sum(r.name == name and not r.ok for r in self.results)
+            out[rn.TOOL_CALLS_PREFIX + name] = sum(r.name == name for r in self.results)
+            out[rn.TOOL_ERRORS_PREFIX + name] = sum(r.name == name and not r.ok for r in self.results)
         return out
 
 

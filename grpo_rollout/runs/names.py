@@ -91,6 +91,21 @@ MIN_LENGTH = "completions/min_length"
 TRUNCATED_FRACTION = "completions/truncated_fraction"
 
 # -- rollout extras, episodes and tools ------------------------------------------------------------------------------
+# The extras the built-in rollouts return (one value per completion), read by the trainer's statistics, logs and
+# console: each key once, here.
+END_REASON_EXTRA = "end_reason"          # why a multi-turn episode ended (rollouts/episodes.py END_REASONS)
+END_DETAIL_EXTRA = "end_detail"          # the same, in words
+FIRST_PROMPT_EXTRA = "first_prompt"      # what the model saw first (an environment's reset), shown as the prompt
+NUM_TURNS_EXTRA = "num_turns"
+NUM_TOOL_CALLS_EXTRA = "num_tool_calls"
+NUM_TOOL_ERRORS_EXTRA = "num_tool_errors"
+TOOL_RESULTS_EXTRA = "tool_results"
+FINAL_RESPONSE_EXTRA = "final_response"
+TRUNCATED_EXTRA = "truncated"            # cut by the budget (overrides the trainer's own reading)
+ENV_REWARD_EXTRA = "env_reward"
+ENV_DONE_EXTRA = "env_done"
+TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = "tool_calls/", "tool_errors/"  # + a configured tool's name: its counts
+
 EXTRAS_PREFIX = "extras/"
 
 
@@ -99,8 +114,8 @@ def extra(name: str) -> str:
     return f"{EXTRAS_PREFIX}{name}"
 
 
-NUM_TURNS = extra("num_turns")
-ENV_DONE = extra("env_done")           # older environment runs' "episode ended by done" share
+NUM_TURNS = extra(NUM_TURNS_EXTRA)
+ENV_DONE = extra(ENV_DONE_EXTRA)           # older environment runs' "episode ended by done" share
 CUT_BY_BUDGET = "episodes/cut_by_budget"  # episodes of the step that the token budget ended (count)
 TURNS_CAPPED = "episodes/turns_capped"    # sampled turns of the step cut by max_turn_tokens (count)
 ENDED_PREFIX = "episodes/ended/"          # + reason: the step's share of episodes that ended so

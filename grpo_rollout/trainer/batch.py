@@ -24,29 +24,23 @@ from ..rewards.calling import RewardResult
 from ..rollouts.contract import RolloutOutput
 
 
-@dataclass
-class CompletionScores:
+@dataclass(kw_only=True)
+class CompletionScores(RewardResult):
     """What scoring knows of each completion of a batch, in rollout order (gathered on every rank for metrics and
-    logs).
+    logs): the reward stage's scores (:class:`~grpo_rollout.rewards.calling.RewardResult`: ``rewards``,
+    ``per_function``, ``timed_out``, ``time_limits``) and what else the trainer knows of each completion.
 
     Attributes:
         prompts: the prompt each completion answered, as the model saw it (an environment's: what ``reset`` gave).
-        texts: the decoded completions. rewards: weighted sums. per_function: reward name → scores (``nan`` for
-        ``None``). lengths: completion tokens. truncated: cut by the budget. extras: the rollout's extras (name → one
-        value per completion). timed_out: reward name → whether that function gave up on each completion for lack of
-        time (only functions that report it, :class:`~grpo_rollout.rewards.scores.RewardScores`). time_limits: those
-        functions' time limits, seconds (one per function, not per completion).
+        texts: the decoded completions. lengths: completion tokens. truncated: cut by the budget. extras: the
+        rollout's extras (name → one value per completion).
     """
 
     prompts: List[Any]
     texts: List[str]
-    rewards: List[float]
-    per_function: Dict[str, List[float]]
     lengths: List[int]
     truncated: List[bool]
     extras: Dict[str, List[Any]]
-    timed_out: Dict[str, List[bool]] = field(default_factory=dict)
-    time_limits: Dict[str, Optional[float]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -54,12 +48,15 @@ class CompletionScores:
     def select(self, rows: Sequence[int]) -> "CompletionScores":
         """The given completions, in that order."""
         rows = list(rows)
-        return CompletionScores([self.prompts[i] for i in rows], [self.texts[i] for i in rows],
-                                [self.rewards[i] for i in rows],
-                                {k: [v[i] for i in rows] for k, v in self.per_function.items()},
-                                [self.lengths[i] for i in rows], [self.truncated[i] for i in rows],
-                                {k: [v[i] for i in rows] for k, v in self.extras.items()},
-                                {k: [v[i] for i in rows] for k, v in self.timed_out.items()}, dict(self.time_limits))
+        def pick(values: List[Any]) -> List[Any]:
+            return [values[i] for i in rows]
+
+        return CompletionScores(rewards=pick(self.rewards),
+                                per_function={k: pick(v) for k, v in self.per_function.items()},
+                                timed_out={k: pick(v) for k, v in self.timed_out.items()},
+                                time_limits=dict(self.time_limits), prompts=pick(self.prompts),
+                                texts=pick(self.texts), lengths=pick(self.lengths), truncated=pick(self.truncated),
+                                extras={k: pick(v) for k, v in self.extras.items()})
 
     @staticmethod
     def merge(parts: List["CompletionScores"]) -> "CompletionScores":
@@ -73,14 +70,10 @@ class CompletionScores:
             return {k: [x for part in parts for x in getattr(part, name).get(k, [None] * len(part))] for k in keys}
 
         timed_out = {k: [bool(f) for f in flags] for k, flags in by_key("timed_out").items()}  # None: not reported
-        return CompletionScores(cat("prompts"), cat("texts"), cat("rewards"), by_key("per_function"), cat("lengths"),
-                                cat("truncated"), by_key("extras"), timed_out,
-                                {k: v for part in parts for k, v in part.time_limits.items()})
-
-    def reward_result(self) -> RewardResult:
-        """The scores as the reward stage's :class:`~grpo_rollout.rewards.calling.RewardResult` (for its
-        statistics)."""
-        return RewardResult(self.rewards, self.per_function, self.timed_out)
+        return CompletionScores(rewards=cat("rewards"), per_function=by_key("per_function"), timed_out=timed_out,
+                                time_limits={k: v for part in parts for k, v in part.time_limits.items()},
+                                prompts=cat("prompts"), texts=cat("texts"), lengths=cat("lengths"),
+                                truncated=cat("truncated"), extras=by_key("extras"))
 
     def timeout_notes(self, num_generations: int, width: int = 60) -> List[str]:
         """One line per completion a reward gave up on for lack of time, naming the reward, the completion (index,

@@ -26,7 +26,7 @@ class TrainerState:
         step: completed steps (the checkpoint's ``N``). optimizer: AdamW's state keyed by parameter name
         (``None`` with ``training.save_only_model``). optimizer_saved: whether it was. scheduler: the LR schedule's
         ``state_dict``. rng_by_rank: every process's RNG states (:func:`rng_state`). data_position: where the prompt
-        order stood (``{"epoch", "offset"}``, :meth:`~.rollout.prompt_order.PromptSampler.position`). config: the run's
+        order stood (``{"epoch", "offset"}``, :meth:`~.rollout.prompt_order.PromptOrder.position`). config: the run's
         resolved YAML. world_size: processes that saved it.
     """
 

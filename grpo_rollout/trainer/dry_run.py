@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import torch
 
 from ..config import Config
+from ..runs import names as rn
 from .parallel.distributed import Dist
 
 
@@ -166,6 +167,6 @@ def _cut_before_another_turn(batch: Any, cfg: Config, config: Config) -> bool:
     while training's budget is larger: a bug in a later turn would then only show in training."""
     from ..rollouts.episodes import BUDGET_REASONS
 
-    reasons = batch.scores.extras.get("end_reason") or []
+    reasons = batch.scores.extras.get(rn.END_REASON_EXTRA) or []
     return (cfg.sampling.max_completion_length < config.sampling.max_completion_length
             and any(r in BUDGET_REASONS for r in reasons))

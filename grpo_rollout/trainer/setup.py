@@ -24,7 +24,7 @@ from .parallel.distributed import Dist
 from .update.logprobs import CompletionLogprobs, packing_isolates
 from .parallel.policy import decoder_layers, initialise_sharding, load_optimizer_state, shard
 from .parallel.precision import MASTER_DTYPE, Precision
-from .rollout.prompt_order import PromptSampler
+from .rollout.prompt_order import PromptOrder
 
 
 @dataclass
@@ -142,7 +142,7 @@ def build_optimizer(config: Config, policy: CompletionLogprobs, dist: Dist) -> T
 
 
 def restore(state: Optional[TrainerState], policy: CompletionLogprobs, optimizer: torch.optim.Optimizer,
-            scheduler: Any, prompt_order: PromptSampler, config: Config, dist: Dist,
+            scheduler: Any, prompt_order: PromptOrder, config: Config, dist: Dist,
             say: Callable[[str], None]) -> int:
     """Put back optimizer, scheduler, prompt order and RNG from rank 0's trainer state (saved under any number of
     processes; a collective); return its step."""

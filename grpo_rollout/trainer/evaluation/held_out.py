@@ -140,7 +140,7 @@ def eval_result(whole: CompletionScores, order: List[int], n: int, success_rewar
         for k in ks:
             metrics[rn.pass_at(k)], metrics[rn.pass_at_stderr(k)] = pass_at_k_with_stderr(groups, k)
         metrics[rn.mean_at(n)] = sum(success) / len(success)
-        stats = {rn.REWARD: mean_std(whole.rewards)[0], **whole.reward_result().stats(),
+        stats = {rn.REWARD: mean_std(whole.rewards)[0], **whole.stats(),
                  rn.MEAN_LENGTH: sum(lengths) / len(lengths),
                  rn.TRUNCATED_FRACTION: sum(whole.truncated) / len(lengths), **extras_means(whole.extras),
                  **tool_metrics(whole.extras), **episode_metrics(whole.extras)}

@@ -18,8 +18,8 @@ from ..rollout.stats import episode_metrics, extras_means, tool_metrics
 from ..update.policy_update import UpdateResult
 
 #: extras shown as columns of a sample record (name in the record → name of the rollout's extra)
-SAMPLE_EXTRAS = (("turns", "num_turns"), ("tool_calls", "num_tool_calls"), ("ended", "end_reason"),
-                 ("end_detail", "end_detail"))
+SAMPLE_EXTRAS = (("turns", rn.NUM_TURNS_EXTRA), ("tool_calls", rn.NUM_TOOL_CALLS_EXTRA),
+                 ("ended", rn.END_REASON_EXTRA), ("end_detail", rn.END_DETAIL_EXTRA))
 
 
 def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: UpdateResult, times: StepTimes,
@@ -38,7 +38,7 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
         rn.REWARD: mean,
         rn.REWARD_STD: std,
         rn.REWARD_MIN: min(whole.rewards), rn.REWARD_MAX: max(whole.rewards),  # the plot's band stays inside
-        **whole.reward_result().stats(),
+        **whole.stats(),
         rn.FRAC_REWARD_ZERO_STD: zero_std_fraction(torch.tensor(whole.rewards, dtype=torch.float64), g),
         **update.metrics(),
         **extras_means(whole.extras),

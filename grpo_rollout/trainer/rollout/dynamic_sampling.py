@@ -18,7 +18,7 @@ import torch
 from ...runs import names as rn
 from ..batch import ScoredBatch
 from ..parallel.distributed import Dist
-from .prompt_order import PromptSampler
+from .prompt_order import PromptOrder
 
 ROUND_SEED_STRIDE = 1_000_003  # round r's order is seeded with training.seed + r × this
 
@@ -29,7 +29,7 @@ def refill_indices(step: int, round_: int, num_rows: int, prompts_per_step: int,
     in ``drawn`` (the rows the step has drawn so far), in the round's own shuffled order starting at the step's
     position. Fewer (down to none) when the dataset has no unused rows left."""
     used = set(drawn)
-    order = PromptSampler(num_rows, 1, seed + ROUND_SEED_STRIDE * round_, shuffle=True)
+    order = PromptOrder(num_rows, 1, seed + ROUND_SEED_STRIDE * round_, shuffle=True)
     start = step * prompts_per_step
     picked: List[int] = []
     for position in range(start, start + 2 * num_rows):  # holds one whole epoch: every row once at least

@@ -6,7 +6,7 @@ import random
 from typing import List
 
 
-class PromptSampler:
+class PromptOrder:
     """Walks the dataset epoch by epoch, ``prompts_per_step`` rows per step.
 
     Each epoch is a permutation of ``range(num_rows)`` seeded with ``seed + epoch`` (or the identity when

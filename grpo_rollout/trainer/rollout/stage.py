@@ -25,10 +25,11 @@ from ...generation.versions import record_versions
 from ...rewards.calling import RewardFunction, compute_rewards, unique_names
 from ...rollouts import builtin_rollout
 from ...rollouts.calling import call_rollout
+from ...rollouts.contract import SAMPLING_ARGS
 from ..batch import CompletionScores, ScoredBatch
 from ..parallel.distributed import Dist
 from ..guards import StaleWeightsError
-from .prompt_order import PromptSampler
+from .prompt_order import PromptOrder
 from .stats import shown_prompts, truncated_flags
 from .versions import version_lag_problem
 
@@ -52,7 +53,7 @@ class RolloutStage:
         fns = [resolve_callable(r.function, base_dir) for r in config.rewards]
         self.rewards = [RewardFunction(name, fn, r.weight, dict(r.kwargs))
                         for name, fn, r in zip(unique_names(fns), fns, config.rewards)]
-        self.prompt_order = PromptSampler(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
+        self.prompt_order = PromptOrder(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
         self.vocab_size = 0
@@ -67,10 +68,9 @@ class RolloutStage:
     def sampling_kwargs(self, step: int) -> Dict[str, Any]:
         """The sampling settings handed to the rollout (``seed`` advances with the step when set)."""
         s = self.cfg.sampling
-        return {"n": s.num_generations, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k,
-                "min_p": s.min_p, "repetition_penalty": s.repetition_penalty,
-                "max_completion_length": s.max_completion_length,
-                "seed": None if s.seed is None else s.seed + step}
+        kwargs = {arg: getattr(s, key) for arg, key in SAMPLING_ARGS.items()}  # the contract's names
+        kwargs["seed"] = None if s.seed is None else s.seed + step
+        return kwargs
 
     def generate_and_score(self, step: int, rows: List[Dict[str, Any]], sampling: Optional[Dict[str, Any]] = None,
                            version: int = 0) -> ScoredBatch:
@@ -93,19 +93,22 @@ class RolloutStage:
         if not self.client.shares_weights:  # shared weights are always the trainer's current ones
             out.weight_version = seen.oldest if seen.oldest is not None else version
         generated = time.perf_counter()
-        n = len(out)
+        num_completions = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-        per_completion_prompts = shown_prompts(prompts, out.extras, g, n)  # what the model saw (env: reset's)
+        # what the model saw (an environment's: what reset gave)
+        per_completion_prompts = shown_prompts(prompts, out.extras, g, num_completions)
         completions = [[{"role": "assistant", "content": text}] if isinstance(p, list) else text
                        for p, text in zip(per_completion_prompts, texts)]
-        columns = {c: [rows[i // g][c] for i in range(n)] for c in (rows[0] if rows else ())
+        columns = {c: [rows[i // g][c] for i in range(num_completions)] for c in (rows[0] if rows else ())
                    if c != cfg.data.prompt_column}
         scored = compute_rewards(self.rewards, prompts=per_completion_prompts, completions=completions,
                                  completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)
-        scores = CompletionScores(per_completion_prompts, texts, list(scored.total), scored.per_function,
-                                  [len(c) for c in out.completion_ids],
-                                  truncated_flags(out.completion_ids, out.extras, self.eos_ids), out.extras,
-                                  scored.timed_out, scored.limits)
+        scores = CompletionScores(rewards=list(scored.rewards), per_function=scored.per_function,
+                                  timed_out=scored.timed_out, time_limits=scored.time_limits,
+                                  prompts=per_completion_prompts, texts=texts,
+                                  lengths=[len(c) for c in out.completion_ids],
+                                  truncated=truncated_flags(out.completion_ids, out.extras, self.eos_ids),
+                                  extras=out.extras)
         return ScoredBatch(out, scores, generated)
 
     def rows(self, indices: Sequence[int]) -> List[Dict[str, Any]]:

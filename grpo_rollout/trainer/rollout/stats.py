@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Sequence, Set
 from ...runs import names as rn
 
 #: Extras of the built-in tool-calling rollout that give a tool's call and error counts per completion.
-TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = "tool_calls/", "tool_errors/"
+TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = rn.TOOL_CALLS_PREFIX, rn.TOOL_ERRORS_PREFIX
 
 
 def extras_means(extras: Dict[str, List[Any]]) -> Dict[str, float]:
@@ -35,8 +35,8 @@ def tool_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
         Empty when the rollout reports no tool counts.
     """
     out: Dict[str, float] = {}
-    if "num_tool_calls" in extras:
-        calls, errors = _total(extras["num_tool_calls"]), _total(extras.get("num_tool_errors", []))
+    if rn.NUM_TOOL_CALLS_EXTRA in extras:
+        calls, errors = _total(extras[rn.NUM_TOOL_CALLS_EXTRA]), _total(extras.get(rn.NUM_TOOL_ERRORS_EXTRA, []))
         out[rn.TOOL_CALLS], out[rn.TOOL_ERRORS] = calls, errors
         if calls:
             out[rn.TOOL_SUCCESS_RATE] = 1.0 - errors / calls
@@ -56,7 +56,7 @@ def truncated_flags(completion_ids: Sequence[Sequence[int]], extras: Dict[str, L
     """Which completions were cut by the token budget: the rollout's ``truncated`` extra when it returns one (a
     multi-turn completion holds end-of-turn tokens in its inserted template text, so looking for EOS cannot tell),
     else "no end-of-sequence token anywhere in the completion"."""
-    given = extras.get("truncated")
+    given = extras.get(rn.TRUNCATED_EXTRA)
     if given is not None and len(given) == len(completion_ids) and all(isinstance(v, bool) for v in given):
         return list(given)
     return [not any(tok in eos_ids for tok in ids) for ids in completion_ids]
@@ -75,7 +75,7 @@ def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     """
     from ...rollouts.episodes import BUDGET_REASONS, END_REASONS
 
-    reasons = [r for r in extras.get("end_reason", []) if isinstance(r, str)]
+    reasons = [r for r in extras.get(rn.END_REASON_EXTRA, []) if isinstance(r, str)]
     if not reasons:
         return {}
     out = {rn.CUT_BY_BUDGET: float(sum(r in BUDGET_REASONS for r in reasons))}
@@ -87,11 +87,12 @@ def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     return out
 
 
-def shown_prompts(dataset_prompts: Sequence[Any], extras: Dict[str, List[Any]], g: int, n: int) -> List[Any]:
-    """The prompt of each of the ``n`` completions as the model saw it: the rollout's ``first_prompt`` extra when it
-    returns one per completion (the environment rollout: what ``reset(row)`` returned), else the dataset prompt of
-    its group (``g`` completions per prompt)."""
-    given = extras.get("first_prompt")
-    if given is not None and len(given) == n and all(p is not None for p in given):
+def shown_prompts(dataset_prompts: Sequence[Any], extras: Dict[str, List[Any]], g: int,
+                  num_completions: int) -> List[Any]:
+    """The prompt of each of the ``num_completions`` completions as the model saw it: the rollout's ``first_prompt``
+    extra when it returns one per completion (the environment rollout: what ``reset(row)`` returned), else the
+    dataset prompt of its group (``g`` completions per prompt)."""
+    given = extras.get(rn.FIRST_PROMPT_EXTRA)
+    if given is not None and len(given) == num_completions and all(p is not None for p in given):
         return list(given)
-    return [dataset_prompts[i // g] for i in range(n)]
+    return [dataset_prompts[i // g] for i in range(num_completions)]

@@ -216,7 +216,7 @@ class MicroBatch:
         sampler_logprobs: ``(B, C)`` the sampler's log-probs (nats; placeholders where ``mask`` is 0), or ``None``.
         old_logprobs: ``(B, C)`` the policy's before the first update (only with ``num_iterations > 1``).
         ref_logprobs: ``(B, C)`` the reference model's (only with ``beta > 0``).
-        is_weights: ``(B, C)`` sampler-correction weights, set on the first iteration.
+        sampler_weights: ``(B, C)`` sampler-correction weights, set on the first iteration.
     """
 
     packed: PackedBatch
@@ -225,7 +225,7 @@ class MicroBatch:
     sampler_logprobs: Optional[torch.Tensor] = None
     old_logprobs: Optional[torch.Tensor] = None
     ref_logprobs: Optional[torch.Tensor] = None
-    is_weights: Optional[torch.Tensor] = None
+    sampler_weights: Optional[torch.Tensor] = None
 
 
 def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],

@@ -54,7 +54,7 @@ above).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -126,11 +126,27 @@ class BatchTotals:
     max_completion_length: int
 
 
+class TokenLosses(NamedTuple):
+    """What :func:`per_token_loss` computes for every completion token, each ``(B, C)`` (the mask not applied).
+
+    Attributes:
+        loss: the token's loss. ratio: its importance ratio (``sequence``: ``s_i`` repeated along the row). kl: its
+        KL term's estimate (zeros when ``beta == 0``). clipped_low, clipped_high: bool, where the lower / upper clip
+        bound was the active term.
+    """
+
+    loss: torch.Tensor
+    ratio: torch.Tensor
+    kl: torch.Tensor
+    clipped_low: torch.Tensor
+    clipped_high: torch.Tensor
+
+
 def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, *, epsilon: float,
                    epsilon_high: Optional[float] = None, beta: float = 0.0,
                    ref_logps: Optional[torch.Tensor] = None,
                    token_weights: Optional[torch.Tensor] = None, importance_level: str = "token",
-                   mask: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
+                   mask: Optional[torch.Tensor] = None) -> "TokenLosses":
     """Clipped-surrogate (+ KL) loss of every completion token (formulas: the module docstring).
 
     Args:
@@ -147,9 +163,7 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
             positions never enter the arithmetic: they may hold ``±inf``/``nan`` placeholders).
 
     Returns:
-        dict with ``loss`` ``(B, C)``, ``ratio`` ``(B, C)`` (``sequence``: ``s_i`` repeated along the row),
-        ``kl`` ``(B, C)`` (zeros when ``beta == 0``), ``clipped_low`` / ``clipped_high`` ``(B, C)`` bool: where the
-        clip bound was the active term (mask not applied).
+        :class:`TokenLosses`, every field ``(B, C)``.
 
     Raises:
         ValueError: ``beta > 0`` without ``ref_logps``; unknown ``importance_level``; ``sequence`` without ``mask``.
@@ -183,13 +197,8 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
         loss = loss + beta * kl
     else:
         kl = torch.zeros_like(logps)
-    return {
-        "loss": loss,
-        "ratio": ratio,
-        "kl": kl,
-        "clipped_low": (ratio < 1 - epsilon) & (adv < 0),
-        "clipped_high": (ratio > 1 + eps_high) & (adv > 0),
-    }
+    return TokenLosses(loss=loss, ratio=ratio, kl=kl, clipped_low=(ratio < 1 - epsilon) & (adv < 0),
+                       clipped_high=(ratio > 1 + eps_high) & (adv > 0))
 
 
 def aggregate(token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str, totals: BatchTotals) -> torch.Tensor:

@@ -12,12 +12,13 @@ ranks, and names them as metrics (:mod:`grpo_rollout.runs.names`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from ...config import Config
+from ...generation.sampling_filter import FILTER_SETTINGS
 from ...rollouts.contract import RolloutOutput
 from ...runs import names as rn
 from ...runs.rollouts import token_record
@@ -26,7 +27,7 @@ from ..guards import check_sampler_mismatch
 from ..parallel.distributed import Dist
 from ..parallel.precision import Precision
 from .logprobs import CompletionLogprobs, MicroBatch, build_micro_batches, completion_logprobs
-from .objective import BatchTotals, aggregate, importance_weights, per_token_loss
+from .objective import BatchTotals, TokenLosses, aggregate, importance_weights, per_token_loss
 
 
 @dataclass
@@ -44,41 +45,42 @@ class UpdateStats:
     clip_high: float = 0.0
     ratio_max: float = 0.0
     lp_diff: float = 0.0
-    is_sum: float = 0.0
-    is_min: float = math.inf
-    is_max: float = -math.inf
+    sampler_weight_sum: float = 0.0
+    sampler_weight_min: float = math.inf
+    sampler_weight_max: float = -math.inf
     losses: List[float] = field(default_factory=list)  # per iteration, over the whole step
     grad_norms: List[float] = field(default_factory=list)  # per iteration, before clipping
     skipped: int = 0
     learning_rate: float = float("nan")  # what the step's (first) optimizer update used
     no_signal: bool = False  # every advantage 0 and no KL term: no optimizer update at all
 
-    def add(self, result: Dict[str, torch.Tensor], mb: MicroBatch, old: torch.Tensor, first_iteration: bool) -> None:
+    def add(self, result: TokenLosses, mb: MicroBatch, old: torch.Tensor, first_iteration: bool) -> None:
         """Add one micro-batch's :func:`~.objective.per_token_loss` result. Indexing by the mask (not multiplying):
         placeholders on untrained tokens may be ``-inf``."""
         m = mb.mask.bool()
-        ratio = result["ratio"].detach()[m]
-        self.kl += result["kl"].detach()[m].sum().item()
-        self.clip_low += result["clipped_low"][m].sum().item()
-        self.clip_high += result["clipped_high"][m].sum().item()
+        ratio = result.ratio.detach()[m]
+        self.kl += result.kl.detach()[m].sum().item()
+        self.clip_low += result.clipped_low[m].sum().item()
+        self.clip_high += result.clipped_high[m].sum().item()
         self.ratio_max = max(self.ratio_max, ratio.max().item() if ratio.numel() else 0.0)
         if first_iteration and mb.sampler_logprobs is not None:
             self.lp_diff += (old - mb.sampler_logprobs)[m].abs().sum().item()
-            w = mb.is_weights[m]
+            w = mb.sampler_weights[m]
             if w.numel():
-                self.is_sum += w.sum().item()
-                self.is_min = min(self.is_min, w.min().item())
-                self.is_max = max(self.is_max, w.max().item())
+                self.sampler_weight_sum += w.sum().item()
+                self.sampler_weight_min = min(self.sampler_weight_min, w.min().item())
+                self.sampler_weight_max = max(self.sampler_weight_max, w.max().item())
 
     def reduce(self, dist: Dist) -> "UpdateStats":
         """The same sums over every rank's micro-batches (``loss``, ``grad_norm``, ``skipped`` are global already)."""
-        kl, low, high, lp, is_sum = dist.sum([self.kl, self.clip_low, self.clip_high, self.lp_diff, self.is_sum])
-        ratio_max, is_max = dist.max([self.ratio_max, self.is_max])
-        [is_min] = dist.min([self.is_min])
-        return UpdateStats(kl, low, high, ratio_max, lp, is_sum, is_min, is_max, self.losses, self.grad_norms,
-                           self.skipped, self.learning_rate, self.no_signal)
+        kl, low, high, lp, weight_sum = dist.sum([self.kl, self.clip_low, self.clip_high, self.lp_diff,
+                                                  self.sampler_weight_sum])
+        ratio_max, weight_max = dist.max([self.ratio_max, self.sampler_weight_max])
+        [weight_min] = dist.min([self.sampler_weight_min])
+        return replace(self, kl=kl, clip_low=low, clip_high=high, ratio_max=ratio_max, lp_diff=lp,
+                       sampler_weight_sum=weight_sum, sampler_weight_min=weight_min, sampler_weight_max=weight_max)
 
-    def metrics(self, num_tokens: int, num_iterations: int, sampler: bool) -> Dict[str, float]:
+    def metrics(self, num_tokens: int, num_iterations: int, has_sampler_logprobs: bool) -> Dict[str, float]:
         """Per-token means under the logged names (``kl``, ``clip_ratio/*``, ``ratio/max``, ``sampler/*``, ...).
         ``loss`` and ``grad_norm`` are means over the ``num_iterations`` updates, each of which is also logged as
         ``loss/iteration_<k>`` and ``grad_norm/iteration_<k>`` (k from 1) when there are several."""
@@ -92,11 +94,11 @@ class UpdateStats:
         if len(self.losses) > 1:
             for k, (loss, norm) in enumerate(zip(self.losses, self.grad_norms), start=1):
                 out[rn.per_iteration(rn.LOSS, k)], out[rn.per_iteration(rn.GRAD_NORM, k)] = loss, norm
-        if sampler:
+        if has_sampler_logprobs:
             out[rn.SAMPLER_LOGPROB_ABS_DIFF] = self.lp_diff / tokens
-            out[rn.SAMPLER_IS_WEIGHT_MEAN] = self.is_sum / tokens
-            out[rn.SAMPLER_IS_WEIGHT_MIN] = self.is_min if math.isfinite(self.is_min) else float("nan")
-            out[rn.SAMPLER_IS_WEIGHT_MAX] = self.is_max if math.isfinite(self.is_max) else float("nan")
+            out[rn.SAMPLER_IS_WEIGHT_MEAN] = self.sampler_weight_sum / tokens
+            out[rn.SAMPLER_IS_WEIGHT_MIN] = _finite_or_nan(self.sampler_weight_min)
+            out[rn.SAMPLER_IS_WEIGHT_MAX] = _finite_or_nan(self.sampler_weight_max)
         return out
 
 
@@ -104,21 +106,25 @@ def _mean(values: List[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def _finite_or_nan(value: float) -> float:
+    return value if math.isfinite(value) else float("nan")
+
+
 @dataclass
 class UpdateResult:
     """What one step's update did, over every rank.
 
     Attributes:
-        stats: the reduced :class:`UpdateStats`. num_tokens: trained tokens of the step. sampler: whether the
-        rollout gave sampler log-probs. tokens_forward / tokens_padded: tokens the forward passes processed, real
-        and with padding. token_records: with ``keep_tokens``, this rank's per-completion token values
-        (:func:`~...runs.rollouts.token_record`) from the first iteration.
+        stats: the reduced :class:`UpdateStats`. num_tokens: trained tokens of the step. has_sampler_logprobs:
+        whether the rollout gave sampler log-probs. tokens_forward / tokens_padded: tokens the forward passes
+        processed, real and with padding. token_records: with ``keep_tokens``, this rank's per-completion token
+        values (:func:`~...runs.rollouts.token_record`) from the first iteration.
     """
 
     stats: UpdateStats
     num_tokens: int
     num_iterations: int
-    sampler: bool
+    has_sampler_logprobs: bool
     tokens_forward: int
     tokens_padded: int
     token_records: List[Dict[str, Any]] = field(default_factory=list)
@@ -130,7 +136,7 @@ class UpdateResult:
 
     def metrics(self) -> Dict[str, float]:
         """The update's logged numbers (:meth:`UpdateStats.metrics` plus ``tokens/forward``, ``tokens/padded``)."""
-        return {**self.stats.metrics(self.num_tokens, self.num_iterations, self.sampler),
+        return {**self.stats.metrics(self.num_tokens, self.num_iterations, self.has_sampler_logprobs),
                 # what each forward/backward pass processed: real tokens (prompt + completion) and with padding
                 rn.TOKENS_FORWARD: self.tokens_forward, rn.TOKENS_PADDED: self.tokens_padded}
 
@@ -154,7 +160,7 @@ class PolicyUpdate:
         self.compare_with_sampler = compare_with_sampler
         s = config.sampling
         # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
-        self.sampling_filter = {"top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p}
+        self.sampling_filter = {name: getattr(s, name) for name in FILTER_SETTINGS}
 
     def logprobs(self, model: CompletionLogprobs, mb: MicroBatch) -> torch.Tensor:
         """``(B, C)`` log-probs of a micro-batch's completion tokens under ``model`` (sampler's temperature and
@@ -195,13 +201,13 @@ class PolicyUpdate:
         t, dist = self.cfg.training, self.dist
         logps = self.logprobs(self.policy, mb)
         old = mb.old_logprobs if mb.old_logprobs is not None else logps.detach()
-        if mb.sampler_logprobs is not None and mb.is_weights is None:
+        if mb.sampler_logprobs is not None and mb.sampler_weights is None:
             mode = t.sampler_correction if self.compare_with_sampler else "none"
-            mb.is_weights = importance_weights(old, mb.sampler_logprobs, mb.mask, mode, t.sampler_correction_cap)
+            mb.sampler_weights = importance_weights(old, mb.sampler_logprobs, mb.mask, mode, t.sampler_correction_cap)
         result = per_token_loss(logps, old, mb.advantages, epsilon=t.epsilon, epsilon_high=t.epsilon_high,
-                                beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.is_weights,
+                                beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.sampler_weights,
                                 importance_level=t.importance_level, mask=mb.mask)
-        loss = aggregate(result["loss"], mb.mask, t.loss_type, totals)
+        loss = aggregate(result.loss, mb.mask, t.loss_type, totals)
         (loss * dist.world_size).backward()  # FSDP averages gradients over ranks: undo it, sums are wanted
         stats.add(result, mb, old, first_iteration=first)
         return loss.item(), old
@@ -230,7 +236,8 @@ class PolicyUpdate:
                 loss, old = self.backward(mb, totals, stats, first=iteration == 0)
                 loss_sum += loss
                 if keep_tokens and iteration == 0:
-                    kept += [(old[row, :n].tolist(), None if mb.is_weights is None else mb.is_weights[row, :n].tolist())
+                    weights = mb.sampler_weights
+                    kept += [(old[row, :n].tolist(), None if weights is None else weights[row, :n].tolist())
                              for row, n in enumerate(mb.packed.completion_valid.sum(dim=1).tolist())]
             if iteration == 0 and out.logprobs is not None and self.compare_with_sampler:
                 [lp_diff] = dist.sum([stats.lp_diff])
@@ -241,8 +248,9 @@ class PolicyUpdate:
         records = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
                                 None if out.logprobs is None else out.logprobs[i], lp, w)
                    for i, (lp, w) in enumerate(kept)]
-        return UpdateResult(stats.reduce(dist), totals.num_tokens, t.num_iterations, out.logprobs is not None,
-                            real, padded, records)
+        return UpdateResult(stats.reduce(dist), num_tokens=totals.num_tokens, num_iterations=t.num_iterations,
+                            has_sampler_logprobs=out.logprobs is not None, tokens_forward=real, tokens_padded=padded,
+                            token_records=records)
 
     def step_optimizer(self, stats: UpdateStats, loss_sum: float, iteration: int, signal: bool) -> None:
         """Clip the gradients, then step AdamW and the schedule, unless the step has no signal or the loss or gradient
