@@ -7,6 +7,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager, List, Optional, Sequence
 
+from ..config.schema import Config
 from ..runs.names import server_log
 from .base import GenerationClient
 from .multi_server import MultiServerClient
@@ -78,7 +79,7 @@ class _SpawnedClient(VllmClient):
             self.server.stop()
 
 
-def prompt_limit(config: Any, model: Any, say: Callable[[str], None] = lambda text: None) -> tuple:
+def prompt_limit(config: Config, model: Any, say: Callable[[str], None] = lambda text: None) -> tuple:
     """``(max_prompt_length, needed_model_len)`` for a config and the model being trained: the configured limits,
     lowered so that prompt + completion fit the model's context.
 
@@ -103,17 +104,17 @@ def prompt_limit(config: Any, model: Any, say: Callable[[str], None] = lambda te
     return max_prompt, needed
 
 
-def attach_urls(config: Any) -> List[str]:
+def attach_urls(config: Config) -> List[str]:
     """The servers of ``vllm.mode: attach``: ``vllm.url`` then ``vllm.urls``, without repeats."""
     urls = ([config.vllm.url] if config.vllm.url else []) + list(config.vllm.urls)
     return list(dict.fromkeys(u.rstrip("/") for u in urls))
 
 
-def _transfer(config: Any) -> str:
+def _transfer(config: Config) -> str:
     return "auto" if config.vllm.weight_transfer == "nccl" else config.vllm.weight_transfer
 
 
-def connect(urls: Sequence[str], config: Any, tokenizer: Any, max_prompt: Optional[int],
+def connect(urls: Sequence[str], config: Config, tokenizer: Any, max_prompt: Optional[int],
             first: int = 0) -> GenerationClient:
     """A client for servers that are already running (one :class:`VllmClient`, or a :class:`MultiServerClient`
     over several, whose first share goes to server ``first``)."""
@@ -122,7 +123,7 @@ def connect(urls: Sequence[str], config: Any, tokenizer: Any, max_prompt: Option
     return clients[0] if len(clients) == 1 else MultiServerClient(clients, first=first)
 
 
-def open_backend(config: Any, model: Any, tokenizer: Any, model_path: str, output_dir: Path,
+def open_backend(config: Config, model: Any, tokenizer: Any, model_path: str, output_dir: Path,
                  say: Callable[[str], None] = print,
                  status: Callable[[str], ContextManager] = lambda text: nullcontext()) -> GenerationClient:
     """The generation client for ``config.vllm.mode``. The servers hold the weights they loaded from

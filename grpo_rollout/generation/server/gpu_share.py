@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ...config.schema import Config
+
 OVERHEAD_GIB = 1.0
 MIN_SHARE, MAX_SHARE = 0.05, 0.5
 GIB = 1024 ** 3
@@ -69,7 +71,7 @@ class GpuShare:
                                                                                   else ""))
 
 
-def _needs(config: Any, params: int, model_config: Any, max_model_len: int, servers: int = 1) -> tuple:
+def _needs(config: Config, params: int, model_config: Config, max_model_len: int, servers: int = 1) -> tuple:
     """``(weights, kv_cache)`` bytes one of ``servers`` servers of this model needs for its part of one step's
     sequences (the module's rule); ``kv_cache`` is ``None`` when the config lacks the attention shape. A composite
     config (vision-language) is read through its text model's config."""
@@ -94,19 +96,19 @@ def _share(weights: int, kv: Optional[int], total_bytes: int, servers: int = 1) 
     return min(math.floor(cap * 100) / 100, max(MIN_SHARE, share))
 
 
-def _shares_gpu(config: Any, cuda_trainer: bool, server_devices: Optional[str]) -> bool:
+def _shares_gpu(config: Config, cuda_trainer: bool, server_devices: Optional[str]) -> bool:
     return config.vllm.mode == "spawn" and cuda_trainer and not server_devices \
         and "gpu_memory_utilization" not in config.vllm.model_fields_set
 
 
-def _plan(config: Any, params: int, model_config: Any, max_model_len: int, total_bytes: int) -> GpuShare:
+def _plan(config: Config, params: int, model_config: Config, max_model_len: int, total_bytes: int) -> GpuShare:
     servers = max(1, config.vllm.num_servers)
     weights, kv = _needs(config, params, model_config, max_model_len, servers)
     return GpuShare(_share(weights, kv, total_bytes, servers), total_bytes / GIB, weights / GIB,
                     None if kv is None else kv / GIB, servers)
 
 
-def shared_gpu_share(config: Any, model: Any, max_model_len: int, server_devices: Optional[str],
+def shared_gpu_share(config: Config, model: Any, max_model_len: int, server_devices: Optional[str],
                      total_bytes: Optional[int] = None) -> Optional[GpuShare]:
     """The share each spawned server on the trainer's GPU gets (see the module docstring; with
     ``vllm.num_servers`` > 1 each holds the weights and a KV cache for its part of the sequences, and they share the
@@ -128,7 +130,7 @@ def shared_gpu_share(config: Any, model: Any, max_model_len: int, server_devices
     return _plan(config, sum(p.numel() for p in model.parameters()), model.config, max_model_len, total_bytes)
 
 
-def planned_split(config: Any, total_bytes: Optional[int] = None) -> Optional[str]:
+def planned_split(config: Config, total_bytes: Optional[int] = None) -> Optional[str]:
     """For ``validate-config``, before any weights load: how spawned servers and a CUDA trainer (``training.device``
     cuda, or auto with CUDA here) would split one GPU; ``None`` when they would not share one. The model's size comes
     from its ``config.json`` (a model on the meta device: no weights read); a model not on this machine yet, or one

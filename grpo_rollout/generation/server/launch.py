@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from ...config.batch_checks import needed_model_len  # noqa: F401 - re-exported (serve, spawn)
-from ...config.schema import ModelConfig, VllmConfig, default_of
+from ...config.schema import Config, ModelConfig, VllmConfig, default_of
 
 
 def _vllm(key: str) -> Any:
@@ -39,7 +39,7 @@ class ServerSettings:
     sleep_mode: bool = _vllm("sleep_during_training")  # --enable-sleep-mode: /sleep/ and /wake_up/ work
 
 
-def settings_from_config(config: Any, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,
+def settings_from_config(config: Config, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,
                          port: Optional[int] = None, api_key: Optional[str] = None,
                          extra_args: Sequence[str] = (), devices: Optional[str] = None) -> ServerSettings:
     """:class:`ServerSettings` from a config's ``model``/``vllm`` sections; the keyword arguments override them

@@ -216,7 +216,8 @@ class MicroBatch:
         sampler_logprobs: ``(B, C)`` the sampler's log-probs (nats; placeholders where ``mask`` is 0), or ``None``.
         old_logprobs: ``(B, C)`` the policy's before the first update (only with ``num_iterations > 1``).
         ref_logprobs: ``(B, C)`` the reference model's (only with ``beta > 0``).
-        sampler_weights: ``(B, C)`` sampler-correction weights, set on the first iteration.
+        sampler_weights: ``(B, C)`` sampler-correction weights, added on the first iteration (a new micro-batch,
+            :meth:`~..policy_update.PolicyUpdate.backward`).
     """
 
     packed: PackedBatch

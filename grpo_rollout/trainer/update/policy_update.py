@@ -147,9 +147,9 @@ class PolicyUpdate:
     Args:
         config: the run's config. policy: the (sharded) policy. ref: the frozen reference (``None``: no KL term, or
         a LoRA policy whose reference is itself with adapters off). optimizer, scheduler: AdamW and its LR schedule.
-        precision: compute dtype (:mod:`..parallel.precision`). dist: the process group. pad_id: the tokenizer's padding id.
-        padding_free: pack micro-batches without padding. compare_with_sampler: false with a repetition penalty
-        (the trainer cannot reproduce the sampler's distribution: no correction, no stale-weights check).
+        precision: compute dtype (:mod:`..parallel.precision`). dist: the process group. pad_id: the tokenizer's
+        padding id. padding_free: pack micro-batches without padding. compare_with_sampler: false with a repetition
+        penalty (the trainer cannot reproduce the sampler's distribution: no correction, no stale-weights check).
     """
 
     def __init__(self, config: Config, policy: CompletionLogprobs, ref: Optional[CompletionLogprobs],
@@ -188,29 +188,29 @@ class PolicyUpdate:
             len(out), sum(mb.mask.sum().item() for mb in batches), len(batches),
             sum(mb.packed.num_tokens for mb in batches), sum(mb.packed.input_ids.numel() for mb in batches)])
         with torch.no_grad():
-            for mb in batches:
-                if t.num_iterations > 1:
-                    mb.old_logprobs = self.logprobs(self.policy, mb)
-                if t.beta > 0:
-                    mb.ref_logprobs = self.reference_logprobs(mb)
+            batches = [replace(mb, old_logprobs=self.logprobs(self.policy, mb) if t.num_iterations > 1 else None,
+                               ref_logprobs=self.reference_logprobs(mb) if t.beta > 0 else None) for mb in batches]
         return batches, BatchTotals(int(sequences), int(tokens), int(micro), s.max_completion_length), \
             int(real), int(padded)
 
-    def backward(self, mb: MicroBatch, totals: BatchTotals, stats: UpdateStats, first: bool) -> Tuple[float, Any]:
-        """One micro-batch's loss and backward pass; returns the loss and the log-probs the update started from."""
+    def backward(self, mb: MicroBatch, totals: BatchTotals, stats: UpdateStats,
+                 first: bool) -> Tuple[float, torch.Tensor, MicroBatch]:
+        """One micro-batch's loss and backward pass; returns the loss, the log-probs the update started from and the
+        micro-batch with its sampler-correction weights (computed once, from the first iteration's log-probs)."""
         t, dist = self.cfg.training, self.dist
         logps = self.logprobs(self.policy, mb)
         old = mb.old_logprobs if mb.old_logprobs is not None else logps.detach()
         if mb.sampler_logprobs is not None and mb.sampler_weights is None:
             mode = t.sampler_correction if self.compare_with_sampler else "none"
-            mb.sampler_weights = importance_weights(old, mb.sampler_logprobs, mb.mask, mode, t.sampler_correction_cap)
+            mb = replace(mb, sampler_weights=importance_weights(old, mb.sampler_logprobs, mb.mask, mode,
+                                                                t.sampler_correction_cap))
         result = per_token_loss(logps, old, mb.advantages, epsilon=t.epsilon, epsilon_high=t.epsilon_high,
                                 beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.sampler_weights,
                                 importance_level=t.importance_level, mask=mb.mask)
         loss = aggregate(result.loss, mb.mask, t.loss_type, totals)
         (loss * dist.world_size).backward()  # FSDP averages gradients over ranks: undo it, sums are wanted
         stats.add(result, mb, old, first_iteration=first)
-        return loss.item(), old
+        return loss.item(), old, mb
 
     def update(self, batch: ScoredBatch, keep_tokens: bool = False, signal: bool = True) -> UpdateResult:
         """``num_iterations`` optimizer updates on this rank's share of the step (``batch``: its checked rollout and
@@ -232,8 +232,9 @@ class PolicyUpdate:
         kept: List[Tuple[List[float], Optional[List[float]]]] = []  # per sequence: trainer log-probs, IS weights
         for iteration in range(t.num_iterations):
             loss_sum = 0.0
-            for mb in batches:
-                loss, old = self.backward(mb, totals, stats, first=iteration == 0)
+            for k, mb in enumerate(batches):
+                loss, old, mb = self.backward(mb, totals, stats, first=iteration == 0)
+                batches[k] = mb  # with its sampler-correction weights, kept for the later iterations
                 loss_sum += loss
                 if keep_tokens and iteration == 0:
                     weights = mb.sampler_weights
