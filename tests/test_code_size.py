@@ -1,5 +1,6 @@
-"""The project's size limits on its own code (issue 29): no module under grpo_rollout/ past 300 lines and no function
-or method past 60 lines of code, so a file that grows is split by job and a long function is split into steps."""
+"""The project's size limits on its own code (issue 29): no module under grpo_rollout/ and no test file under tests/
+past 300 lines, and no function or method past 60 lines of code, so a file that grows is split by job and a long
+function is split into steps."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 PACKAGE = Path(__file__).resolve().parents[1] / "grpo_rollout"
+TESTS = Path(__file__).resolve().parent
 MAX_FILE_LINES = 300
 MAX_FUNCTION_CODE_LINES = 60
 
@@ -47,6 +49,20 @@ def test_no_module_is_longer_than_300_lines():
     offenders = [f"{path.relative_to(PACKAGE.parent)}:1 has {n} lines" for path in modules()
                  if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES]
     assert not offenders, f"split these modules by job (at most {MAX_FILE_LINES} lines each):\n" + "\n".join(offenders)
+
+
+def long_files(paths: List[Path], root: Path) -> List[str]:
+    """``"<path relative to root>:1 has N lines"`` for each of ``paths`` longer than MAX_FILE_LINES."""
+    return [f"{path.relative_to(root)}:1 has {n} lines" for path in paths
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES]
+
+
+def test_no_test_file_is_longer_than_300_lines(tmp_path):
+    (tmp_path / "test_long.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1))
+    assert long_files([tmp_path / "test_long.py"], tmp_path) == ["test_long.py:1 has 301 lines"]  # it can fail
+    offenders = long_files(sorted(TESTS.rglob("*.py")), TESTS.parent)
+    assert not offenders, (f"split these test files by job (at most {MAX_FILE_LINES} lines each; helpers both halves "
+                           "use go to tests/helpers.py or a tests/<topic>_helpers.py module):\n" + "\n".join(offenders))
 
 
 def test_no_function_has_more_than_60_lines_of_code():

@@ -13,7 +13,7 @@ from grpo_rollout.rollouts.calling import call_rollout
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.environment import environment_rollout, load_env
 from grpo_rollout.rollouts.multi_turn import render
-from test_tool_calling import ORDER, RecordingClient, check_sample, first_wait, spans
+from tool_calling_helpers import ORDER, RecordingClient, check_sample, first_wait, spans
 
 END = "<|im_end|>"
 

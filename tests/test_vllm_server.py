@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import httpx
 import pytest
@@ -13,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_rollout.config import config_from_dict
 from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient
@@ -21,6 +19,9 @@ from grpo_rollout.trainer import train
 from grpo_rollout.trainer.guards import StaleWeightsError
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from fuzz_strategies import GENERATE_BODY, JUNK
+from vllm_server_helpers import (ROLLOUT, STALE_ROLLOUT, VERSION_ROLLOUT, _attach_config, _generate, _greedy,
+                                 _perturbed)
+
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
@@ -37,10 +38,6 @@ def server(tiny_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
     return AutoTokenizer.from_pretrained(tiny_model)
-
-
-def _generate(server, **body):
-    return httpx.post(server.url + "/generate/", json={"max_tokens": 4, **body}, timeout=120)
 
 
 def test_generate_counts_and_grouping(server, tokenizer):
@@ -114,15 +111,6 @@ def test_generate_fuzzed_bodies_never_break_the_server(server, body):
     assert httpx.get(server.url + "/health/", timeout=10).status_code == 200
 
 
-def _perturbed(tiny_model: Path, scale: float = 0.5, seed: int = 1) -> torch.nn.Module:
-    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():  # the (tied) embedding included: a sync test that skips it would miss a bug
-            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp(min=1e-3))
-    return model
-
-
 # "folder": the server reads a folder on this machine; "http": the bytes are streamed to it with a checksum, the
 # transfer for a server on another host (forced here on loopback). Each perturbs every weight differently.
 @pytest.mark.parametrize("transfer, seed", [("folder", 1), ("http", 2)])
@@ -158,10 +146,6 @@ def test_upload_that_does_not_match_its_checksum_is_refused(server, weight_folde
     resp = httpx.post(server.url + "/upload_weights/", content=b"abc", timeout=60)
     assert resp.status_code == 400 and "x-sha256" in resp.text
     assert httpx.get(server.url + "/health/").json()["weight_version"] == version and _greedy(server) == before
-
-
-def _greedy(server, prompt=(5, 6, 7)) -> list:
-    return _generate(server, prompts=[list(prompt)], n=1, temperature=0.0, max_tokens=6).json()["completion_ids"]
 
 
 @pytest.fixture(scope="module")
@@ -218,57 +202,6 @@ def test_update_weights_fuzzed_bodies_never_break_the_server(server, weight_fold
     assert httpx.get(server.url + "/health/").json()["weight_version"] == version
 
 
-ROLLOUT = '''
-import httpx
-
-def rollout(prompts, **sampling_kwargs):
-    """A rollout as found in the wild: POST the prompts and the sampling settings, return the JSON as it is."""
-    body = {"prompts": prompts, "n": sampling_kwargs["n"], "temperature": sampling_kwargs["temperature"],
-            "top_p": sampling_kwargs["top_p"], "top_k": sampling_kwargs["top_k"], "min_p": sampling_kwargs["min_p"],
-            "repetition_penalty": sampling_kwargs["repetition_penalty"],
-            "max_tokens": sampling_kwargs["max_completion_length"], "seed": sampling_kwargs["seed"]}
-    data = httpx.post(URL + "/generate/", json=body, timeout=600).json()
-    data["first_token"] = [ids[0] for ids in data["completion_ids"]]  # an extra key, per completion
-    return data
-
-def uses_extra(completions, first_token, **kwargs):
-    return [float(t % 2 == 0) for t in first_token]
-'''
-
-STALE_ROLLOUT = '''
-from grpo_rollout.rollouts.single_turn import single_turn
-import torch
-from transformers import AutoModelForCausalLM
-
-def rollout(prompts, client, step, **sampling):
-    if step == 1:  # someone else loads other weights into the server behind the trainer's back
-        other = AutoModelForCausalLM.from_pretrained(MODEL)
-        with torch.no_grad():
-            for p in other.parameters():
-                p.mul_(3.0)
-        client.update_weights(other)
-    return single_turn(prompts, client=client, **sampling)
-'''
-
-
-def _attach_config(root: Path, server, tiny_model: Path, rollout_source: str, reward: str, steps: int = 2):
-    (root / "user_rollout.py").write_text(rollout_source.replace("URL", repr(server.url)).replace("MODEL",
-                                                                                                   repr(str(tiny_model))))
-    (root / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Say {i}"}) + "\n" for i in range(6)))
-    cfg, problems = config_from_dict({
-        "model": {"name_or_path": str(tiny_model)},
-        "data": {"train": str(root / "data.jsonl")},
-        "rollout": {"function": f"{root / 'user_rollout.py'}:rollout"},
-        "rewards": [{"function": reward}],
-        "sampling": {"num_generations": 4, "max_completion_length": 6, "max_prompt_length": 64, "seed": 0},
-        "training": {"output_dir": str(root / "out"), "max_steps": steps, "prompts_per_step": 2,
-                     "micro_batch_size": 8, "learning_rate": 1e-3},
-        "vllm": {"mode": "attach", "url": server.url},
-    })
-    assert not [p for p in problems if p.is_error], problems
-    return cfg
-
-
 def test_user_rollout_posting_to_generate_trains_unchanged(server, tiny_model, tmp_path):
     cfg = _attach_config(tmp_path, server, tiny_model, ROLLOUT, f"{tmp_path / 'user_rollout.py'}:uses_extra")
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
@@ -285,23 +218,6 @@ def test_stale_server_weights_stop_the_run(server, tiny_model, tmp_path):
     with pytest.raises(StaleWeightsError, match="not sampling from the trainer's current weights"):
         train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     assert (tmp_path / "out" / "checkpoint-1").is_dir()  # the finished step was kept
-
-
-VERSION_ROLLOUT = '''
-from grpo_rollout.rollouts.single_turn import single_turn
-
-SEEN = []
-
-def rollout(prompts, client, step, **sampling):
-    """Single-turn sampling that records which weight version the server held when the step's rollout began."""
-    SEEN.append((step, client.health()["weight_version"]))
-    return single_turn(prompts, client=client, **sampling)
-
-
-def parity(completion_ids, **kwargs):
-    """A reward with variance inside each group, so every update moves the weights."""
-    return [float(sum(ids) % 2) for ids in completion_ids]
-'''
 
 
 @pytest.mark.parametrize("async_generation", [False, True])

@@ -1,0 +1,97 @@
+"""What the real-server tests send: requests, a perturbed model, user rollouts that post to /generate/, configs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import torch
+from transformers import AutoModelForCausalLM
+
+from grpo_rollout.config import config_from_dict
+
+
+def _generate(server, **body):
+    return httpx.post(server.url + "/generate/", json={"max_tokens": 4, **body}, timeout=120)
+
+
+def _perturbed(tiny_model: Path, scale: float = 0.5, seed: int = 1) -> torch.nn.Module:
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():  # the (tied) embedding included: a sync test that skips it would miss a bug
+            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp(min=1e-3))
+    return model
+
+
+def _greedy(server, prompt=(5, 6, 7)) -> list:
+    return _generate(server, prompts=[list(prompt)], n=1, temperature=0.0, max_tokens=6).json()["completion_ids"]
+
+
+ROLLOUT = '''
+import httpx
+
+def rollout(prompts, **sampling_kwargs):
+    """A rollout as found in the wild: POST the prompts and the sampling settings, return the JSON as it is."""
+    body = {"prompts": prompts, "n": sampling_kwargs["n"], "temperature": sampling_kwargs["temperature"],
+            "top_p": sampling_kwargs["top_p"], "top_k": sampling_kwargs["top_k"], "min_p": sampling_kwargs["min_p"],
+            "repetition_penalty": sampling_kwargs["repetition_penalty"],
+            "max_tokens": sampling_kwargs["max_completion_length"], "seed": sampling_kwargs["seed"]}
+    data = httpx.post(URL + "/generate/", json=body, timeout=600).json()
+    data["first_token"] = [ids[0] for ids in data["completion_ids"]]  # an extra key, per completion
+    return data
+
+def uses_extra(completions, first_token, **kwargs):
+    return [float(t % 2 == 0) for t in first_token]
+'''
+
+STALE_ROLLOUT = '''
+from grpo_rollout.rollouts.single_turn import single_turn
+import torch
+from transformers import AutoModelForCausalLM
+
+def rollout(prompts, client, step, **sampling):
+    if step == 1:  # someone else loads other weights into the server behind the trainer's back
+        other = AutoModelForCausalLM.from_pretrained(MODEL)
+        with torch.no_grad():
+            for p in other.parameters():
+                p.mul_(3.0)
+        client.update_weights(other)
+    return single_turn(prompts, client=client, **sampling)
+'''
+
+
+def _attach_config(root: Path, server, tiny_model: Path, rollout_source: str, reward: str, steps: int = 2):
+    (root / "user_rollout.py").write_text(rollout_source.replace("URL", repr(server.url)).replace("MODEL",
+                                                                                                   repr(str(tiny_model))))
+    (root / "data.jsonl").write_text("".join(json.dumps({"prompt": f"Say {i}"}) + "\n" for i in range(6)))
+    cfg, problems = config_from_dict({
+        "model": {"name_or_path": str(tiny_model)},
+        "data": {"train": str(root / "data.jsonl")},
+        "rollout": {"function": f"{root / 'user_rollout.py'}:rollout"},
+        "rewards": [{"function": reward}],
+        "sampling": {"num_generations": 4, "max_completion_length": 6, "max_prompt_length": 64, "seed": 0},
+        "training": {"output_dir": str(root / "out"), "max_steps": steps, "prompts_per_step": 2,
+                     "micro_batch_size": 8, "learning_rate": 1e-3},
+        "vllm": {"mode": "attach", "url": server.url},
+    })
+    assert not [p for p in problems if p.is_error], problems
+    return cfg
+
+
+VERSION_ROLLOUT = '''
+from grpo_rollout.rollouts.single_turn import single_turn
+
+SEEN = []
+
+def rollout(prompts, client, step, **sampling):
+    """Single-turn sampling that records which weight version the server held when the step's rollout began."""
+    SEEN.append((step, client.health()["weight_version"]))
+    return single_turn(prompts, client=client, **sampling)
+
+
+def parity(completion_ids, **kwargs):
+    """A reward with variance inside each group, so every update moves the weights."""
+    return [float(sum(ids) % 2) for ids in completion_ids]
+'''
