@@ -162,3 +162,13 @@ def test_a_cited_test_that_moved_is_found(tmp_path):
     (tmp_path / "test_a.py").write_text("def test_here():\n    pass\nCASES = {}\n")
     text = "`test_a.py::test_here`, `tests/test_a.py::CASES`, `test_a.py::test_gone`, `test_b.py`"
     assert missing_cited_tests(text, tmp_path) == ["test_a.py::test_gone", "test_b.py"]
+
+
+def test_the_readme_minimal_reward_scores_its_data_row():
+    import json
+
+    block = readme_block("A minimal config", "python")
+    row = json.loads(block.splitlines()[0].partition(":")[2])
+    scope: dict = {}
+    exec(block, scope)  # noqa: S102 - the README's own example
+    assert scope["correct"]([row["answer"], " 4"], answer=[row["answer"]] * 2, prompts=[row["prompt"]] * 2) == [1.0, 0.0]

@@ -24,7 +24,7 @@ rewards are the user's, behind their contracts):
 
 1. :meth:`GRPORecipe.collect` → :meth:`.rollout.stage.RolloutStage.collect` (this rank's rows of the step)
 2. :meth:`.rollout.stage.RolloutStage.generate_and_score`: the rollout (``call_rollout``) and its rewards
-   (``compute_rewards``) → a :class:`.batch.ScoredBatch` carrying its ``sampler_lag``
+   (``compute_rewards``) → a :class:`.batch.ScoredBatch`, to which ``collect`` adds its ``sampler_lag``
 3. back in :meth:`GRPORecipe.collect`: group-relative advantages over the whole step (``group_advantages``,
    :mod:`.update.objective`) → :meth:`.batch.ScoredBatch.with_advantages`
 4. :meth:`GRPORecipe.update` → :meth:`.update.policy_update.PolicyUpdate.update` (the batch, whole)
