@@ -4,7 +4,9 @@ and the tiny models (built once per session). Also the markers' rules:
 * ``vllm`` (starts or needs a vLLM server), ``model`` (loads or converts the embedded SmolLM2 GGUF model, or builds a
   tiny model from its tokenizer) and ``multiproc`` (torchrun or several training processes) each imply ``slow``;
 * a test using the ``tiny_model`` or ``tiny_gpt2`` fixture is marked ``model`` even if its file forgot to;
-* ``gpu`` tests are skipped where CUDA is not available.
+* ``gpu`` tests are skipped where CUDA is not available;
+* ``tests/unit/`` holds only fast tests (a slow one there stops the collection); ``tests/integration/`` the files
+  with at least one slow test.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -19,6 +22,10 @@ from typing import Any, Dict, List, Optional, Sequence
 import pytest
 import yaml
 from tiny_model import make_peaked_model, make_tiny_gpt2, make_tiny_model
+
+# a few test files import from others (a fixture, a list of cases) across tests/unit/ and tests/integration/
+for _folder in ("integration", "unit"):
+    sys.path.insert(0, str(Path(__file__).resolve().parent / _folder))
 
 from grpo_rollout.preflight import check_config
 from grpo_rollout.config.problems import Problem
@@ -136,6 +143,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             item.add_marker(pytest.mark.model)
         if item.get_closest_marker("slow") is None and any(item.get_closest_marker(m) for m in _IMPLY_SLOW):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") is not None and "unit" in item.path.parent.name:
+            raise pytest.UsageError(f"{item.nodeid} is slow (a server, a model or several processes): tests/unit/ "
+                                    "holds only fast tests; move its file to tests/integration/")
         if item.get_closest_marker("gpu") is not None:
             if cuda is None:
                 import torch

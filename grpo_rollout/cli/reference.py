@@ -1,5 +1,5 @@
 """docs/config.md's config reference, generated from the schema's fields (``grpo-rollout schema --markdown``): one table
-per section with each key's default, allowed values or range, and description. ``tests/test_config_reference.py``
+per section with each key's default, allowed values or range, and description. ``tests/unit/test_config_reference.py``
 fails when docs/config.md's copy and the fields disagree."""
 
 from __future__ import annotations

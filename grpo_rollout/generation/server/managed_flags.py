@@ -50,7 +50,7 @@ def _float(text: str) -> Any:
 
 
 #: flag (as vLLM spells it, dashes) → what the launcher sets; kept in step with ``server_command`` by
-#: ``tests/test_algorithm_server_checks.py::test_every_flag_the_launcher_sets_is_managed``.
+#: ``tests/unit/test_algorithm_server_checks.py::test_every_flag_the_launcher_sets_is_managed``.
 MANAGED_FLAGS: Dict[str, Managed] = {
     "--model": Managed("model.name_or_path", lambda c: c.model.name_or_path),
     "--served-model-name": Managed("model.name_or_path", lambda c: c.model.name_or_path),

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.model
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "notebook" / "train.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook" / "train.ipynb"
 
 
 @pytest.fixture(scope="module")

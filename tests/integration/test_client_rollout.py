@@ -17,7 +17,7 @@ from tiny_model import tiny_config
 
 pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "client_rollout" / "rollout.py"
 
 

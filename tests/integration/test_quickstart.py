@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 from helpers import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _server_processes() -> set:

@@ -19,7 +19,7 @@ from grpo_rollout.config.schema import ENUMS, REPORT_TO, Config
 from schema_helpers import errors, schema, validator, with_value  # noqa: F401 - schema, validator: fixtures
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 
 

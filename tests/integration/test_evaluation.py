@@ -85,7 +85,7 @@ def test_eval_command_prints_the_metrics_as_json(tmp_path, tiny_model, monkeypat
 def test_evaluation_runs_a_multi_turn_environment_and_logs_its_metrics(tmp_path, tiny_model):
     """The built-in environment rollout (examples/guess_number) through the evaluation: its episodes are played
     and their metrics (turns, how episodes ended) are logged under eval/."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = repo / "examples" / "guess_number" / "env.py"
     config, problems = config_from_dict({
         "model": {"name_or_path": str(tiny_model)},

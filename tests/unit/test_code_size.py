@@ -8,8 +8,8 @@ import ast
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
-PACKAGE = Path(__file__).resolve().parents[1] / "grpo_rollout"
-TESTS = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[2] / "grpo_rollout"
+TESTS = Path(__file__).resolve().parents[1]
 MAX_FILE_LINES = 300
 MAX_FUNCTION_CODE_LINES = 60
 

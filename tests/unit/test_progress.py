@@ -72,7 +72,7 @@ def test_a_long_completion_leaves_the_sample_tables_numbers_whole():
         assert len(row) <= width and row.split()[-6:] == ["1.000", "1.000", "-1.000", "+0.866", "2", "1"]
 
 
-# -- in a Jupyter notebook: one display, updated in place (tests/test_notebook.py runs a real kernel) --------------
+# -- in a Jupyter notebook: one display, updated in place (tests/integration/test_notebook.py runs a real kernel) --------------
 
 class _Handle:
     """Stands for IPython's DisplayHandle: records what was shown first and each update."""

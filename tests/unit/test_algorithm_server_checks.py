@@ -12,7 +12,7 @@ from grpo_rollout.generation.server.managed_flags import MANAGED_FLAGS, check_se
 from grpo_rollout.generation.server.launch import ServerSettings, server_command
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _at(problems, key):

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TASK = '''
 def fixed_rollout(prompts, n, step, **kwargs):

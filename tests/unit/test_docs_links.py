@@ -13,7 +13,7 @@ import yaml
 
 from grpo_rollout.config import config_from_dict
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").glob("*.md"))]
 MAX_README_LINES = 250
@@ -140,11 +140,12 @@ CITED_TEST = re.compile(r"(?:tests/)?(test_\w+\.py)(?:::(\w+))?")
 
 
 def missing_cited_tests(text: str, tests_dir: Path) -> List[str]:
-    """The ``test_x.py`` and ``test_x.py::name`` a page cites that no file under ``tests_dir`` has (a file, or a test,
-    fixture or constant of that name defined at the top level of that file)."""
+    """The ``test_x.py`` and ``test_x.py::name`` a page cites that no file under ``tests_dir`` (or a folder in it) has
+    (a file, or a test, fixture or constant of that name defined at the top level of that file)."""
     missing = []
     for file, name in CITED_TEST.findall(text):
-        path = tests_dir / file
+        found = sorted(tests_dir.rglob(file))  # tests/unit/ or tests/integration/
+        path = found[0] if found else tests_dir / file
         if not path.is_file():
             missing.append(file)
         elif name and not re.search(rf"^(?:async def|def|class) {name}\b|^{name}\s*=", path.read_text(), re.M):

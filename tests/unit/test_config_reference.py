@@ -19,7 +19,7 @@ from grpo_rollout.config.schema import ModelConfig, SamplingConfig, VllmConfig
 from grpo_rollout.generation.server.generate_route import GenerateRequest
 from grpo_rollout.generation.server.launch import ServerSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEYS = [key for key, info in walk(Config) if section_of(info.annotation) is None]
 
 

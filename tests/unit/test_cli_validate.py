@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from grpo_rollout import __version__
 from grpo_rollout.cli.main import app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -14,7 +14,7 @@ from fuzz_strategies import mutated
 from grpo_rollout.cli.main import app
 from grpo_rollout.preflight import check_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 RUNNER = CliRunner()
 pytestmark = pytest.mark.slow  # ~1 min: 120 configs through every check and the CLI
