@@ -6,9 +6,6 @@ from typing import Any, Dict, List, Sequence, Set
 
 from ...runs import names as rn
 
-#: Extras of the built-in tool-calling rollout that give a tool's call and error counts per completion.
-TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = rn.TOOL_CALLS_PREFIX, rn.TOOL_ERRORS_PREFIX
-
 
 def extras_means(extras: Dict[str, List[Any]]) -> Dict[str, float]:
     """``extras/<name>``: the per-step mean of every numeric rollout extra (bools count as 0/1; ``None`` skipped)."""
@@ -41,10 +38,10 @@ def tool_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
         if calls:
             out[rn.TOOL_SUCCESS_RATE] = 1.0 - errors / calls
     for key, values in extras.items():
-        if not key.startswith(TOOL_CALLS_PREFIX):
+        if not key.startswith(rn.TOOL_CALLS_PREFIX):
             continue
-        name = key[len(TOOL_CALLS_PREFIX):]
-        calls, errors = _total(values), _total(extras.get(TOOL_ERRORS_PREFIX + name, []))
+        name = key[len(rn.TOOL_CALLS_PREFIX):]
+        calls, errors = _total(values), _total(extras.get(rn.TOOL_ERRORS_PREFIX + name, []))
         out[rn.per_tool(name, "calls")] = calls
         if calls:
             out[rn.per_tool(name, "success_rate")] = 1.0 - errors / calls
