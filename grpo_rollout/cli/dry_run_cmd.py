@@ -33,22 +33,22 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
             console.print(f"[dim]caused by {type(exc.__cause__).__name__}: {escape(str(exc.__cause__))}[/]")
         return 1
     s, t = result.sample, result.seconds
-    rewards = ", ".join(f"{k} = {v:.3f}" for k, v in s["rewards"].items())
+    rewards = ", ".join(f"{k} = {v:.3f}" for k, v in s.rewards.items())
     shown_apart = (rn.END_DETAIL_EXTRA, rn.FIRST_PROMPT_EXTRA)  # on their own lines (first_prompt: as the prompt)
-    extras = ", ".join(f"{k} = {escape(str(v))[:80]}" for k, v in s["extras"].items() if k not in shown_apart)
-    lines = [f"[bold]prompt (as the model saw it):[/]\n{escape(s['prompt_text'])}",
-             f"[bold]completion[/] ({s['completion_tokens']} tokens, {s['trained_tokens']} trained):\n"
-             f"{escape(s['completion'])}",
-             f"[bold]reward:[/] {s['reward']:.3f}  ({rewards})"]
+    extras = ", ".join(f"{k} = {escape(str(v))[:80]}" for k, v in s.extras.items() if k not in shown_apart)
+    lines = [f"[bold]prompt (as the model saw it):[/]\n{escape(result.prompt_text)}",
+             f"[bold]completion[/] ({result.completion_tokens} tokens, {result.trained_tokens} trained):\n"
+             f"{escape(s.completion)}",
+             f"[bold]reward:[/] {s.reward:.3f}  ({rewards})"]
     if extras:
         lines.append(f"[bold]extras:[/] {extras}")
-    if s["extras"].get(rn.END_REASON_EXTRA):
+    if s.extras.get(rn.END_REASON_EXTRA):
         cap = result.max_completion_length
         note = (f" [dim](the dry run caps max_completion_length at {cap}; training uses "
                 f"{result.configured_max_completion_length})[/]"
                 if cap < result.configured_max_completion_length else "")
-        lines.append(f"[bold]episode ended:[/] {escape(str(s['extras'][rn.END_REASON_EXTRA]))}: "
-                     f"{escape(str(s['extras'].get(rn.END_DETAIL_EXTRA, '')))}{note}")
+        lines.append(f"[bold]episode ended:[/] {escape(str(s.extras[rn.END_REASON_EXTRA]))}: "
+                     f"{escape(str(s.extras.get(rn.END_DETAIL_EXTRA, '')))}{note}")
     capped = (f" (sampling.num_generations {result.configured_num_generations} capped at {result.num_generations})"
               if result.num_generations < result.configured_num_generations else "")
     lines.append(f"[dim]{result.num_prompts} prompts → {result.num_completions} completions{capped} via "

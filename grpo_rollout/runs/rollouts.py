@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from .completion import CompletionRecord
 from .names import ROLLOUT_FILE_PREFIX, ROLLOUTS_DIR, rollout_file
 
 
@@ -91,6 +92,17 @@ class RolloutRecord:
     reward: Optional[float] = None
     rewards: Dict[str, Any] = field(default_factory=dict)
     extras: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, record: CompletionRecord, tokens: Dict[str, Any], *, step: int, index: int, group: int,
+           prompt_text: str) -> "RolloutRecord":
+        """The line of completion ``index`` (of ``group``) of step ``step``: ``record``'s prompt, reward, rewards,
+        extras and advantage (rounded to 4 decimals) with its :func:`token_record` ``tokens`` and ``prompt_text``
+        (the prompt ids decoded)."""
+        advantage = None if record.advantage is None else round(record.advantage, 4)
+        return cls(step=step, index=index, group=group, prompt=record.prompt, prompt_text=prompt_text, **tokens,
+                   advantage=advantage, reward=record.reward, rewards=dict(record.rewards),
+                   extras=dict(record.extras))
 
     def to_json(self) -> str:
         """The JSON line (no newline): NaN/inf as ``null``, values JSON cannot hold as their ``str``."""

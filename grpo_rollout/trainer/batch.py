@@ -14,12 +14,13 @@ completion, what scoring added (:class:`CompletionScores`); selecting groups sel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
 from ..runs import names as rn
+from ..runs.completion import CompletionRecord
 from ..rewards.calling import RewardResult
 from ..rollouts.contract import RolloutOutput
 
@@ -74,6 +75,15 @@ class CompletionScores(RewardResult):
                                 time_limits={k: v for part in parts for k, v in part.time_limits.items()},
                                 prompts=cat("prompts"), texts=cat("texts"), lengths=cat("lengths"),
                                 truncated=cat("truncated"), extras=by_key("extras"))
+
+    def records(self, advantages: Optional[Sequence[float]] = None) -> List[CompletionRecord]:
+        """One :class:`~grpo_rollout.runs.completion.CompletionRecord` per completion, in order (``advantages``:
+        one per completion, or ``None`` where none were computed)."""
+        return [CompletionRecord(prompt=self.prompts[i], completion=self.texts[i], reward=self.rewards[i],
+                                 rewards={k: v[i] for k, v in self.per_function.items()},
+                                 advantage=None if advantages is None else float(advantages[i]),
+                                 truncated=self.truncated[i], extras={k: v[i] for k, v in self.extras.items()})
+                for i in range(len(self))]
 
     def timeout_notes(self, num_generations: int, width: int = 60) -> List[str]:
         """One line per completion a reward gave up on for lack of time, naming the reward, the completion (index,

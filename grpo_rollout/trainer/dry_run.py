@@ -25,18 +25,20 @@ import torch
 
 from ..config import Config
 from ..runs import names as rn
+from ..runs.completion import CompletionRecord
 from .parallel.distributed import Dist
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DryRunResult:
     """What a dry run saw.
 
     Attributes:
         backend: ``transformers`` or the attached server's URL. num_prompts, num_completions: what the rollout got and
         returned. seconds: ``load`` (model and tokenizer), ``rollout``, ``rewards`` (wall-clock seconds).
-        sample: the first completion: ``prompt`` (dataset), ``prompt_text`` (what the model saw), ``completion``,
-        ``completion_tokens``, ``trained_tokens``, ``reward``, ``rewards`` (per function), ``extras``.
+        sample: the first completion (its prompt, completion, reward, rewards per function and extras; no
+        advantage). prompt_text: its prompt ids decoded (what the model saw). completion_tokens, trained_tokens: its
+        completion's tokens, and those of them trained (the rest: tool or environment tokens).
         rewards: every completion's weighted reward. max_completion_length: the budget the dry run used (at most
         ``configured_max_completion_length``, the config's). num_generations: the completions per prompt it asked for
         (at most ``configured_num_generations``).
@@ -46,7 +48,10 @@ class DryRunResult:
     num_prompts: int
     num_completions: int
     seconds: Dict[str, float]
-    sample: Dict[str, Any]
+    sample: CompletionRecord
+    prompt_text: str = ""
+    completion_tokens: int = 0
+    trained_tokens: int = 0
     rewards: List[float] = field(default_factory=list)
     max_completion_length: int = 0
     configured_max_completion_length: int = 0
@@ -103,15 +108,16 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         finally:
             client.close()
         t2 = time.perf_counter()
-    extras = {k: v[0] for k, v in batch.scores.extras.items()}
-    sample = {"prompt": batch.scores.prompts[0], "prompt_text": tokenizer.decode(batch.rollout.prompt_ids[0]),
-              "completion": batch.scores.texts[0], "completion_tokens": len(batch.rollout.completion_ids[0]),
-              "trained_tokens": sum(batch.rollout.completion_mask[0]), "reward": batch.scores.rewards[0],
-              "rewards": {k: v[0] for k, v in batch.scores.per_function.items()}, "extras": extras}
     seconds = {"load": t1 - t0, "rollout": batch.generated_at - t1, "rewards": t2 - batch.generated_at}
-    return DryRunResult(backend, len(rows), len(batch), seconds, sample, list(batch.scores.rewards),
-                        cfg.sampling.max_completion_length, config.sampling.max_completion_length,
-                        cfg.sampling.num_generations, config.sampling.num_generations)
+    return DryRunResult(backend=backend, num_prompts=len(rows), num_completions=len(batch), seconds=seconds,
+                        sample=batch.scores.records()[0],
+                        prompt_text=tokenizer.decode(batch.rollout.prompt_ids[0]),
+                        completion_tokens=len(batch.rollout.completion_ids[0]),
+                        trained_tokens=sum(batch.rollout.completion_mask[0]), rewards=list(batch.scores.rewards),
+                        max_completion_length=cfg.sampling.max_completion_length,
+                        configured_max_completion_length=config.sampling.max_completion_length,
+                        num_generations=cfg.sampling.num_generations,
+                        configured_num_generations=config.sampling.num_generations)
 
 
 def _generation_client(cfg: Config, lm: Any, tokenizer: Any, model_path: Any, tmp: Path, vocab_size: int,

@@ -47,6 +47,7 @@ import torch
 
 from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
+from ..runs.completion import CompletionRecord
 from ..runs.names import CONFIG_FILE
 from .update.objective import group_advantages
 from .batch import CompletionScores, ScoredBatch, StepTimes
@@ -129,9 +130,9 @@ class GRPORecipe:
         return start
 
     # -- one step --------------------------------------------------------------------------------------------------
-    def train_step(self, step: int) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    def train_step(self, step: int) -> Tuple[Dict[str, Any], List[CompletionRecord]]:
         """Run step ``step`` (0-based; logs and checkpoints count from 1) on every rank; return the whole step's
-        metrics and one sample record per completion."""
+        metrics and one :class:`~grpo_rollout.runs.completion.CompletionRecord` per completion (rollout order)."""
         times = StepTimes(time.perf_counter())
         start_step(self.dist.device)
         batch, refill = self.collect(step, times)
@@ -205,8 +206,8 @@ class GRPORecipe:
         times.synced = time.perf_counter()
 
     def log(self, step: int, batch: ScoredBatch, result: UpdateResult, refill: Optional[RefillCounts],
-            times: StepTimes) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-        """The whole step's metrics and sample records (a collective); rank 0 writes ``rollouts/step_<k>.jsonl``
+            times: StepTimes) -> Tuple[Dict[str, Any], List[CompletionRecord]]:
+        """The whole step's metrics and completion records (a collective); rank 0 writes ``rollouts/step_<k>.jsonl``
         (``k = step + 1``)."""
         dist, g = self.dist, self.cfg.sampling.num_generations
         whole = CompletionScores.merge(dist.gather(batch.scores))
@@ -216,9 +217,9 @@ class GRPORecipe:
             if dist.is_main:
                 save_rollouts(self.output_dir, step + 1, whole, batch.step_advantages, tokens, self.tokenizer, g)
         lag = None if self.rollouts.client.shares_weights else batch.sampler_lag
-        metrics, samples = step_metrics(whole, batch.step_advantages, result, times, g, lag)
+        metrics, records = step_metrics(whole, batch.step_advantages, result, times, g, lag)
         memory = {k: max(v) for k, v in _by_key(dist.gather(memory_metrics(dist.device))).items()}  # the largest rank
-        return {**metrics, **(refill.metrics() if refill is not None else {}), **memory}, samples
+        return {**metrics, **(refill.metrics() if refill is not None else {}), **memory}, records
 
     def evaluate(self, done: int) -> EvalResult:
         """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes

@@ -154,7 +154,7 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
             logger.log(0, evaluations[-1][1])
         reporter.start(t.max_steps, done, steps_per_epoch=len(run.dataset) / t.prompts_per_step)
         for step in range(done, t.max_steps):
-            metrics, samples = run.train_step(step)
+            metrics, records = run.train_step(step)
             done = step + 1
             failed = None
             if run.evaluator is not None and run.evaluator.due(done, done == t.max_steps):
@@ -165,6 +165,7 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
                     failed = exc
             history.append({STEP: done, **metrics})
             logger.log(done, metrics)
+            samples = [r.sample_row() for r in records]
             logger.log_completions(done, samples)
             log_now = done % t.logging_steps == 0 or done == t.max_steps
             reporter.step(done, metrics, log_now, pick_samples(samples, config.sampling.num_generations,

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from ...runs import names as rn
+from ...runs.completion import group_columns
 from ...config import Config
 from ...data import load_section
 from ...preflight.evaluation import evaluation_asked, held_out_size_warning
@@ -146,11 +147,9 @@ def eval_result(whole: CompletionScores, order: List[int], n: int, success_rewar
                  **tool_metrics(whole.extras), **episode_metrics(whole.extras)}
         metrics.update({rn.eval_metric(k): v for k, v in stats.items()})
     records = []
+    completions = whole.records()
     for j, index in enumerate(order):
-        part = slice(j * n, (j + 1) * n)
-        records.append({"index": index, "prompt": whole.prompts[j * n], "completions": whole.texts[part],
-                        "reward": whole.rewards[part], **{rn.REWARDS_PREFIX + name: v[part] for name, v in
-                                                           whole.per_function.items()},
+        records.append({"index": index, **group_columns(completions[j * n:(j + 1) * n]),
                         "success": groups[j], **{f"pass@{k}": pass_at_k(n, sum(groups[j]), k) for k in ks}})
     return EvalResult(metrics, sorted(records, key=lambda r: r["index"]), whole.timeout_notes(n))
 

@@ -13,18 +13,14 @@ from ...runs import names as rn
 from ...rewards.scores import mean_std
 from ..update.objective import zero_std_fraction
 from ..batch import CompletionScores, StepTimes
+from ...runs.completion import CompletionRecord
 from ...runs.rollouts import RolloutRecord, write_rollouts
 from ..rollout.stats import episode_metrics, extras_means, tool_metrics
 from ..update.policy_update import UpdateResult
 
-#: extras shown as columns of a sample record (name in the record → name of the rollout's extra)
-SAMPLE_EXTRAS = (("turns", rn.NUM_TURNS_EXTRA), ("tool_calls", rn.NUM_TOOL_CALLS_EXTRA),
-                 ("ended", rn.END_REASON_EXTRA), ("end_detail", rn.END_DETAIL_EXTRA))
-
-
 def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: UpdateResult, times: StepTimes,
-                 num_generations: int, sampler_lag: Optional[int]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-    """The logged numbers of a step and its sample records.
+                 num_generations: int, sampler_lag: Optional[int]) -> Tuple[Dict[str, Any], List[CompletionRecord]]:
+    """The logged numbers of a step and one record per completion (in rollout order, with its advantage).
 
     Args:
         whole: every rank's completions of the step. advantages: ``(len(whole),)``. update: the update's result.
@@ -51,12 +47,7 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
         **({} if sampler_lag is None else {rn.SAMPLER_WEIGHT_VERSION_LAG: sampler_lag}),
         **times.metrics(),
     }
-    shown = {k: whole.extras[name] for k, name in SAMPLE_EXTRAS if name in whole.extras}
-    samples = [{"prompt": whole.prompts[i], "completion": whole.texts[i], "reward": whole.rewards[i],
-                **{rn.REWARDS_PREFIX + k: v[i] for k, v in whole.per_function.items()},
-                "advantage": advantages[i].item(), "truncated": whole.truncated[i],
-                **{k: v[i] for k, v in shown.items()}} for i in range(n)]
-    return metrics, samples
+    return metrics, whole.records(advantages.tolist())
 
 
 def save_rollouts(output_dir: Path, step: int, whole: CompletionScores, advantages: torch.Tensor,
@@ -64,10 +55,7 @@ def save_rollouts(output_dir: Path, step: int, whole: CompletionScores, advantag
     """Write ``rollouts/step_<step>.jsonl`` (``step`` 1-based): every completion's tokens, mask, sampler and trainer
     log-probs, importance weights, advantage, rewards and extras (a :class:`~...runs.rollouts.RolloutRecord` each;
     ``tokens``: every rank's :func:`~...runs.rollouts.token_record` in rank order)."""
-    g = num_generations
-    records = [RolloutRecord(step=step, index=i, group=i // g, prompt=whole.prompts[i],
-                             prompt_text=tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False),
-                             **tok, advantage=round(advantages[i].item(), 4), reward=whole.rewards[i],
-                             rewards={k: v[i] for k, v in whole.per_function.items()},
-                             extras={k: v[i] for k, v in whole.extras.items()}) for i, tok in enumerate(tokens)]
+    records = [RolloutRecord.of(record, tok, step=step, index=i, group=i // num_generations,
+                                prompt_text=tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False))
+               for i, (record, tok) in enumerate(zip(whole.records(advantages.tolist()), tokens))]
     write_rollouts(output_dir, step, records)
