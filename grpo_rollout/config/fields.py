@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Literal, Optional, Tuple, Type
 
 import annotated_types as at
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 
 
@@ -152,3 +152,9 @@ def enums(model: Type[BaseModel]) -> Dict[str, tuple]:
     """Dotted key → allowed values, for every key typed ``Literal[...]`` (lists of them excluded)."""
     return {k: typing.get_args(info.annotation) for k, info in walk(model)
             if typing.get_origin(info.annotation) is Literal}
+
+
+class Section(BaseModel):
+    """A section: unknown keys are errors, a number for a text key is taken as its text, NaN and inf are refused."""
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, allow_inf_nan=False)

@@ -1,0 +1,94 @@
+"""The ``training`` section of the YAML schema (:mod:`.schema` holds the others): optimisation, the loss, dynamic
+sampling, checkpoints and logging cadence. One field per key, as in :mod:`.schema`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from pydantic import AfterValidator, model_validator
+from pydantic_core import PydanticCustomError
+
+from .fields import Section, section, setting
+from .values import Device, ImportanceLevel, LossType, SamplerCorrection, ScaleRewards, _save_rollouts
+
+
+class DynamicSamplingConfig(Section):
+    """DAPO's dynamic sampling (Yu et al. 2025, arXiv:2503.14476, section 3.2): groups whose rewards are all equal
+    (no advantage, no policy gradient) are dropped and more prompts are rolled out until the step has
+    ``prompts_per_step`` groups with reward variance, or ``max_rounds`` rollout calls are spent."""
+
+    enabled: bool = setting(False, "Drop groups with equal rewards and roll out more prompts to refill the step")
+    max_rounds: int = setting(3, "Rollout calls per step at most, the first included; then train on what there is",
+                              ge=1)
+
+
+class TrainingConfig(Section):
+    """Optimisation settings. One step = one rollout batch of ``prompts_per_step`` × ``num_generations`` completions,
+    followed by ``num_iterations`` optimizer updates on it."""
+
+    output_dir: str = setting("outputs/run", "The run folder: checkpoints, metrics, logs (relative to the current "
+                              "folder)")
+    max_steps: int = setting(100, "Training steps", ge=1)
+    num_epochs: Optional[float] = setting(None, "Passes over the dataset instead of max_steps: ceil(num_epochs × "
+                                          "rows / prompts_per_step) steps", gt=0, fix="e.g. 1 or 2.5")
+    prompts_per_step: int = setting(8, "Prompts rolled out per step, num_generations completions each", ge=1)
+    micro_batch_size: int = setting(8, "Sequences per forward/backward pass; gradients accumulate over the step", ge=1)
+    learning_rate: float = setting(1e-6, "AdamW's learning rate after warm-up; 0 = a diagnostic run", ge=0,
+                                   fix="1e-6 to 1e-5 is usual for full fine-tuning")
+    weight_decay: float = setting(0.0, "AdamW's decoupled weight decay", ge=0)
+    warmup_steps: int = setting(0, "Steps of linear learning-rate warm-up from 0", ge=0)
+    lr_scheduler: Literal["constant", "linear", "cosine"] = setting("constant", "The learning-rate schedule after "
+                                                                    "warm-up (linear and cosine decay to 0)")
+    max_grad_norm: float = setting(1.0, "Clip the gradient's global L2 norm to this; 0 = no clipping", ge=0)
+    loss_type: LossType = setting("dapo", "How token losses are averaged: per sequence (grpo), over the step's "
+                                  "tokens (dapo), per micro-batch (bnpo), by a constant (dr_grpo)")
+    beta: float = setting(0.0, "KL coefficient against a frozen reference model (loaded only when > 0)", ge=0,
+                          fix="e.g. 0.0 or 0.04")
+    epsilon: float = setting(0.2, "Clip range: the importance ratio is clipped to [1 - epsilon, 1 + epsilon_high]",
+                             gt=0, lt=1, fix="0.2 is the PPO/GRPO default")
+    epsilon_high: Optional[float] = setting(None, "Upper clip range (DAPO's clip-higher); null = epsilon", gt=0,
+                                            fix="DAPO uses 0.28; null = epsilon")
+    importance_level: ImportanceLevel = setting("token", "token: PPO's ratio per token; sequence: GSPO's ratio per "
+                                                "sequence (arXiv:2507.18071)")
+    dynamic_sampling: DynamicSamplingConfig = section(DynamicSamplingConfig, "DAPO's dynamic sampling")
+    num_iterations: int = setting(1, "Optimizer updates on each rollout batch (> 1: clipped off-policy updates)",
+                                  ge=1, fix="1 = one update per generation batch")
+    scale_rewards: ScaleRewards = setting("group", "Divide advantages by the reward std of the group, of the batch, "
+                                          "or not at all (Dr. GRPO)")
+    mask_truncated_completions: bool = setting(False, "Leave completions cut by max_completion_length out of the loss")
+    sampler_correction: SamplerCorrection = setting("token_truncate", "Weights for the sampler's log-probs differing "
+                                                    "from the trainer's: capped or masked, per token or sequence")
+    sampler_correction_cap: float = setting(2.0, "The cap (truncate) or threshold (mask) of the sampler's weights",
+                                            gt=0)
+    logprob_chunk_size: int = setting(1024, "Positions per chunk of the log-prob computation (bounds the logits' "
+                                      "memory)", ge=1)
+    padding_free: bool = setting(True, "Pack a micro-batch's sequences into shared rows instead of padding them")
+    compile: bool = setting(False, "torch.compile each decoder layer (minutes of compiling, then ~10% faster steps "
+                            "on 2 CPU cores)")
+    gradient_checkpointing: bool = setting(True, "Recompute each decoder layer's activations in the backward pass, "
+                                           "as TRL's default: ~half the peak memory for 0-20% more training time on "
+                                           "2 CPU cores (~1/3 more compute on a GPU)")
+    save_steps: int = setting(0, "Save a checkpoint every N steps; 0 = only at the end", ge=0,
+                              fix="e.g. 50 (0 = only at the end)")
+    save_total_limit: Optional[int] = setting(None, "Keep only the newest N checkpoints; null = keep all", ge=1,
+                                              fix="e.g. 2")
+    save_only_model: bool = setting(False, "Checkpoints without optimizer state (smaller; a resume restarts AdamW)")
+    save_merged: bool = setting(False, "With LoRA: also save the adapters merged into a whole model")
+    max_nonfinite_steps: int = setting(3, "Steps in a row with a NaN/inf loss or gradient before the run stops",
+                                       ge=1)
+    async_generation: bool = setting(False, "Generate step t+1 while step t trains (one step off-policy; needs vLLM)")
+    device: Device = setting("auto", "Where the trainer runs; auto = CUDA when available")
+    logging_steps: int = setting(1, "Log metrics every N steps", ge=1)
+    log_completions: int = setting(4, "Completions shown per logged step (best and worst of the first groups)", ge=0)
+    save_rollouts: Annotated[str, AfterValidator(_save_rollouts)] = setting(
+        "off", "every, N or off: each step's token ids, masks and log-probs (for grpo-rollout inspect)",
+        fix="e.g. every")
+    seed: int = setting(42, "Seed of the prompt order and of the dry run's sampling")
+
+    @model_validator(mode="after")
+    def _clip_range(self) -> "TrainingConfig":
+        if self.epsilon_high is not None and self.epsilon_high < self.epsilon:
+            raise PydanticCustomError("cross_key", f"is below training.epsilon ({self.epsilon})", {
+                "key": "epsilon_high", "depends_on": ("epsilon", "epsilon_high"),
+                "fix": "use a value >= epsilon (DAPO's clip-higher uses 0.28 with epsilon 0.2), or null"})
+        return self
