@@ -43,6 +43,9 @@ from ..config.schema import SamplingConfig
 #: Sampling settings every rollout receives as keyword arguments, mapped to their ``sampling.*`` key.
 SAMPLING_ARGS: Dict[str, str] = {"n": "num_generations", **{k: k for k in (
     "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_completion_length", "seed")}}
+#: The sampling settings' defaults, the config's own (``sampling.*``): what a built-in rollout called without the
+#: trainer (a test, a notebook) samples with.
+SAMPLING_DEFAULTS = SamplingConfig()
 #: Names under which a sampling setting may appear in rollout/reward kwargs (each key's own and its aliases in the
 #: schema), mapped to the ``sampling.*`` key.
 SAMPLING_ALIASES: Dict[str, str] = aliases(SamplingConfig)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..user_code.signatures import raised_at
-from .contract import RolloutError
+from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
 from ..runs import names as rn
 from ..user_code.coroutines import run_coroutine
@@ -159,9 +159,10 @@ def _make_envs(env_class: Any, count: int, env_kwargs: Optional[Dict[str, Any]])
 
 
 def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows: Sequence[Dict[str, Any]],
-                        env: Any, n: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1,
-                        min_p: float = 0.0, repetition_penalty: float = 1.0, max_completion_length: int = 256,
-                        seed: Optional[int] = None, max_turns: int = 4, env_kwargs: Optional[Dict[str, Any]] = None,
+                        env: Any, n: int, temperature: float = D.temperature, top_p: float = D.top_p,
+                        top_k: int = D.top_k, min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
+                        max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
+                        max_turns: int = 4, env_kwargs: Optional[Dict[str, Any]] = None,
                         stop: Optional[Sequence[str]] = None, max_turn_tokens: Optional[int] = None,
                         base_dir: Optional[str] = None,
                         **_: Any) -> Dict[str, List[Any]]:

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Dict, List, Optional, Sequence
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.seeds import derive_seed
 from ..runs import names as rn
-from .contract import RolloutError
+from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler
 
 #: ``end_reason`` values (the per-completion extra) and what each means.
@@ -36,12 +36,12 @@ BUDGET_REASONS = ("budget_turn", "budget_reply")
 class Sampling:
     """Sampling settings of every turn (``max_tokens`` is set per turn from the remaining budget)."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: Optional[int] = None
+    temperature: float = D.temperature  # defaults: the config's (sampling.*)
+    top_p: float = D.top_p
+    top_k: int = D.top_k
+    min_p: float = D.min_p
+    repetition_penalty: float = D.repetition_penalty
+    seed: Optional[int] = D.seed
     stop: Optional[List[str]] = None
     max_turn_tokens: Optional[int] = None  # cap per turn (the remaining budget caps it too)
 

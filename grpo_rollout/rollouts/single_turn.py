@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
+from .contract import SAMPLING_DEFAULTS as D
 
-def single_turn(prompts: Sequence[Any], *, client: Any, n: int, temperature: float = 1.0, top_p: float = 1.0,
-                top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
-                max_completion_length: int = 256, seed: Optional[int] = None, **_: Any) -> Dict[str, List]:
+
+def single_turn(prompts: Sequence[Any], *, client: Any, n: int,
+                temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
+                min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
+                max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
+                **_: Any) -> Dict[str, List]:
     """Apply the chat template to chat prompts (strings are tokenized as they are) and sample ``n`` completions each.
 
     Returns the rollout contract's dict: ``prompt_ids`` (P lists), ``completion_ids`` and ``logprobs`` (P × n lists,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..runs import names as rn
-from .contract import RolloutError
+from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .kwargs_checks import check_bool, check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
 from .conversation import Conversation, as_messages, eos_ids_of, render
 from .episodes import run_multi_turn
@@ -147,9 +147,10 @@ class _ToolEpisode:
 
 
 def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, tools: Sequence[Any], n: int,
-                         temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0,
-                         repetition_penalty: float = 1.0, max_completion_length: int = 256,
-                         seed: Optional[int] = None, max_turns: int = 3, tool_timeout_s: Optional[float] = 10.0,
+                         temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
+                         min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
+                         max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
+                         max_turns: int = 3, tool_timeout_s: Optional[float] = 10.0,
                          tool_prompt: str = "auto", system_prompt: Optional[str] = None,
                          stop: Optional[Sequence[str]] = (CALL_CLOSE,), max_turn_tokens: Optional[int] = None,
                          parallel_tool_calls: bool = False, base_dir: Optional[str] = None,

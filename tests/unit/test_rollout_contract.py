@@ -218,3 +218,26 @@ def test_completion_not_a_list():
 def test_extra_of_wrong_length():
     with pytest.raises(RolloutError, match=r"extra `answers` has 4 values; expected 6 .* or 2"):
         check_rollout_output(_valid(answers=["a", "b", "c", "d"]), P, N)
+
+
+def test_the_built_in_rollouts_sample_with_the_configs_defaults_when_called_directly():
+    """The sampling settings are defined once (issue 29.1): a built-in rollout's keyword defaults and the multi-turn
+    ``Sampling`` are the schema's ``sampling.*`` defaults, every setting the contract passes."""
+    import dataclasses
+    import inspect
+
+    from grpo_rollout.config.schema import SamplingConfig
+    from grpo_rollout.rollouts.contract import SAMPLING_ARGS
+    from grpo_rollout.rollouts.environment import environment_rollout
+    from grpo_rollout.rollouts.episodes import Sampling
+    from grpo_rollout.rollouts.single_turn import single_turn
+    from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
+
+    config = SamplingConfig.model_fields
+    for rollout in (single_turn, tool_calling_rollout, environment_rollout):
+        params = inspect.signature(rollout).parameters
+        assert {arg: params[arg].default for arg in SAMPLING_ARGS if arg != "n"} == \
+            {arg: config[key].default for arg, key in SAMPLING_ARGS.items() if arg != "n"}, rollout.__name__
+    fields = {f.name: f.default for f in dataclasses.fields(Sampling)}
+    shared = [name for name in fields if name in config]
+    assert len(shared) == 6 and all(fields[name] == config[name].default for name in shared)
