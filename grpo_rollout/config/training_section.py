@@ -77,6 +77,14 @@ class TrainingConfig(Section):
     max_nonfinite_steps: int = setting(3, "Steps in a row with a NaN/inf loss or gradient before the run stops",
                                        ge=1)
     async_generation: bool = setting(False, "Generate step t+1 while step t trains (one step off-policy; needs vLLM)")
+    max_staleness: Optional[int] = setting(
+        None, "Streaming rollouts: groups roll out continuously, and each is trained at most this many weight versions "
+        "after the weights that sampled it (older: dropped, rolled again); 0 = synchronous steps; null = 0, or one "
+        "whole step ahead with async_generation. Needs vLLM", ge=0, le=64,
+        fix="e.g. 2 (4 for long-tailed multi-turn episodes); 0 = synchronous steps")
+    max_inflight_groups: Optional[int] = setting(
+        None, "Streaming: groups rolling out at once per training process; null = two steps' groups", ge=1,
+        fix="e.g. 2 × prompts_per_step")
     device: Device = setting("auto", "Where the trainer runs; auto = CUDA when available")
     logging_steps: int = setting(1, "Log metrics every N steps", ge=1)
     log_completions: int = setting(4, "Completions shown per logged step (best and worst of the first groups)", ge=0)
@@ -84,6 +92,22 @@ class TrainingConfig(Section):
         "off", "every, N or off: each step's token ids, masks and log-probs (for grpo-rollout inspect)",
         fix="e.g. every")
     seed: int = setting(42, "Seed of the prompt order and of the dry run's sampling")
+
+    def staleness(self) -> int:
+        """The staleness bound in effect: ``max_staleness``, else 1 with ``async_generation``, else 0."""
+        if self.max_staleness is not None:
+            return self.max_staleness
+        return 1 if self.async_generation else 0
+
+    @model_validator(mode="after")
+    def _one_async_key(self) -> "TrainingConfig":
+        if self.async_generation and self.max_staleness is not None:
+            raise PydanticCustomError("cross_key", "is set together with training.async_generation, which overlaps "
+                                      "exactly one whole step", {
+                                          "key": "max_staleness", "depends_on": ("async_generation", "max_staleness"),
+                                          "fix": "keep one: max_staleness (streaming groups; 1 is the closest to "
+                                                 "async_generation) or async_generation: true"})
+        return self
 
     @model_validator(mode="after")
     def _clip_range(self) -> "TrainingConfig":

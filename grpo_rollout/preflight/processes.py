@@ -49,6 +49,11 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
         _err(problems, "training.async_generation", True,
              "needs a vLLM server: with vllm.mode off the trainer's own model generates, and it cannot sample the "
              "next step while the same model is being updated", "use vllm.mode: spawn or attach, or set it to false")
+    if (t.max_staleness or 0) > 0 and v.mode == "off":
+        _err(problems, "training.max_staleness", t.max_staleness,
+             "streams rollouts while the trainer updates, which needs a vLLM server: with vllm.mode off the trainer's "
+             "own model generates, and it cannot sample while the same model is being updated",
+             "use vllm.mode: spawn or attach, or set training.max_staleness: 0", depends_on=("vllm.mode",))
     if v.weight_transfer == "nccl":
         import torch
 
@@ -72,6 +77,11 @@ def check_sleep(config: Config, problems: List[Problem]) -> None:
              "generates the next step's batch while the trainer computes, so it is never idle then",
              "set training.async_generation: false (memory first) or vllm.sleep_during_training: false (speed "
              "first)", depends_on=("training.async_generation",))
+    elif (t.max_staleness or 0) > 0:
+        _err(problems, "vllm.sleep_during_training", True, "cannot work with training.max_staleness > 0: the servers "
+             "keep rolling out groups while the trainer computes, so they are never idle then",
+             "set training.max_staleness: 0 (memory first) or vllm.sleep_during_training: false (speed first)",
+             depends_on=("training.max_staleness",))
     elif v.mode == "spawn":
         from ..generation.server.launch import expandable_segments, on_cpu
 

@@ -143,6 +143,14 @@ TIME_TRAINING = "time/training"
 TIME_SYNC = "time/sync"
 TIME_STEP = "time/step"
 TIME_SLEEP_WAKE = "time/sleep_wake"  # vllm.sleep_during_training: putting the servers to sleep and waking them
+TIME_WAITING_FOR_ROLLOUTS = "time/waiting_for_rollouts"  # streaming: the trainer idle, waiting for finished groups
+
+# -- streaming rollouts (training.max_staleness >= 1), per step -------------------------------------------------------
+STALENESS_MEAN = "async/staleness_mean"  # weight versions the trained groups were behind the trainer
+STALENESS_MAX = "async/staleness_max"
+GROUPS_DROPPED_STALE = "async/groups_dropped_stale"  # more than max_staleness behind: dropped and rolled again
+GROUPS_IN_FLIGHT = "async/groups_in_flight"  # rolling out when the step took its groups
+BUFFER_GROUPS = "async/buffer_groups"  # finished groups left for later steps
 
 # -- dynamic sampling ------------------------------------------------------------------------------------------------
 DS_ROUNDS = "dynamic_sampling/rounds"

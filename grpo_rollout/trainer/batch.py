@@ -100,6 +100,41 @@ class CompletionScores(RewardResult):
 
 
 @dataclass
+class StreamStats:
+    """What the stream did for one step.
+
+    Attributes:
+        staleness: versions each trained group was behind the trainer (oldest weights first).
+        dropped_stale: groups dropped since the last step for being more than ``k`` versions behind (rolled again).
+        dropped_no_signal: groups ``keep`` left out since the last step (``None``: no ``keep``). in_flight: groups running when the step
+        took its groups. buffered: finished groups left in the buffer after it. waited_s: seconds the trainer waited.
+    """
+
+    staleness: List[int]
+    dropped_stale: int = 0
+    dropped_no_signal: Optional[int] = None
+    in_flight: int = 0
+    buffered: int = 0
+    waited_s: float = 0.0
+
+    @staticmethod
+    def merge(parts: List["StreamStats"]) -> "StreamStats":
+        """Every rank's, as one: the groups' staleness together, counts summed, the longest wait."""
+        no_signal = [p.dropped_no_signal for p in parts if p.dropped_no_signal is not None]
+        return StreamStats([x for p in parts for x in p.staleness], sum(p.dropped_stale for p in parts),
+                           sum(no_signal) if no_signal else None, sum(p.in_flight for p in parts),
+                           sum(p.buffered for p in parts), max((p.waited_s for p in parts), default=0.0))
+
+    def metrics(self) -> Dict[str, float]:
+        """The step's ``async/*`` metrics and ``time/waiting_for_rollouts`` (one rank's)."""
+        out = {rn.STALENESS_MEAN: sum(self.staleness) / max(len(self.staleness), 1),
+               rn.STALENESS_MAX: max(self.staleness, default=0), rn.GROUPS_DROPPED_STALE: self.dropped_stale,
+               rn.GROUPS_IN_FLIGHT: self.in_flight, rn.BUFFER_GROUPS: self.buffered,
+               rn.TIME_WAITING_FOR_ROLLOUTS: self.waited_s}
+        return out if self.dropped_no_signal is None else {**out, rn.DS_GROUPS_DROPPED: self.dropped_no_signal}
+
+
+@dataclass
 class ScoredBatch:
     """One rank's completions of a step, grouped by prompt (``num_generations`` in a row), scored.
 
@@ -112,6 +147,8 @@ class ScoredBatch:
         advantages: ``(len,)`` float32, this batch's, added by :meth:`with_advantages` once the whole step's rewards
             are known (:meth:`.recipe.GRPORecipe.collect`). step_advantages: ``(every rank's len,)`` the whole step's,
             in rank order (what metrics and records report).
+        stream: with streaming rollouts, what the stream did for this step
+            (:class:`~.rollout.stream.StreamStats`: each group's staleness, drops, groups in flight, waiting).
     """
 
     rollout: RolloutOutput
@@ -120,6 +157,7 @@ class ScoredBatch:
     sampler_lag: int = 0
     advantages: Optional[torch.Tensor] = None
     step_advantages: Optional[torch.Tensor] = None
+    stream: Optional[StreamStats] = None
 
     def __len__(self) -> int:
         return len(self.rollout)

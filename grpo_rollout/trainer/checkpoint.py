@@ -27,7 +27,8 @@ class TrainerState:
         (``None`` with ``training.save_only_model``). optimizer_saved: whether it was. scheduler: the LR schedule's
         ``state_dict``. rng_by_rank: every process's RNG states (:func:`rng_state`). data_position: where the prompt
         order stood (``{"epoch", "offset"}``, :meth:`~.rollout.prompt_order.PromptOrder.position`). config: the run's
-        resolved YAML. world_size: processes that saved it.
+        resolved YAML. world_size: processes that saved it. stream_by_rank: with streaming rollouts, every
+        process's place in its prompt sequence (:meth:`~.rollout.stage.RolloutStage.stream_state`), else ``None``.
     """
 
     step: int
@@ -38,6 +39,7 @@ class TrainerState:
     data_position: Optional[Dict[str, int]] = None
     config: str = ""
     world_size: int = 1
+    stream_by_rank: Optional[List[Dict[str, Any]]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         """The dict written to :data:`STATE_FILE` (shallow: tensors are not copied)."""
@@ -49,7 +51,7 @@ class TrainerState:
         return TrainerState(int(state["step"]), state.get("optimizer"),
                             state.get("optimizer_saved", state.get("optimizer") is not None), state["scheduler"],
                             state.get("rng_by_rank") or [state["rng"]], state.get("data_position"),
-                            state.get("config", ""), int(state.get("world_size", 1)))
+                            state.get("config", ""), int(state.get("world_size", 1)), state.get("stream_by_rank"))
 
     def without_optimizer(self) -> "TrainerState":
         """The same, less the (large) optimizer state: what every process needs."""

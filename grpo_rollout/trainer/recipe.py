@@ -50,7 +50,7 @@ from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
 from ..runs.completion import CompletionRecord
 from ..runs.names import CONFIG_FILE
 from .update.objective import group_advantages
-from .batch import CompletionScores, ScoredBatch, StepTimes
+from .batch import CompletionScores, ScoredBatch, StepTimes, StreamStats
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist
 from .rollout.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
@@ -154,7 +154,7 @@ class GRPORecipe:
             with whole_weights(self.policy) if stage.client.shares_weights else nullcontext():
                 batch = first = stage.collect(step, version)
                 times.generated = max(batch.generated_at, times.start)  # made in the background: no wait
-                if t.dynamic_sampling.enabled:
+                if t.dynamic_sampling.enabled and batch.stream is None:  # streaming drops them as they arrive
                     batch, counts = keep_groups_with_signal(
                         step, batch, stage.prompt_order.indices(step), partial(stage.refill, step, version),
                         num_generations=cfg.sampling.num_generations, max_rounds=t.dynamic_sampling.max_rounds,
@@ -219,6 +219,8 @@ class GRPORecipe:
         lag = None if self.rollouts.client.shares_weights else batch.sampler_lag
         metrics, records = step_metrics(whole, batch.step_advantages, result, times, g, lag)
         memory = {k: max(v) for k, v in _by_key(dist.gather(memory_metrics(dist.device))).items()}  # the largest rank
+        if batch.stream is not None:
+            metrics.update(StreamStats.merge(dist.gather(batch.stream)).metrics())
         return {**metrics, **(refill.metrics() if refill is not None else {}), **memory}, records
 
     def evaluate(self, done: int) -> EvalResult:
@@ -257,10 +259,12 @@ class GRPORecipe:
                 save_merged_model(self.policy.lm, folder / MERGED_DIR, self.tokenizer)
         optimizer = None if t.save_only_model else optimizer_state(self.policy, self.optimizer, dist)
         rngs = dist.gather(rng_state())
+        streams = dist.gather(self.rollouts.stream_state())
         path = None
         if dist.is_main:
             state = TrainerState(step, optimizer, not t.save_only_model, self.scheduler.state_dict(), rngs,
-                                 self.rollouts.prompt_order.position(step), to_yaml(self.cfg), dist.world_size)
+                                 self.rollouts.prompt_order.position(step), to_yaml(self.cfg), dist.world_size,
+                                 None if streams[0] is None else streams)
             path = save_checkpoint(self.output_dir, step, self.policy.lm, self.tokenizer, state, weights=weights,
                                    keep=t.save_total_limit, extra=extra)
         return dist.broadcast(path)

@@ -157,7 +157,7 @@ def restore(state: Optional[TrainerState], policy: CompletionLogprobs, optimizer
     scheduler.load_state_dict(small.scheduler)
     continue_schedule(optimizer, scheduler, config, small.step, say)
     if small.data_position is not None:  # the next prompt after the saved run's last one
-        prompt_order.continue_from(small.step, small.data_position)
+        prompt_order.continue_from(small.step, small.data_position, small.stream_by_rank)
     rngs = small.rng_by_rank
     if len(rngs) == dist.world_size:
         restore_rng(rngs[dist.rank])

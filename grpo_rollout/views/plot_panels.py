@@ -3,7 +3,8 @@
 
 A :class:`Panel` names the metrics it draws; :data:`DEFAULT_PANELS` is the default figure, top to bottom: reward,
 the held-out evaluation (pass@k, its reward), completion length, truncation, KL, clipping, sampler drift, tool success, multi-turn episodes (turns; how episodes
-ended: done, ``max_turns``, cut by the token budget), memory and time per step.
+ended: done, ``max_turns``, cut by the token budget), streaming rollouts (staleness, drops), memory and time per step,
+and the trainer's wait for streamed groups.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Panel:
     """One Axes: a title, a y-label, the metric keys it draws (chosen from the keys any run has), an optional
     ``(mean, std)`` pair drawn as a band, fixed y-limits, a log scale when every value is positive, a note shown
     when every value is exactly 0 (the usual reason why), and one added to the title when a point at step 0 is
-    drawn (what step 0 means there)."""
+    drawn (what step 0 means there); ``only_when``: the setting without which a run logs none of its metrics."""
 
     title: str
     ylabel: str
@@ -38,6 +39,7 @@ class Panel:
     log_if_positive: bool = False
     zero_note: Optional[str] = None
     step0_note: Optional[str] = None
+    only_when: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,15 @@ DEFAULT_PANELS: List[Panel] = [
           zero_note="no episode was cut by sampling.max_completion_length"),
     Panel("Multi-turn: turns cut by max_turn_tokens (unfinished answers)", f"{rn.TURNS_CAPPED} (turns)",
           fixed(rn.TURNS_CAPPED), zero_note="no sampled turn was cut by max_turn_tokens"),
+    Panel("Streaming rollouts: versions behind (mean, max) and groups dropped as stale", "async/*",
+          fixed(rn.STALENESS_MEAN, rn.STALENESS_MAX, rn.GROUPS_DROPPED_STALE),
+          only_when="training.max_staleness >= 1"),
     Panel("Memory: the trainer's resident set (now, peak) and CUDA's peak of the step", "memory/* (GiB)",
           _memory_keys),
     Panel("Time per step, by phase", "time/* (seconds)",
           fixed(rn.TIME_GENERATION, rn.TIME_REWARDS, rn.TIME_TRAINING, rn.TIME_SYNC)),
+    Panel("Streaming rollouts: the trainer waiting for finished groups", "time/* (seconds)",
+          fixed(rn.TIME_WAITING_FOR_ROLLOUTS), only_when="training.max_staleness >= 1"),
 ]
 
 

@@ -55,6 +55,8 @@ RANGE_CASES = {
     "training.logging_steps": ([0], [1]),
     "training.log_completions": ([-1], [0, 4]),
     "training.logprob_chunk_size": ([0], [1, 1024]),
+    "training.max_staleness": ([-1, 65], [None, 0, 1, 64]),
+    "training.max_inflight_groups": ([0], [None, 1, 16]),
     "vllm.port": ([-1, 65536], [0, 8000, 65535]),
     "vllm.max_model_len": ([0], [None, 1, 2048]),
     "vllm.gpu_memory_utilization": ([0.0, 1.01], [0.1, 1.0]),

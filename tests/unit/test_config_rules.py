@@ -243,3 +243,26 @@ def test_flagged_matches_whole_keys_and_what_lies_under_them():
     assert not flagged(problems, ["rewards[1]"]) and not flagged(problems, ["rewards[0].func"])
     assert not flagged(problems, ["sampling.top_p"])  # a warning is not an error
     assert not flagged(problems, [])
+
+
+def test_streaming_rollouts_need_a_server_and_an_awake_one_and_one_async_key(tmp_path):
+    """Issue 30: training.max_staleness >= 1 streams while the trainer updates."""
+    from grpo_rollout.config import config_from_dict
+    from grpo_rollout.config.ranges import check_values
+    from grpo_rollout.preflight.processes import check_sleep
+
+    problems = []
+    check_processes(make(training__max_staleness=2, vllm__mode="off"), problems, 1)
+    [p] = [p for p in problems if p.key == "training.max_staleness"]
+    assert "needs a vLLM server" in p.message and "training.max_staleness: 0" in p.fix
+    for k, mode in ((0, "off"), (2, "spawn"), (None, "off")):
+        problems = []
+        check_processes(make(training__max_staleness=k, vllm__mode=mode), problems, 1)
+        assert not problems, (k, mode)
+    problems = []
+    check_sleep(make(training__max_staleness=1, vllm__mode="attach", vllm__sleep_during_training=True), problems)
+    [p] = problems
+    assert p.key == "vllm.sleep_during_training" and "never idle" in p.message
+    config, _ = config_from_dict({"training": {"async_generation": True, "max_staleness": 2}})
+    [p] = run(check_values, config)
+    assert p.key == "training.max_staleness" and "keep one" in p.fix

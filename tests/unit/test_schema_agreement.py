@@ -50,6 +50,8 @@ EXPECTED_RANGES: Dict[str, Dict[str, float]] = {
     "training.max_nonfinite_steps": {"ge": 1},
     "training.logging_steps": {"ge": 1},
     "training.log_completions": {"ge": 0},
+    "training.max_staleness": {"ge": 0, "le": 64},
+    "training.max_inflight_groups": {"ge": 1},
     "evaluation.every_steps": {"ge": 0},
     "evaluation.num_generations": {"ge": 1},
     "evaluation.temperature": {"ge": 0},

@@ -169,6 +169,13 @@ class RichReporter:
         if rn.TOOL_CALLS in metrics:
             extra.append(f"tool calls={_fmt(metrics[rn.TOOL_CALLS], '{:.0f}')} "
                          f"ok={_fmt(metrics.get(rn.TOOL_SUCCESS_RATE), '{:.0%}')}")
+        if rn.STALENESS_MAX in metrics:  # streaming rollouts
+            extra.append(f"staleness={_fmt(metrics[rn.STALENESS_MEAN], '{:.1f}')}/"
+                         f"{_fmt(metrics[rn.STALENESS_MAX], '{:.0f}')} dropped stale="
+                         f"{_fmt(metrics.get(rn.GROUPS_DROPPED_STALE), '{:.0f}')} in flight="
+                         f"{_fmt(metrics.get(rn.GROUPS_IN_FLIGHT), '{:.0f}')} buffered="
+                         f"{_fmt(metrics.get(rn.BUFFER_GROUPS), '{:.0f}')} waited="
+                         f"{_fmt(metrics.get(rn.TIME_WAITING_FOR_ROLLOUTS), '{:.1f}')} s")
         if rn.SAMPLER_LOGPROB_ABS_DIFF in metrics:
             extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics[rn.SAMPLER_LOGPROB_ABS_DIFF], '{:.2e}')}")
         if per_fn or extra:

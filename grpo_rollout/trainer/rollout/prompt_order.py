@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import List
+from typing import List, Optional
 
 
 class PromptOrder:
@@ -24,10 +24,14 @@ class PromptOrder:
         self.num_rows, self.per_step, self.seed, self.shuffle = num_rows, prompts_per_step, seed, shuffle
         self._epochs: dict[int, List[int]] = {}
         self._origin_step, self._origin_position = 0, 0
+        #: streaming rollouts: every rank's place in its prompt sequence at the checkpoint resumed from
+        #: (:meth:`~.stage.RolloutStage.stream_state`), or ``None``
+        self.resumed_stream: Optional[List[dict]] = None
 
-    def continue_from(self, step: int, position: dict) -> None:
+    def continue_from(self, step: int, position: dict, stream: Optional[List[dict]] = None) -> None:
         """Make step ``step`` start at ``position`` (from :meth:`position` of the run that saved it, under any
-        ``prompts_per_step``)."""
+        ``prompts_per_step``); ``stream``: the saved run's streaming state, if it streamed."""
+        self.resumed_stream = stream
         self._origin_step = step
         self._origin_position = int(position["epoch"]) * self.num_rows + int(position["offset"])
 
@@ -35,12 +39,14 @@ class PromptOrder:
         return self._origin_position + (step - self._origin_step) * self.per_step
 
     def _epoch(self, epoch: int) -> List[int]:
-        if epoch not in self._epochs:
-            order = list(range(self.num_rows))
-            if self.shuffle:
-                random.Random(self.seed + epoch).shuffle(order)
-            self._epochs = {epoch: order}  # keep only the current epoch
-        return self._epochs[epoch]
+        kept = self._epochs  # one read: streaming workers call this from several threads
+        if epoch in kept:
+            return kept[epoch]
+        order = list(range(self.num_rows))
+        if self.shuffle:
+            random.Random(self.seed + epoch).shuffle(order)
+        self._epochs = {epoch: order}  # keep only the current epoch
+        return order
 
     def indices(self, step: int) -> List[int]:
         """Row indices of step ``step`` (0-based)."""

@@ -8,7 +8,8 @@ checks the result against the contract) and scores every completion
 
 With ``training.async_generation`` the next step's rollout starts in the background before this step trains (one
 step off-policy), and each batch carries the weight version that sampled it: a batch further behind than expected
-stops the run (:func:`~.versions.version_lag_problem`).
+stops the run (:func:`~.versions.version_lag_problem`). With ``training.max_staleness`` ≥ 1 the groups stream
+instead (:mod:`.stream`): each group is its own rollout call, and a step takes the groups that finished.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config
 from ...user_code.resolve import resolve_callable
 from ...data import load_section
+from ...generation.seeds import derive_seed
 from ...generation.versions import record_versions
 from ...rewards.calling import RewardFunction, compute_rewards, unique_names
 from ...rollouts import builtin_rollout
@@ -29,8 +31,10 @@ from ...rollouts.contract import SAMPLING_ARGS
 from ..batch import CompletionScores, ScoredBatch
 from ..parallel.distributed import Dist
 from ..guards import StaleWeightsError
+from .dynamic_sampling import groups_with_signal
 from .prompt_order import PromptOrder
 from .stats import shown_prompts, truncated_flags
+from .stream import GroupStream
 from .versions import version_lag_problem
 
 
@@ -59,6 +63,8 @@ class RolloutStage:
         self.vocab_size = 0
         self.background = None
         self.pending: Dict[int, Any] = {}  # async_generation: the next step's batch, being made in the background
+        self.stream: Optional[GroupStream] = None  # max_staleness >= 1: the groups rolling out
+        self.version = 0  # the trainer's weight version, as of the last collect
 
     def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int) -> None:
         """Add what needs the model: the generation client, the tokenizer, its end-of-sequence ids and vocabulary
@@ -130,6 +136,9 @@ class RolloutStage:
             StaleWeightsError: the batch was sampled with older weights than expected (or newer: another trainer).
         """
         t = self.cfg.training
+        self.version = version
+        if (t.max_staleness or 0) > 0:
+            return self.from_stream(step, version)
         if not t.async_generation:
             return self.checked_version(step, self.generate_and_score(step, self.my_rows(step), None, version),
                                         version, allowed=0)
@@ -145,6 +154,65 @@ class RolloutStage:
             self.pending[step + 1] = self.background.submit(self.generate_and_score, step + 1,
                                                             self.my_rows(step + 1), None, version)
         return self.checked_version(step, batch, version, allowed=1)
+
+    # -- streaming (training.max_staleness >= 1) ---------------------------------------------------------------------
+    def from_stream(self, step: int, version: int) -> ScoredBatch:
+        """This rank's groups of step ``step`` (0-based), taken from the stream (opened on the first call): every one
+        at most ``max_staleness`` versions behind ``version``; ``sampler_lag`` is the largest lag, ``stream`` what the
+        stream did.
+
+        Raises:
+            StaleWeightsError: a group was sampled with newer weights than the trainer's (another trainer).
+            RolloutError / RewardError: a group's rollout or reward failed (no group starts after it).
+        """
+        if self.stream is None:
+            self.stream = self.open_stream(step)
+        groups, stats = self.stream.take(version)
+        for group in groups:
+            problem = version_lag_problem(step, group.rollout.weight_version, version, self.cfg.training.max_staleness)
+            if problem:
+                raise StaleWeightsError(problem)
+        batch = ScoredBatch.concat(groups)
+        return replace(batch, generated_at=time.perf_counter(), sampler_lag=max(stats.staleness, default=0),
+                       stream=stats)
+
+    def open_stream(self, step: int) -> GroupStream:
+        """The stream of this rank's groups from step ``step`` on (after a resume: from where the saved run's stream
+        stood, when it had as many processes and prompts per step)."""
+        t = self.cfg.training
+        share = t.prompts_per_step // self.dist.world_size
+        start, used = step * share, ()
+        saved = self.prompt_order.resumed_stream  # every rank's stream_state() at the checkpoint
+        if saved and len(saved) == self.dist.world_size and all(r["groups_per_step"] == share for r in saved):
+            start, used = saved[self.dist.rank]["first_unused"], saved[self.dist.rank]["used"]
+        g = self.cfg.sampling.num_generations
+        keep = (lambda batch: bool(groups_with_signal(batch.scores.rewards, g))) if t.dynamic_sampling.enabled \
+            else None
+        return GroupStream(self.roll_group, self.position_row, groups_per_step=share,
+                           max_staleness=t.max_staleness, max_inflight=t.max_inflight_groups or 2 * share,
+                           start=start, used=tuple(used), keep=keep)
+
+    def position_row(self, position: int) -> Tuple[int, Dict[str, Any]]:
+        """Position ``position`` of this rank's prompt sequence: the step it belongs to and its dataset row (this
+        rank's share of each step's prompts, step after step)."""
+        share = self.cfg.training.prompts_per_step // self.dist.world_size
+        step = position // share
+        return step, self.dataset[self.prompt_order.indices(step)[self.dist.rank * share + position % share]]
+
+    def roll_group(self, step: int, row: Dict[str, Any], attempt: int) -> ScoredBatch:
+        """One group: ``row``'s rollout and rewards, seeded as step ``step``'s (a group rolled again, ``attempt``
+        ≥ 1, gets another seed)."""
+        sampling = self.sampling_kwargs(step)
+        if attempt and sampling["seed"] is not None:
+            sampling["seed"] = derive_seed(sampling["seed"], "attempt", attempt)
+        return self.generate_and_score(step, [row], sampling, self.version)
+
+    def stream_state(self) -> Optional[Dict[str, Any]]:
+        """This rank's place in its prompt sequence for a checkpoint (``None`` without a stream)."""
+        if self.stream is None:
+            return None
+        share = self.cfg.training.prompts_per_step // self.dist.world_size
+        return {"groups_per_step": share, **self.stream.state()}
 
     def refill(self, step: int, version: int, indices: Sequence[int]) -> Optional[ScoredBatch]:
         """Dynamic sampling's extra round: this rank's share of the dataset rows ``indices``, rolled out and scored
@@ -170,5 +238,7 @@ class RolloutStage:
         """Stop the background rollout, then the generation client (and any server it spawned)."""
         if self.background is not None:
             self.background.shutdown(wait=False, cancel_futures=True)
+        if self.stream is not None:
+            self.stream.close()
         if self.client is not None:
             self.client.close()

@@ -1,0 +1,175 @@
+"""Streaming rollouts (``training.max_staleness: k`` ≥ 1): groups roll out continuously, the trainer takes finished ones.
+
+A step of the synchronous trainer waits for its slowest episode, and the servers wait while it trains. Here each
+*group* (one prompt's ``num_generations`` episodes) is its own rollout call, run on its own worker thread, up to
+``max_inflight`` at once; a finished, scored group goes into a buffer, and each step takes ``groups_per_step`` of
+them, the oldest weights first. A slow episode no longer holds up a step: the step trains on groups that finished, and
+the slow one joins a later step, if it is still fresh enough.
+
+The bound (AReaL's bounded staleness, Fu et al. 2025, arXiv:2505.24298; prime-rl's ``max_off_policy_steps``): a
+group sampled with weight version ``v`` (the oldest version any of its answers carried) is trained at version
+``current`` only when ``current - v <= k``. An older one is dropped and its prompt rolled out again (both counted).
+Groups in flight, buffered, or taken by the trainer at its current version are at most ``(k + 1) ×
+groups_per_step`` (the groups the next ``k + 1`` steps train), so a group that finishes in time is never dropped; the sampler correction (``training.sampler_correction``) weighs every token by what sampled it.
+
+Prompt order: this rank's prompts are a sequence of *positions* (``row_at(position)`` gives the step a position
+belongs to and its dataset row). Groups start in position order, a dropped one goes back to the front of the queue,
+and every position is trained once (or, with ``keep`` returning False, e.g. dynamic sampling's groups without reward
+variance, left out once). :meth:`GroupStream.state` names the first position not yet used and the used ones after it,
+so a resumed run rolls out again exactly what was in flight or buffered at its checkpoint.
+
+Threads: a plain ``def`` rollout runs on the worker thread; an ``async def`` one runs to completion on an event loop
+of that thread (:func:`~grpo_rollout.user_code.coroutines.run_coroutine`). Workers are daemon threads, so an
+interrupted run exits without waiting for episodes still running.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+
+from ..batch import ScoredBatch, StreamStats
+
+#: ``roll(step, row, attempt)``: one group's scored batch (``attempt``: 0, then 1, 2, ... for a prompt rolled again).
+Roll = Callable[[int, Dict[str, Any], int], ScoredBatch]
+
+
+@dataclass(order=True)
+class _Finished:
+    version: int
+    position: int
+    batch: ScoredBatch = field(compare=False)
+    attempt: int = field(compare=False, default=0)
+
+
+class GroupStream:
+    """Keeps up to ``max_inflight`` groups rolling out and hands finished ones to the trainer.
+
+    Args:
+        roll: rolls out and scores one group (see :data:`Roll`); raises what the rollout or a reward raised.
+        row_at: ``position → (step, row)`` (the step the position belongs to: its seed; the dataset row).
+        groups_per_step: groups one step takes (this rank's share of ``training.prompts_per_step``).
+        max_staleness: ``k``, versions a group may be behind the trainer's weights when it is trained (≥ 1).
+        max_inflight: groups rolling out at once. start: the first position. used: positions after ``start``
+            already used (a resumed run's :meth:`state`). keep: whether a finished group is trained (``False``: left
+            out and counted, e.g. no reward variance); default keeps all.
+    """
+
+    def __init__(self, roll: Roll, row_at: Callable[[int], Tuple[int, Dict[str, Any]]], *, groups_per_step: int,
+                 max_staleness: int, max_inflight: int, start: int = 0, used: Tuple[int, ...] = (),
+                 keep: Optional[Callable[[ScoredBatch], bool]] = None):
+        self.roll, self.row_at, self.keep = roll, row_at, keep
+        self.per_step, self.k, self.max_inflight = groups_per_step, max_staleness, max_inflight
+        self.cap = (max_staleness + 1) * groups_per_step  # in flight + buffered
+        self._next, self._used = start, set(used)
+        self._frontier = start
+        self._again: Deque[Tuple[int, int]] = deque()  # (position, attempt) to roll out before new positions
+        self._running: Set[int] = set()
+        self._buffer: List[_Finished] = []
+        self._error: Optional[BaseException] = None
+        self._dropped_stale = self._dropped_no_signal = 0
+        self._version, self._taken_at_version = None, 0  # the trainer's version, and groups it took at it
+        self._cond = threading.Condition()
+        self._closed = False
+
+    # -- producing --------------------------------------------------------------------------------------------------
+    def _next_position(self) -> Tuple[int, int]:
+        if self._again:
+            return self._again.popleft()
+        while self._next in self._used:  # used before a resume
+            self._next += 1
+        self._next += 1
+        return self._next - 1, 0
+
+    def _fill(self) -> None:
+        """Start groups while there is room (call holding the lock)."""
+        while (not self._closed and self._error is None and len(self._running) < self.max_inflight
+               and len(self._running) + len(self._buffer) + self._taken_at_version < self.cap):
+            position, attempt = self._next_position()
+            self._running.add(position)
+            threading.Thread(target=self._run, args=(position, attempt), daemon=True,
+                             name=f"grpo-rollout-group-{position}").start()
+
+    def _run(self, position: int, attempt: int) -> None:
+        try:
+            step, row = self.row_at(position)
+            batch = self.roll(step, row, attempt)
+            kept = self.keep is None or self.keep(batch)
+        except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops the run naming it
+            with self._cond:
+                self._running.discard(position)
+                self._error = self._error or exc
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self._running.discard(position)
+            if kept:
+                version = batch.rollout.weight_version
+                self._buffer.append(_Finished(-1 if version is None else version, position, batch, attempt))
+            else:
+                self._dropped_no_signal += 1
+                self._mark_used(position)
+            self._fill()
+            self._cond.notify_all()
+
+    def _mark_used(self, position: int) -> None:
+        self._used.add(position)
+        while self._frontier in self._used:
+            self._used.discard(self._frontier)
+            self._frontier += 1
+
+    # -- consuming --------------------------------------------------------------------------------------------------
+    def take(self, version: int) -> Tuple[List[ScoredBatch], StreamStats]:
+        """Wait for ``groups_per_step`` groups at most ``k`` versions behind ``version`` (the trainer's weights) and
+        take them, oldest weights first; older ones are dropped and rolled again.
+
+        Raises:
+            whatever a rollout or reward raised (the first one; no group is started after it).
+        """
+        start = time.perf_counter()
+        taken: List[_Finished] = []
+        with self._cond:
+            if version != self._version:  # the weights moved on: the groups taken at the old version leave the cap
+                self._version, self._taken_at_version = version, 0
+            self._fill()
+            in_flight = len(self._running)
+            while len(taken) < self.per_step:
+                if self._error is not None:
+                    raise self._error
+                self._drop_stale(version)
+                if self._buffer:
+                    self._buffer.sort()
+                    taken.append(self._buffer.pop(0))
+                    self._taken_at_version += 1
+                    self._mark_used(taken[-1].position)
+                    continue
+                self._fill()
+                self._cond.wait(timeout=1.0)
+            self._fill()
+            stats = StreamStats([0 if f.version < 0 else version - f.version for f in taken], self._dropped_stale,
+                                None if self.keep is None else self._dropped_no_signal, in_flight, len(self._buffer), time.perf_counter() - start)
+            self._dropped_stale = self._dropped_no_signal = 0
+        return [f.batch for f in taken], stats
+
+    def _drop_stale(self, version: int) -> None:
+        """Put the buffered groups more than ``k`` versions behind back in the queue (holding the lock)."""
+        stale = [f for f in self._buffer if f.version >= 0 and version - f.version > self.k]
+        for f in sorted(stale):
+            self._buffer.remove(f)
+            self._again.append((f.position, f.attempt + 1))
+            self._dropped_stale += 1
+
+    def state(self) -> Dict[str, Any]:
+        """Where this rank's prompt sequence stands: ``first_unused`` (every earlier position was trained or left
+        out) and ``used`` (the later ones that were); running and buffered groups count as unused."""
+        with self._cond:
+            return {"first_unused": self._frontier, "used": sorted(self._used)}
+
+    def close(self) -> None:
+        """Start no more groups (running ones end on their daemon threads, their results unused)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

@@ -1,0 +1,132 @@
+"""The group stream (training.max_staleness >= 1, grpo_rollout/trainer/rollout/stream.py) with scripted latencies: a
+"server" whose weight version the test's "trainer" loop advances after every step, and groups that sleep a set time.
+Checked: every trained group's age <= k, drops of stale groups and their counts, each prompt trained once, a resume
+from the stream's state, groups left out by ``keep``, a rollout that raises."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from grpo_rollout.trainer.batch import StreamStats
+from grpo_rollout.trainer.rollout.stream import GroupStream
+
+
+class Scripted:
+    """Groups of position p sleep ``latency(p, attempt)`` seconds and are stamped with the server's version at their
+    start (as a vLLM answer is); every call is noted."""
+
+    def __init__(self, latency, fail_at=None):
+        self.latency, self.fail_at, self.version = latency, fail_at, 1
+        self.calls, self.lock = [], threading.Lock()
+
+    def roll(self, step, row, attempt):
+        with self.lock:
+            started = self.version
+            self.calls.append((row, attempt))
+        if row == self.fail_at:
+            raise ValueError(f"rollout broke on row {row}")
+        time.sleep(self.latency(row, attempt))
+        return SimpleNamespace(rollout=SimpleNamespace(weight_version=started), row=row, step=step,
+                               rewards=[float(row % 3 == 0)] * 2)
+
+
+def _train(stream, server, steps):
+    """The trainer's side: take a step's groups at the server's version, then "sync" (the version goes up)."""
+    taken, stats = [], []
+    for _ in range(steps):
+        groups, s = stream.take(server.version)
+        taken.append([g.row for g in groups])
+        stats.append(s)
+        time.sleep(0.01)  # the update
+        with server.lock:
+            server.version += 1
+    return taken, stats
+
+
+def _stream(server, k, per_step=4, **kw):
+    return GroupStream(server.roll, lambda p: (p // per_step, p), groups_per_step=per_step, max_staleness=k,
+                       max_inflight=kw.pop("max_inflight", 2 * per_step), **kw)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_every_trained_group_is_at_most_k_versions_behind_and_each_prompt_is_trained_once(k):
+    # a long tail: every 7th group takes 15 times as long as the others
+    server = Scripted(lambda row, attempt: 0.3 if row % 7 == 3 and attempt == 0 else 0.02)
+    stream = _stream(server, k)
+    taken, stats = _train(stream, server, 8)
+    stream.close()
+    assert all(len(step) == 4 for step in taken)
+    assert all(0 <= age <= k for s in stats for age in s.staleness)
+    rows = [r for step in taken for r in step]
+    assert len(rows) == len(set(rows)) == 32  # none twice
+    state = stream.state()
+    assert set(range(state["first_unused"])) | set(state["used"]) == set(rows)  # none skipped below the frontier
+    # the slow group did not hold its step up: the step trained the next prompt instead
+    assert 3 not in taken[0]
+
+
+def test_a_group_older_than_k_is_dropped_counted_and_rolled_again_with_another_attempt():
+    # row 1's first attempt takes as long as several steps; rolled again it is quick
+    server = Scripted(lambda row, attempt: 0.25 if row == 1 and attempt == 0 else 0.01)
+    stream = _stream(server, 1, per_step=2, max_inflight=2)
+    taken, stats = _train(stream, server, 30)
+    stream.close()
+    assert sum(s.dropped_stale for s in stats) >= 1
+    assert (1, 1) in server.calls  # rolled again, as attempt 1
+    rows = [r for step in taken for r in step]
+    assert rows.count(1) == 1 and len(rows) == len(set(rows))
+    assert all(age <= 1 for s in stats for age in s.staleness)
+
+
+def test_a_resumed_stream_rolls_out_exactly_what_was_not_trained():
+    server = Scripted(lambda row, attempt: 0.25 if row == 2 else 0.01)
+    first = _stream(server, 2)
+    taken, _ = _train(first, server, 3)
+    state = first.state()
+    first.close()
+    before = {r for step in taken for r in step}
+    assert 2 not in before and state["first_unused"] == 2  # the slow group was still running at the checkpoint
+    calls_before = len(server.calls)
+    second = _stream(server, 2, start=state["first_unused"], used=tuple(state["used"]))
+    after, _ = _train(second, server, 3)
+    frontier = second.state()["first_unused"]
+    second.close()
+    rows_after = [r for step in after for r in step]
+    assert not before & set(rows_after) and len(rows_after) == len(set(rows_after))  # none twice across the resume
+    assert set(range(frontier)) <= before | set(rows_after)  # none skipped: in flight or buffered ones rolled again
+    assert (2, 0) in server.calls[calls_before:]  # the group running at the checkpoint is rolled out again
+
+
+def test_groups_that_keep_refuses_are_left_out_once_and_counted():
+    server = Scripted(lambda row, attempt: 0.01)
+    stream = _stream(server, 2, keep=lambda batch: batch.row % 3 != 0)  # e.g. no reward variance
+    taken, stats = _train(stream, server, 4)
+    stream.close()
+    rows = [r for step in taken for r in step]
+    assert all(r % 3 != 0 for r in rows) and len(rows) == len(set(rows)) == 16
+    assert sum(s.dropped_no_signal for s in stats) >= 5  # rows 0, 3, 6, ... below the last trained one
+    assert [a for _, a in server.calls].count(1) == 0  # never rolled again
+    assert StreamStats.merge(stats).metrics()["dynamic_sampling/groups_dropped"] == sum(s.dropped_no_signal
+                                                                                         for s in stats)
+
+
+def test_a_rollout_that_raises_stops_the_step_with_its_error_and_no_group_starts_after_it():
+    server = Scripted(lambda row, attempt: 0.01, fail_at=5)
+    stream = _stream(server, 1, per_step=2, max_inflight=2)
+    with pytest.raises(ValueError, match="rollout broke on row 5"):
+        _train(stream, server, 10)
+    started = len(server.calls)
+    time.sleep(0.1)
+    assert len(server.calls) == started
+    stream.close()
+
+
+def test_the_step_metrics_of_several_ranks():
+    merged = StreamStats.merge([StreamStats([0, 1], 1, None, 3, 2, 0.5), StreamStats([2, 1], 0, None, 1, 0, 1.5)])
+    assert merged.metrics() == {"async/staleness_mean": 1.0, "async/staleness_max": 2, "async/groups_dropped_stale": 1,
+                                "async/groups_in_flight": 4, "async/buffer_groups": 2,
+                                "time/waiting_for_rollouts": 1.5}
