@@ -33,8 +33,8 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     try:
         result = fn(list(prompts), **kwargs)
-        if inspect.isawaitable(result):  # an `async def` rollout: run it to completion here
-            result = run_coroutine(result)
+        if inspect.isawaitable(result):  # an `async def` rollout: to completion here (streaming: on the shared loop)
+            result = run_coroutine(result, shared=True)
     except (RolloutError, ServerError):  # a dead or refusing server is not the rollout's fault: say so as it is
         raise
     except (Exception, SystemExit) as exc:  # SystemExit too: the user's code calling sys.exit() is its failure

@@ -14,7 +14,7 @@ A step's completions leave the trainer in four shapes, each built from these rec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import names as rn
 
@@ -33,6 +33,7 @@ class CompletionRecord:
         rewards: each reward function's value (name → value; ``nan`` where a function returned ``None``).
         advantage: its group-relative advantage (``None`` before advantages are computed, e.g. in a dry run or an
             evaluation). truncated: cut by ``sampling.max_completion_length``. extras: the rollout's extras for it.
+        weight_versions: the oldest and newest weight version that sampled it (``None``: unknown, shared weights).
     """
 
     prompt: Any
@@ -42,6 +43,7 @@ class CompletionRecord:
     advantage: Optional[float] = None
     truncated: bool = False
     extras: Dict[str, Any] = field(default_factory=dict)
+    weight_versions: Optional[Tuple[int, int]] = None
 
     def sample_row(self) -> Dict[str, Any]:
         """The training sample's columns (console and ``completions.jsonl``): prompt, completion, reward, one

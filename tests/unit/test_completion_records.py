@@ -21,15 +21,26 @@ def _scores() -> CompletionScores:
                             texts=["a", "b", "c", "d"], lengths=[3, 4, 5, 6], truncated=[False, True, False, False],
                             extras={rn.NUM_TURNS_EXTRA: [2, 3, None, None], rn.END_REASON_EXTRA: ["done", "budget",
                                                                                                  None, None],
-                                    "score": [0.1, 0.2, 0.3, 0.4]})
+                                    "score": [0.1, 0.2, 0.3, 0.4]},
+                            weight_versions=[(2, 3), (2, 3), (3, 3), (3, 3)])
 
 
 def test_records_hold_each_completions_values_in_order():
+    """(and the weight versions that sampled each, issue 30: selected and merged with the completions)"""
     records = _scores().records(torch.tensor([0.7, -0.7, 0.5, -0.5]).tolist())
     assert records[1] == CompletionRecord(prompt="p0", completion="b", reward=0.0, rewards={"fmt": 0.0},
                                           advantage=-0.699999988079071, truncated=True,
-                                          extras={rn.NUM_TURNS_EXTRA: 3, rn.END_REASON_EXTRA: "budget", "score": 0.2})
+                                          extras={rn.NUM_TURNS_EXTRA: 3, rn.END_REASON_EXTRA: "budget", "score": 0.2},
+                                          weight_versions=(2, 3))
     assert [r.advantage for r in _scores().records()] == [None] * 4
+    picked = CompletionScores.merge([_scores().select([2]), _scores().select([0]), _old_scores()])
+    assert picked.weight_versions == [(3, 3), (2, 3), None] and picked.records()[2].weight_versions is None
+
+
+def _old_scores() -> CompletionScores:
+    """A part without weight versions (shared weights: the transformers client)."""
+    return CompletionScores(rewards=[0.0], per_function={"fmt": [0.0]}, prompts=["q"], texts=["e"], lengths=[1],
+                            truncated=[False], extras={})
 
 
 def test_the_training_sample_row_is_completions_jsonl_format():
@@ -61,4 +72,5 @@ def test_a_token_record_line_takes_the_records_values_and_rounds_the_advantage()
         "step": 3, "index": 0, "group": 0, "prompt": "p0", "prompt_text": "<p0>", "prompt_ids": [5, 6],
         "completion_ids": [7, 8, 9], "completion_mask": "101", "sampler_logprobs": [-0.5, None, -1.0],
         "trainer_logprobs": [-0.51, -0.3, -1.1], "importance_weights": None, "advantage": 0.1235, "reward": 1.0,
-        "rewards": {"fmt": 1.0}, "extras": {rn.NUM_TURNS_EXTRA: 2, rn.END_REASON_EXTRA: "done", "score": 0.1}}
+        "rewards": {"fmt": 1.0}, "extras": {rn.NUM_TURNS_EXTRA: 2, rn.END_REASON_EXTRA: "done", "score": 0.1},
+        "weight_versions": [2, 3]}

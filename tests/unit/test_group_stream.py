@@ -126,7 +126,32 @@ def test_a_rollout_that_raises_stops_the_step_with_its_error_and_no_group_starts
 
 
 def test_the_step_metrics_of_several_ranks():
-    merged = StreamStats.merge([StreamStats([0, 1], 1, None, 3, 2, 0.5), StreamStats([2, 1], 0, None, 1, 0, 1.5)])
+    merged = StreamStats.merge([StreamStats([0, 1], 1, None, 3, 2, 0.5, 0.25),
+                                StreamStats([2, 1], 0, None, 1, 0, 1.5, 0.5)])
     assert merged.metrics() == {"async/staleness_mean": 1.0, "async/staleness_max": 2, "async/groups_dropped_stale": 1,
                                 "async/groups_in_flight": 4, "async/buffer_groups": 2,
-                                "time/waiting_for_rollouts": 1.5}
+                                "time/waiting_for_rollouts": 1.5, "async/rollouts_idle_share": 0.25}
+
+
+def _idle_shares(update_s: float, steps: int = 8) -> list:
+    """One group per step (0.1 s each, one at a time, k = 1) and a trainer whose update takes ``update_s``."""
+    server = Scripted(lambda row, attempt: 0.1)
+    stream = _stream(server, 1, per_step=1, max_inflight=1)
+    shares = []
+    for _ in range(steps):
+        shares.append(stream.take(server.version)[1].idle_share)
+        time.sleep(update_s)
+        with server.lock:
+            server.version += 1
+    stream.close()
+    return shares[2:]  # after the start
+
+
+def test_the_idle_share_is_the_time_with_no_group_running():
+    # a slow trainer (0.2 s): one group runs during the update, then the bound (one running or buffered, one taken
+    # at this version) stops the next one until the trainer moves on: idle about half the time
+    slow = _idle_shares(0.2)
+    assert all(0.3 < x < 0.7 for x in slow), slow
+    # a fast trainer: it waits for each group, and a group is always running
+    fast = _idle_shares(0.0)
+    assert all(x < 0.15 for x in fast), fast

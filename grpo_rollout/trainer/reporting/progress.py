@@ -175,7 +175,8 @@ class RichReporter:
                          f"{_fmt(metrics.get(rn.GROUPS_DROPPED_STALE), '{:.0f}')} in flight="
                          f"{_fmt(metrics.get(rn.GROUPS_IN_FLIGHT), '{:.0f}')} buffered="
                          f"{_fmt(metrics.get(rn.BUFFER_GROUPS), '{:.0f}')} waited="
-                         f"{_fmt(metrics.get(rn.TIME_WAITING_FOR_ROLLOUTS), '{:.1f}')} s")
+                         f"{_fmt(metrics.get(rn.TIME_WAITING_FOR_ROLLOUTS), '{:.1f}')} s rollouts idle="
+                         f"{_fmt(metrics.get(rn.ROLLOUTS_IDLE_SHARE), '{:.0%}')}")
         if rn.SAMPLER_LOGPROB_ABS_DIFF in metrics:
             extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics[rn.SAMPLER_LOGPROB_ABS_DIFF], '{:.2e}')}")
         if per_fn or extra:

@@ -96,8 +96,10 @@ class RolloutStage:
                                {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
                                 "base_dir": str(self.base_dir)},
                                self.vocab_size)
+        versions = None
         if not self.client.shares_weights:  # shared weights are always the trainer's current ones
             out.weight_version = seen.oldest if seen.oldest is not None else version
+            versions = (out.weight_version, seen.newest if seen.newest is not None else version)
         generated = time.perf_counter()
         num_completions = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
@@ -114,7 +116,7 @@ class RolloutStage:
                                   prompts=per_completion_prompts, texts=texts,
                                   lengths=[len(c) for c in out.completion_ids],
                                   truncated=truncated_flags(out.completion_ids, out.extras, self.eos_ids),
-                                  extras=out.extras)
+                                  extras=out.extras, weight_versions=[versions] * num_completions)
         return ScoredBatch(out, scores, generated)
 
     def rows(self, indices: Sequence[int]) -> List[Dict[str, Any]]:

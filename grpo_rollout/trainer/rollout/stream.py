@@ -10,7 +10,8 @@ The bound (AReaL's bounded staleness, Fu et al. 2025, arXiv:2505.24298; prime-rl
 group sampled with weight version ``v`` (the oldest version any of its answers carried) is trained at version
 ``current`` only when ``current - v <= k``. An older one is dropped and its prompt rolled out again (both counted).
 Groups in flight, buffered, or taken by the trainer at its current version are at most ``(k + 1) ×
-groups_per_step`` (the groups the next ``k + 1`` steps train), so a group that finishes in time is never dropped; the sampler correction (``training.sampler_correction``) weighs every token by what sampled it.
+groups_per_step`` (the groups the next ``k + 1`` steps train), so a group that finishes in time is never dropped;
+the sampler correction (``training.sampler_correction``) weighs every token by what sampled it.
 
 Prompt order: this rank's prompts are a sequence of *positions* (``row_at(position)`` gives the step a position
 belongs to and its dataset row). Groups start in position order, a dropped one goes back to the front of the queue,
@@ -18,9 +19,10 @@ and every position is trained once (or, with ``keep`` returning False, e.g. dyna
 variance, left out once). :meth:`GroupStream.state` names the first position not yet used and the used ones after it,
 so a resumed run rolls out again exactly what was in flight or buffered at its checkpoint.
 
-Threads: a plain ``def`` rollout runs on the worker thread; an ``async def`` one runs to completion on an event loop
-of that thread (:func:`~grpo_rollout.user_code.coroutines.run_coroutine`). Workers are daemon threads, so an
-interrupted run exits without waiting for episodes still running.
+Threads: a plain ``def`` rollout runs on the group's worker thread; an ``async def`` one runs on one event loop shared
+by every group (:class:`~grpo_rollout.user_code.coroutines.SharedLoop`), its worker thread waiting for it. Rewards are
+scored on the worker thread. Workers and the loop are daemon threads, so an interrupted run exits without waiting for
+episodes still running.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
+from ...user_code.coroutines import SharedLoop, shared_loop
 from ..batch import ScoredBatch, StreamStats
 
 #: ``roll(step, row, attempt)``: one group's scored batch (``attempt``: 0, then 1, 2, ... for a prompt rolled again).
@@ -72,8 +75,11 @@ class GroupStream:
         self._error: Optional[BaseException] = None
         self._dropped_stale = self._dropped_no_signal = 0
         self._version, self._taken_at_version = None, 0  # the trainer's version, and groups it took at it
+        self._idle_s, self._idle_since = 0.0, time.perf_counter()  # no group running: in all, and since when
+        self._last_take = time.perf_counter()
         self._cond = threading.Condition()
         self._closed = False
+        self._loop = SharedLoop("grpo-rollout-stream-loop")
 
     # -- producing --------------------------------------------------------------------------------------------------
     def _next_position(self) -> Tuple[int, int]:
@@ -89,6 +95,8 @@ class GroupStream:
         while (not self._closed and self._error is None and len(self._running) < self.max_inflight
                and len(self._running) + len(self._buffer) + self._taken_at_version < self.cap):
             position, attempt = self._next_position()
+            if not self._running:
+                self._idle_s += time.perf_counter() - self._idle_since
             self._running.add(position)
             threading.Thread(target=self._run, args=(position, attempt), daemon=True,
                              name=f"grpo-rollout-group-{position}").start()
@@ -96,16 +104,17 @@ class GroupStream:
     def _run(self, position: int, attempt: int) -> None:
         try:
             step, row = self.row_at(position)
-            batch = self.roll(step, row, attempt)
+            with shared_loop(self._loop):
+                batch = self.roll(step, row, attempt)
             kept = self.keep is None or self.keep(batch)
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops the run naming it
             with self._cond:
-                self._running.discard(position)
+                self._ended(position)
                 self._error = self._error or exc
                 self._cond.notify_all()
             return
         with self._cond:
-            self._running.discard(position)
+            self._ended(position)
             if kept:
                 version = batch.rollout.weight_version
                 self._buffer.append(_Finished(-1 if version is None else version, position, batch, attempt))
@@ -114,6 +123,21 @@ class GroupStream:
                 self._mark_used(position)
             self._fill()
             self._cond.notify_all()
+
+    def _ended(self, position: int) -> None:
+        """A group stopped running (holding the lock)."""
+        self._running.discard(position)
+        if not self._running:
+            self._idle_since = time.perf_counter()
+
+    def _idle_share(self) -> float:
+        """The share of the time since the last take with no group running (holding the lock; starts a new count)."""
+        now = time.perf_counter()
+        idle = self._idle_s + (0.0 if self._running else now - self._idle_since)
+        window, self._last_take, self._idle_s = now - self._last_take, now, 0.0
+        if not self._running:
+            self._idle_since = now
+        return min(1.0, idle / window) if window > 0 else 0.0
 
     def _mark_used(self, position: int) -> None:
         self._used.add(position)
@@ -149,8 +173,10 @@ class GroupStream:
                 self._fill()
                 self._cond.wait(timeout=1.0)
             self._fill()
+            no_signal = None if self.keep is None else self._dropped_no_signal
             stats = StreamStats([0 if f.version < 0 else version - f.version for f in taken], self._dropped_stale,
-                                None if self.keep is None else self._dropped_no_signal, in_flight, len(self._buffer), time.perf_counter() - start)
+                                no_signal, in_flight, len(self._buffer), time.perf_counter() - start,
+                                self._idle_share())
             self._dropped_stale = self._dropped_no_signal = 0
         return [f.batch for f in taken], stats
 
@@ -173,3 +199,4 @@ class GroupStream:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        self._loop.close()
