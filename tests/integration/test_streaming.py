@@ -278,3 +278,20 @@ def test_streaming_with_lora_and_with_bf16(tmp_path, tiny_model, monkeypatch, mo
     assert result.steps == 4
     assert all(m["async/staleness_max"] <= 2 and math.isfinite(m["loss"]) for m in result.history)
     assert max(m["async/staleness_max"] for m in result.history) >= 1
+
+
+def test_a_server_that_dies_mid_stream_is_named(tmp_path, tiny_model, monkeypatch):
+    from grpo_rollout.generation.vllm_client import ServerError
+
+    class Dying(SimulatedServer):
+        def generate(self, prompt_ids, **kw):
+            if self.requests >= 20:  # after a few steps' groups
+                raise ServerError("POST http://10.0.0.7:8000/generate/ failed: connection refused (the server died?)")
+            return super().generate(prompt_ids, **kw)
+
+    use_simulated_server(monkeypatch.setattr, lambda loaded: Dying(loaded.tokenizer, lambda: 0.02, 49152))
+    cfg = tiny_config(tmp_path, tiny_model, rows=40, training={"max_staleness": 2, "max_steps": 10},
+                      vllm={"mode": "attach", "url": "http://simulated", "max_logprob_mismatch": None})
+    with pytest.raises(ServerError, match=r"http://10\.0\.0\.7:8000/generate/ failed"):
+        train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert (tmp_path / "out" / "metrics.jsonl").read_text().count("\n") >= 1  # the steps before it were logged
