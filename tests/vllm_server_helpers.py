@@ -95,3 +95,50 @@ def parity(completion_ids, **kwargs):
     """A reward with variance inside each group, so every update moves the weights."""
     return [float(sum(ids) % 2) for ids in completion_ids]
 '''
+
+
+#: Bodies ``/generate/`` must refuse: (body, status, a fragment of the reason).
+BAD_GENERATE_BODIES = [
+    ({"prompts": []}, 400, "prompts"),
+    ({"prompts": ["x"], "n": 0}, 400, "n"),
+    ({"prompts": [[10 ** 6]]}, 400, "outside"),
+    ({"prompts": [{"bad": 1}]}, 400, "prompts"),
+    ({"prompts": ["x"], "top_p": 2.0}, 400, "top_p"),
+    ({"prompts": ["x"], "n": 2, "temperature": 0.0}, 400, "sampling"),
+    # issue 9, server input: huge n / max_tokens, empty prompts, ids outside the vocabulary, wrong types
+    ({"prompts": ["x"], "n": 10 ** 6}, 400, "less than or equal to 512"),
+    ({"prompts": ["x"] * 100, "n": 200}, 400, "more than 16384 sequences"),
+    ({"prompts": ["x"], "max_tokens": 10 ** 9}, 400, "together more than max_model_len 256; lower max_tokens to"),
+    ({"prompts": [[1] * 250], "max_tokens": 10}, 400, "has 250 tokens and max_tokens is 10"),
+    ({"prompts": [""]}, 400, "prompts[0] is empty"),
+    ({"prompts": [[-1]]}, 400, "token id -1 is outside"),
+    ({"prompts": [[True, 1]]}, 400, "prompts"),  # a boolean is not token id 1
+    ({"prompts": [[{"role": "user"}]]}, 400, "message 0 has no string `content`"),
+    ({"prompts": [[{"role": "robot", "content": "hi"}]]}, 400, "unknown role 'robot'"),
+    ({"prompts": ["x"], "n": "two"}, 400, "n"),
+    ({"prompts": ["x"], "max_new_tokens": 3}, 400, "max_new_tokens"),  # unknown keys are not ignored
+    ({"prompts": ["x"], "stop": [""]}, 400, "stop strings must not be empty"),
+]
+
+
+def make_weight_folders(tiny_model: Path, root: Path) -> dict:
+    """Weight folders a broken or malicious caller might send (in ``root``): wrong shapes, unknown and missing names,
+    garbage, an empty folder."""
+    from safetensors.torch import save_file
+
+    good = {k: v.clone().contiguous() for k, v in AutoModelForCausalLM.from_pretrained(tiny_model).state_dict().items()}
+    cases = {
+        "shape": {**good, "model.layers.0.mlp.up_proj.weight": torch.zeros(3, 3)},
+        "unknown": {**good, "model.layers.7.self_attn.extra.weight": torch.zeros(4)},
+        "missing": {k: v for k, v in good.items() if k != "model.norm.weight"},
+    }
+    folders = {}
+    for name, tensors in cases.items():
+        (root / name).mkdir()
+        save_file(tensors, str(root / name / "model.safetensors"))
+        folders[name] = root / name
+    (root / "garbage").mkdir()
+    (root / "garbage" / "model.safetensors").write_bytes(b"\x00not a safetensors file")
+    (root / "empty").mkdir()
+    folders.update(garbage=root / "garbage", empty=root / "empty")
+    return folders

@@ -20,6 +20,7 @@ def rollout(prompts, client, n, temperature, top_p, top_k, max_completion_length
     #   result.logprobs        P × n lists: the sampler's log-prob of each sampled token, in nats
     #   result.finish_reasons  P × n strings: "stop" (end of sequence) or "length" (hit max_tokens)
     #   result.weight_version  the server's weight version when it started the request (None: transformers)
+    #   result.weight_version_end  ... and when it finished (newer if a weight sync landed in flight)
     return {"prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids,
             "logprobs": result.logprobs, "finish_reason": result.finish_reasons}
 

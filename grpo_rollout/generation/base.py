@@ -31,6 +31,8 @@ class GenerationResult:
         weight_version: the weight version the server held when it started this request (the count of weight syncs
             it confirmed; with several servers the oldest of them); ``None`` when the backend does not say (the
             transformers client, which samples from the trainer's own weights).
+        weight_version_end: the version it held when the request finished: newer than ``weight_version`` when an
+            in-flight weight update (streaming rollouts) landed while it ran; ``None`` when the backend does not say.
     """
 
     prompt_ids: List[List[int]]
@@ -38,6 +40,7 @@ class GenerationResult:
     logprobs: List[List[float]]
     finish_reasons: List[str]
     weight_version: Optional[int] = None
+    weight_version_end: Optional[int] = None
 
 
 class GenerationClient(ABC):

@@ -90,6 +90,8 @@ class MultiServerClient(GenerationClient):
             out.finish_reasons += part.finish_reasons
         versions = [p.weight_version for p in parts if p.weight_version is not None]
         out.weight_version = min(versions) if versions else None  # the oldest weights any share was sampled with
+        ends = [p.weight_version_end for p in parts if p.weight_version_end is not None]
+        out.weight_version_end = max(ends) if ends else None  # and the newest
         return out
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, affinity: Optional[Hashable] = None,

@@ -60,11 +60,12 @@ def record_versions() -> Iterator[VersionSpan]:
 
 
 def note_version(result: Any) -> Any:
-    """Add ``result.weight_version`` (a :class:`~.base.GenerationResult`) to the span being recorded in this context,
-    if any; return ``result`` unchanged."""
+    """Add ``result.weight_version`` and ``weight_version_end`` (a :class:`~.base.GenerationResult`) to the span being
+    recorded in this context, if any; return ``result`` unchanged."""
     span = _SPAN.get()
     if span is not None:
         span.add(getattr(result, "weight_version", None))
+        span.add(getattr(result, "weight_version_end", None))
     return result
 
 
@@ -90,3 +91,11 @@ def confirm_version(client: Any, version: int) -> None:
     for one in [client, *getattr(client, "clients", [])]:
         if hasattr(one, "weight_version"):
             one.weight_version = version
+
+
+def use_in_flight_updates(client: Any, on: bool) -> None:
+    """Have ``client``'s servers (each server client of a multi-server one) load weight syncs in flight, between
+    engine steps with running requests kept (``on``: streaming rollouts), or after running requests finish."""
+    for one in [client, *getattr(client, "clients", [])]:
+        if hasattr(one, "in_flight_updates"):
+            one.in_flight_updates = on

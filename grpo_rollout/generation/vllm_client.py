@@ -88,6 +88,8 @@ class VllmClient(GenerationClient):
     Attributes:
         weight_version: the version the server last confirmed (a sync); an answer sampled with an older one is an
             error (the server restarted or reverted, :func:`~.versions.reverted_problem`).
+        in_flight_updates: have the server load a sync between engine steps, keeping running requests (streaming
+            rollouts; :func:`~.versions.use_in_flight_updates`), instead of after they finish.
     """
 
     def __init__(self, url: str, tokenizer: Any, max_prompt_length: Optional[int] = None,
@@ -104,6 +106,7 @@ class VllmClient(GenerationClient):
         self._headers, self._timeout = headers, timeout
         self.retries, self.retry_backoff_s, self.sync_timeout = retries, retry_backoff_s, sync_timeout
         self.weight_version = 0
+        self.in_flight_updates = False
         self.last_sync_seconds = 0.0
 
     def failure_detail(self) -> str:
@@ -212,7 +215,8 @@ class VllmClient(GenerationClient):
         if problem:
             raise ServerError(problem)
         return note_version(GenerationResult(data["prompt_ids"], data["completion_ids"], data["logprobs"],
-                                             data["finish_reasons"], data.get("weight_version")))
+                                             data["finish_reasons"], data.get("weight_version"),
+                                             data.get("weight_version_end")))
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
@@ -281,11 +285,13 @@ class VllmClient(GenerationClient):
                 with open(file, "rb") as f:
                     yield from iter(lambda: f.read(_CHUNK), b"")
 
-            return self._request("POST", "/upload_weights/", body=chunks, params={"version": version},
+            params = {"version": version, **({"in_flight": "true"} if self.in_flight_updates else {})}
+            return self._request("POST", "/upload_weights/", body=chunks, params=params,
                                  timeout=self.sync_timeout, timeout_name="vllm.sync_timeout_s",
                                  headers={"content-type": "application/octet-stream", "x-sha256": checksum,
                                           "content-length": str(file.stat().st_size)})
-        return self._request("POST", "/update_weights/", json={"path": str(folder), "version": version},
+        body = {"path": str(folder), "version": version, **({"in_flight": True} if self.in_flight_updates else {})}
+        return self._request("POST", "/update_weights/", json=body,
                              timeout=self.sync_timeout, timeout_name="vllm.sync_timeout_s")
 
     def close(self) -> None:

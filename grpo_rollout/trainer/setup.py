@@ -17,6 +17,7 @@ import torch
 
 from ..config import Config
 from ..generation.backend import connect, open_backend, prompt_limit
+from ..generation.versions import use_in_flight_updates
 from ..models.loading import eos_token_ids, load_model_and_tokenizer
 from ..models.lora import apply_lora, is_adapter_checkpoint, load_adapter, parameter_counts
 from .checkpoint import TrainerState, find_checkpoint, load_trainer_state, restore_rng
@@ -199,6 +200,7 @@ def open_clients(config: Config, loaded: LoadedPolicy, output_dir: Path, dist: D
         urls = dist.broadcast(getattr(client, "urls", None) or [getattr(client, "url", None)])
         if not dist.is_main:
             client = connect(urls, config, loaded.tokenizer, prompt_limit(config, lm)[0], first=dist.rank)
+    use_in_flight_updates(client, (config.training.max_staleness or 0) > 0)  # streaming: syncs do not wait
     nccl = None
     if config.vllm.weight_transfer == "nccl" and urls:
         from ..generation.nccl_sync import NcclWeightSync

@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
@@ -19,8 +19,8 @@ from grpo_rollout.trainer import train
 from grpo_rollout.trainer.guards import StaleWeightsError
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from fuzz_strategies import GENERATE_BODY, JUNK
-from vllm_server_helpers import (ROLLOUT, STALE_ROLLOUT, VERSION_ROLLOUT, _attach_config, _generate, _greedy,
-                                 _perturbed)
+from vllm_server_helpers import (BAD_GENERATE_BODIES, ROLLOUT, STALE_ROLLOUT, VERSION_ROLLOUT, _attach_config,
+                                 _generate, _greedy, _perturbed, make_weight_folders)
 
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
@@ -59,27 +59,7 @@ def test_generate_counts_and_grouping(server, tokenizer):
     assert both == alone[0] + alone[1] and alone[0] != alone[1]
 
 
-@pytest.mark.parametrize("body, status, fragment", [
-    ({"prompts": []}, 400, "prompts"),
-    ({"prompts": ["x"], "n": 0}, 400, "n"),
-    ({"prompts": [[10 ** 6]]}, 400, "outside"),
-    ({"prompts": [{"bad": 1}]}, 400, "prompts"),
-    ({"prompts": ["x"], "top_p": 2.0}, 400, "top_p"),
-    ({"prompts": ["x"], "n": 2, "temperature": 0.0}, 400, "sampling"),
-    # issue 9, server input: huge n / max_tokens, empty prompts, ids outside the vocabulary, wrong types
-    ({"prompts": ["x"], "n": 10 ** 6}, 400, "less than or equal to 512"),
-    ({"prompts": ["x"] * 100, "n": 200}, 400, "more than 16384 sequences"),
-    ({"prompts": ["x"], "max_tokens": 10 ** 9}, 400, "together more than max_model_len 256; lower max_tokens to"),
-    ({"prompts": [[1] * 250], "max_tokens": 10}, 400, "has 250 tokens and max_tokens is 10"),
-    ({"prompts": [""]}, 400, "prompts[0] is empty"),
-    ({"prompts": [[-1]]}, 400, "token id -1 is outside"),
-    ({"prompts": [[True, 1]]}, 400, "prompts"),  # a boolean is not token id 1
-    ({"prompts": [[{"role": "user"}]]}, 400, "message 0 has no string `content`"),
-    ({"prompts": [[{"role": "robot", "content": "hi"}]]}, 400, "unknown role 'robot'"),
-    ({"prompts": ["x"], "n": "two"}, 400, "n"),
-    ({"prompts": ["x"], "max_new_tokens": 3}, 400, "max_new_tokens"),  # unknown keys are not ignored
-    ({"prompts": ["x"], "stop": [""]}, 400, "stop strings must not be empty"),
-])
+@pytest.mark.parametrize("body, status, fragment", BAD_GENERATE_BODIES)
 def test_generate_rejects_bad_bodies(server, body, status, fragment):
     resp = _generate(server, **body)
     assert resp.status_code == status, resp.text
@@ -150,26 +130,7 @@ def test_upload_that_does_not_match_its_checksum_is_refused(server, weight_folde
 
 @pytest.fixture(scope="module")
 def weight_folders(tiny_model, tmp_path_factory):
-    """Weight folders a broken or malicious caller might send: wrong shapes, unknown and missing names, garbage."""
-    from safetensors.torch import save_file
-
-    root = tmp_path_factory.mktemp("weights")
-    good = {k: v.clone().contiguous() for k, v in AutoModelForCausalLM.from_pretrained(tiny_model).state_dict().items()}
-    cases = {
-        "shape": {**good, "model.layers.0.mlp.up_proj.weight": torch.zeros(3, 3)},
-        "unknown": {**good, "model.layers.7.self_attn.extra.weight": torch.zeros(4)},
-        "missing": {k: v for k, v in good.items() if k != "model.norm.weight"},
-    }
-    folders = {}
-    for name, tensors in cases.items():
-        (root / name).mkdir()
-        save_file(tensors, str(root / name / "model.safetensors"))
-        folders[name] = root / name
-    (root / "garbage").mkdir()
-    (root / "garbage" / "model.safetensors").write_bytes(b"\x00not a safetensors file")
-    (root / "empty").mkdir()
-    folders.update(garbage=root / "garbage", empty=root / "empty")
-    return folders
+    return make_weight_folders(tiny_model, tmp_path_factory.mktemp("weights"))
 
 
 @pytest.mark.parametrize("case, fragment", [
@@ -290,3 +251,44 @@ def test_streaming_rollouts_on_a_real_server(server, tiny_model, tmp_path):
         if m["async/staleness_max"] == 0:  # sampled with the trainer's current weights
             assert m["sampler/logprob_abs_diff"] < 1e-3
     assert max(m["async/staleness_max"] for m in result.history) >= 1
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+def test_an_in_flight_weight_update_does_not_wait_for_running_requests(server, tiny_model, tokenizer, in_flight):
+    """Issue 30.3: with in_flight the server loads the weights between engine steps: a long request running at the time
+    is neither failed nor restarted, it ends after the update, and its answer carries both versions; without it the
+    update waits for the request to finish."""
+    import threading
+    import time
+
+    client = VllmClient(server.url, tokenizer)
+    client.weight_version = client.health()["weight_version"]
+    client.in_flight_updates = in_flight
+    answer, ended = {}, {}
+
+    def long_request() -> None:
+        answer["result"] = client.generate([[5, 6, 7]], n=64, temperature=1.0, max_tokens=240, seed=1)
+        ended["at"] = time.perf_counter()
+
+    def running() -> float:  # vLLM's own gauge of requests being generated
+        lines = httpx.get(server.url + "/metrics", timeout=10).text.splitlines()
+        return sum(float(x.rsplit(" ", 1)[1]) for x in lines if x.startswith("vllm:num_requests_running"))
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    deadline = time.perf_counter() + 60
+    while running() == 0 and time.perf_counter() < deadline:  # until the request is being generated
+        time.sleep(0.05)
+    assert running() > 0
+    before = client.weight_version
+    client.update_weights(_perturbed(tiny_model, seed=5))
+    synced = time.perf_counter()
+    thread.join(timeout=300)
+    result = answer["result"]
+    assert len(result.completion_ids) == 64 and all(len(lp) == len(ids) for ids, lp in
+                                                     zip(result.completion_ids, result.logprobs))
+    assert result.weight_version == before and client.weight_version == before + 1
+    if in_flight:
+        assert synced < ended["at"] and result.weight_version_end == before + 1
+    else:
+        assert ended["at"] <= synced and result.weight_version_end == before

@@ -78,7 +78,7 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
 
     state = _state(request)
     awake(state, "generation")
-    version = state.weight_version  # the weights this request samples from (an update waits for it to finish)
+    version = state.weight_version  # the weights this request starts with (an in-flight update may change them)
     if len(body.prompts) * body.n > MAX_SEQUENCES:
         raise HTTPException(400, f"{len(body.prompts)} prompts × n={body.n} is more than {MAX_SEQUENCES} sequences in "
                                  "one request; send fewer prompts per request")
@@ -123,4 +123,5 @@ async def generate(body: GenerateRequest, request: Request) -> Dict[str, Any]:
             logprobs.append([float(step[t].logprob) for step, t in zip(comp.logprobs or [], ids)])
             reasons.append(comp.finish_reason or "length")
     return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs,
-            "finish_reasons": reasons, "weight_version": version}
+            "finish_reasons": reasons, "weight_version": version,
+            "weight_version_end": state.weight_version}  # newer when an in-flight update landed during the request

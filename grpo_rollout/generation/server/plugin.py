@@ -9,16 +9,18 @@ spawn mode set it). Every ``/v1/...`` route of vLLM stays; these are added:
   ``+ 0 .. n-1``: :mod:`grpo_rollout.generation.seeds`) and ``stop``; answer ``prompt_ids`` (one per prompt), ``completion_ids``
   (``len(prompts) × n``, grouped by prompt), ``logprobs`` (one float per completion token, of the distribution
   actually sampled when the server runs with ``--logprobs-mode processed_logprobs``), ``finish_reasons``,
-  ``weight_version`` (the version held when the request started; a weight update waits for running requests).
-- ``POST /update_weights/``: body ``path`` (a folder of ``*.safetensors``) and optional ``version``; checks the files'
-  tensor names and shapes against the folder the server loaded (400, weights unchanged, when they do not fit), pauses
-  generation, reloads the weights in place (``reload_weights``, the path that is safe on CPU), resets the prefix
-  cache, resumes, and answers the new ``weight_version``.
+  ``weight_version`` (the version held when the request started) and ``weight_version_end`` (when it finished: newer
+  when an in-flight weight update landed during it).
+- ``POST /update_weights/``: body ``path`` (a folder of ``*.safetensors``), optional ``version`` and ``in_flight``;
+  checks the files' tensor names and shapes against the folder the server loaded (400, weights unchanged, when they
+  do not fit), pauses generation (letting running requests finish; with ``in_flight: true`` freezing them between
+  engine steps instead), reloads the weights in place (``reload_weights``, the path that is safe on CPU), resets the
+  prefix cache, resumes, and answers the new ``weight_version``.
 
 Bad input never stops the server: a body of the wrong shape is refused with 422, an impossible request (a prompt
 plus ``max_tokens`` beyond ``max_model_len``, more than :data:`MAX_N` samples or :data:`MAX_SEQUENCES` sequences,
 token ids outside the vocabulary, malformed chat messages) with 400 and the reason.
-- ``POST /upload_weights/?version=V``: the same, for a trainer on another host: the body is the bytes of one
+- ``POST /upload_weights/?version=V[&in_flight=true]``: the same, for a trainer on another host: the body is the bytes of one
   safetensors file (streamed), the ``x-sha256`` header its checksum; the file goes to this server's memory folder.
 - ``POST /sleep/`` and ``POST /wake_up/`` (a server started with ``--enable-sleep-mode``): vLLM's sleep level 1 (KV
   cache freed, weights offloaded to CPU memory) and back; while asleep ``/generate/`` and the weight routes answer

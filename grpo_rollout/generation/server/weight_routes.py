@@ -21,6 +21,7 @@ class UpdateWeightsRequest(BaseModel):
 
     path: str = Field(min_length=1)
     version: Optional[int] = Field(None, ge=0, le=2 ** 63 - 1)
+    in_flight: bool = False  # load between engine steps, running requests kept (streaming rollouts)
 
 
 class VersionRequest(BaseModel):
@@ -57,8 +58,16 @@ async def reset_prefix_cache(state: _State) -> None:
                                  "is not advanced; restart the server")
 
 
-async def _load_folder(state: _State, folder: Path, version: Optional[int], label: str) -> Dict[str, Any]:
-    """Check ``folder``'s tensor names and shapes against the served model, then reload the weights from it."""
+async def _load_folder(state: _State, folder: Path, version: Optional[int], label: str,
+                       in_flight: bool = False) -> Dict[str, Any]:
+    """Check ``folder``'s tensor names and shapes against the served model, then reload the weights from it.
+
+    By default the engine first lets running requests finish (``pause_generation(mode="wait")``): every answer is
+    sampled with one version. With ``in_flight`` (streaming rollouts) it freezes them instead (``mode="keep"``),
+    loads the weights between two engine steps and resumes them: no request fails or starts over, the sync does not
+    wait for the longest one, and a request's later tokens are sampled with the new weights (their log-probs say so;
+    its answer carries both versions). The prefix-cache reset then recomputes the running requests' cached keys and
+    values with the new weights (vLLM preempts them, keeping their tokens)."""
     # checked before anything is loaded: vLLM fails half-way through a folder with unknown names or other shapes,
     # leaving a model that is part old, part new
     try:
@@ -70,13 +79,14 @@ async def _load_folder(state: _State, folder: Path, version: Optional[int], labe
                                  "were not changed")
     async with state.lock:
         awake(state, "weight update")
-        await state.engine.pause_generation(mode="wait")
+        await state.engine.pause_generation(mode="keep" if in_flight else "wait")
         try:
             await state.engine.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
             await reset_prefix_cache(state)
+            # before resuming: a kept request that finishes right after says it met the new version
+            state.weight_version = version if version is not None else state.weight_version + 1
         finally:
             await state.engine.resume_generation()
-        state.weight_version = version if version is not None else state.weight_version + 1
     return {"weight_version": state.weight_version}
 
 
@@ -86,11 +96,11 @@ async def update_weights(body: UpdateWeightsRequest, request: Request) -> Dict[s
     folder = Path(body.path)
     if not folder.is_dir() or not list(folder.glob("*.safetensors")):
         raise HTTPException(400, f"{body.path} is not a folder holding *.safetensors files")
-    return await _load_folder(state, folder, body.version, body.path)
+    return await _load_folder(state, folder, body.version, body.path, body.in_flight)
 
 
 @router.post("/upload_weights/")
-async def upload_weights(request: Request, version: Optional[int] = None) -> Dict[str, Any]:
+async def upload_weights(request: Request, version: Optional[int] = None, in_flight: bool = False) -> Dict[str, Any]:
     """The weights as the bytes of one safetensors file in the body (streamed), with its SHA-256 in the ``x-sha256``
     header: for a trainer on another host. Written to this server's memory folder, checked, loaded, deleted."""
     import hashlib
@@ -117,7 +127,7 @@ async def upload_weights(request: Request, version: Optional[int] = None) -> Dic
         if digest.hexdigest() != expected:
             raise HTTPException(400, f"the upload ({size} bytes) does not match its x-sha256 checksum: it was cut or "
                                      "changed on the way; the weights were not changed")
-        return await _load_folder(state, folder, version, "the uploaded file")
+        return await _load_folder(state, folder, version, "the uploaded file", in_flight)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
