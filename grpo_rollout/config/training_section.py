@@ -76,11 +76,12 @@ class TrainingConfig(Section):
     save_merged: bool = setting(False, "With LoRA: also save the adapters merged into a whole model")
     max_nonfinite_steps: int = setting(3, "Steps in a row with a NaN/inf loss or gradient before the run stops",
                                        ge=1)
-    async_generation: bool = setting(False, "Generate step t+1 while step t trains (one step off-policy; needs vLLM)")
+    async_generation: bool = setting(False, "An alias of max_staleness: 1 (streaming rollouts, each group at most one "
+                                     "weight version behind; needs vLLM)")
     max_staleness: Optional[int] = setting(
         None, "Streaming rollouts: groups roll out continuously, and each is trained at most this many weight versions "
-        "after the weights that sampled it (older: dropped, rolled again); 0 = synchronous steps; null = 0, or one "
-        "whole step ahead with async_generation. Needs vLLM", ge=0, le=64,
+        "after the weights that sampled it (older: dropped, rolled again); 0 = synchronous steps; null = 0, or 1 with "
+        "async_generation. Needs vLLM", ge=0, le=64,
         fix="e.g. 2 (4 for long-tailed multi-turn episodes); 0 = synchronous steps")
     max_inflight_groups: Optional[int] = setting(
         None, "Streaming: groups rolling out at once per training process; null = two steps' groups", ge=1,
@@ -102,11 +103,11 @@ class TrainingConfig(Section):
     @model_validator(mode="after")
     def _one_async_key(self) -> "TrainingConfig":
         if self.async_generation and self.max_staleness is not None:
-            raise PydanticCustomError("cross_key", "is set together with training.async_generation, which overlaps "
-                                      "exactly one whole step", {
+            raise PydanticCustomError("cross_key", "is set together with training.async_generation, its alias for "
+                                      "max_staleness: 1", {
                                           "key": "max_staleness", "depends_on": ("async_generation", "max_staleness"),
-                                          "fix": "keep one: max_staleness (streaming groups; 1 is the closest to "
-                                                 "async_generation) or async_generation: true"})
+                                          "fix": "keep one: max_staleness (any bound) or async_generation: true "
+                                                 "(the bound 1)"})
         return self
 
     @model_validator(mode="after")

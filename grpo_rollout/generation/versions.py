@@ -3,8 +3,9 @@ the request started, and the clients note those stamps here.
 
 - :func:`record_versions` is held around one rollout call: every answer a client gets in that thread (and in asyncio
   tasks or ``asyncio.to_thread`` workers started from it, which inherit the context) is noted in the
-  :class:`VersionSpan` it yields. The trainer compares the oldest version with its own to tell a batch sampled one
-  step behind by design (``training.async_generation``) from one sampled by a server that fell behind.
+  :class:`VersionSpan` it yields. The trainer compares the oldest version with its own to tell a group sampled a few
+  versions behind by design (streaming rollouts, ``training.max_staleness``) from one sampled by a server that fell
+  behind.
 - :func:`reverted_problem` is the per-answer check of one server: an answer older than the version the client had
   confirmed with that server before it sent the request means the server restarted or lost its weights.
 """

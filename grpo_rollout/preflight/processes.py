@@ -47,9 +47,10 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
               "list the running servers in vllm.urls")
     if t.async_generation and v.mode == "off":
         _err(problems, "training.async_generation", True,
-             "needs a vLLM server: with vllm.mode off the trainer's own model generates, and it cannot sample the "
-             "next step while the same model is being updated", "use vllm.mode: spawn or attach, or set it to false")
-    if (t.max_staleness or 0) > 0 and v.mode == "off":
+             "(streaming rollouts, an alias of training.max_staleness: 1) needs a vLLM server: with vllm.mode off the "
+             "trainer's own model generates, and it cannot sample while the same model is being updated",
+             "use vllm.mode: spawn or attach, or set it to false")
+    if (t.max_staleness or 0) > 0 and v.mode == "off":  # async_generation: said above
         _err(problems, "training.max_staleness", t.max_staleness,
              "streams rollouts while the trainer updates, which needs a vLLM server: with vllm.mode off the trainer's "
              "own model generates, and it cannot sample while the same model is being updated",
@@ -73,8 +74,8 @@ def check_sleep(config: Config, problems: List[Problem]) -> None:
              "model generates, there is no server to put to sleep", "use vllm.mode: spawn, or set it to false",
              depends_on=("vllm.mode",))
     elif t.async_generation:
-        _err(problems, "vllm.sleep_during_training", True, "cannot work with training.async_generation: the server "
-             "generates the next step's batch while the trainer computes, so it is never idle then",
+        _err(problems, "vllm.sleep_during_training", True, "cannot work with training.async_generation (streaming "
+             "rollouts): the server keeps generating while the trainer computes, so it is never idle then",
              "set training.async_generation: false (memory first) or vllm.sleep_during_training: false (speed "
              "first)", depends_on=("training.async_generation",))
     elif (t.max_staleness or 0) > 0:

@@ -84,6 +84,10 @@ class GRPORecipe:
         torch.manual_seed(t.seed)
         self.rollouts = RolloutStage(config, base_dir, dist)  # data and functions first: no model for a bad config
         self.evaluator = Evaluator(config, base_dir, dist, self.rollouts) if evaluation_on(config) else None
+        if t.async_generation:
+            reporter.message("training.async_generation streams rollouts with training.max_staleness: 1 (each group "
+                             "at most one weight version behind; docs/vllm.md); set max_staleness instead to choose "
+                             "another bound")
         if self.evaluator is not None and self.evaluator.size_warning:
             reporter.message(self.evaluator.size_warning)
         self.output_dir = Path(t.output_dir).expanduser()

@@ -200,7 +200,7 @@ def open_clients(config: Config, loaded: LoadedPolicy, output_dir: Path, dist: D
         urls = dist.broadcast(getattr(client, "urls", None) or [getattr(client, "url", None)])
         if not dist.is_main:
             client = connect(urls, config, loaded.tokenizer, prompt_limit(config, lm)[0], first=dist.rank)
-    use_in_flight_updates(client, (config.training.max_staleness or 0) > 0)  # streaming: syncs do not wait
+    use_in_flight_updates(client, config.training.staleness() > 0)  # streaming: syncs do not wait
     nccl = None
     if config.vllm.weight_transfer == "nccl" and urls:
         from ..generation.nccl_sync import NcclWeightSync

@@ -121,11 +121,13 @@ import time
 LOOPS = set()
 
 async def rollout(prompts, client, n, max_completion_length, seed, **kw):
-    # two turns with a pause between them, long enough for a weight sync to land in the middle
+    # two turns; groups of odd prompts wait between them until a weight sync lands (the even ones let steps go on)
     LOOPS.add(id(asyncio.get_running_loop()))
     ids = client.encode_prompts(prompts)
     first = await client.agenerate(ids, n=n, max_tokens=2, seed=seed)
-    await asyncio.sleep(0.3)
+    seen, deadline = client.weight_version, time.monotonic() + 10
+    while int(prompts[0].split()[-1].rstrip(".")) % 2 and client.weight_version == seen and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     second = await client.agenerate([p + c for p, c in zip(ids * n, first.completion_ids)], n=1,
                                     max_tokens=max_completion_length - 2, seed=seed)
     return {"prompt_ids": ids, "completion_ids": [a + b for a, b in zip(first.completion_ids,

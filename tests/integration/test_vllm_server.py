@@ -195,13 +195,17 @@ def test_async_generation_samples_one_step_behind(server, tiny_model, tmp_path, 
     module = next(m for name, m in sys.modules.items() if name.startswith("grpo_rollout_user_") and
                   getattr(m, "__file__", "") == str(tmp_path / "user_rollout.py"))
     versions = [v for _, v in sorted(module.SEEN)]
-    # the trainer sends its weights once at the start (version 1), then after every step; with async_generation the next
-    # step's rollout begins before this step's update reaches the server: every rollout after the first is one behind
-    assert versions == ([1, 1, 2] if async_generation else [1, 2, 3])
+    # the trainer sends its weights once at the start (version 1), then after every step; async_generation (streaming
+    # at max_staleness 1, one rollout call per group) starts groups before the step's update reaches the server, so
+    # they are sampled with the version before
+    if async_generation:
+        assert len(versions) >= 6 and versions[:4] == [1, 1, 1, 1] and set(versions) <= {1, 2, 3}
+    else:
+        assert versions == [1, 2, 3]
     # each batch is stamped with the version that sampled it: the one-behind batches are not compared with the
     # trainer (no false StaleWeightsError), the current ones are, and agree
     lags = [m["sampler/weight_version_lag"] for m in result.history]
-    assert lags == ([0, 1, 1] if async_generation else [0, 0, 0])
+    assert lags[0] == 0 and (max(lags) == 1 if async_generation else lags == [0, 0, 0])
     assert all(m["sampler/logprob_abs_diff"] < 1e-3 for m, lag in zip(result.history, lags) if lag == 0)
     if async_generation:  # the fault's input: behind by one step, the sampler is far from the trainer (~1 nat)
         assert max(m["sampler/logprob_abs_diff"] for m, lag in zip(result.history, lags) if lag) > \

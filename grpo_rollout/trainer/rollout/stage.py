@@ -6,10 +6,10 @@ checks the result against the contract) and scores every completion
 (:func:`~grpo_rollout.rewards.calling.compute_rewards`). The dry run calls the same
 :meth:`RolloutStage.generate_and_score` on its two prompts.
 
-With ``training.async_generation`` the next step's rollout starts in the background before this step trains (one
-step off-policy), and each batch carries the weight version that sampled it: a batch further behind than expected
-stops the run (:func:`~.versions.version_lag_problem`). With ``training.max_staleness`` ≥ 1 the groups stream
-instead (:mod:`.stream`): each group is its own rollout call, and a step takes the groups that finished.
+Each batch carries the weight version that sampled it: a batch further behind than expected stops the run
+(:func:`~.versions.version_lag_problem`). With ``training.max_staleness`` ≥ 1 (or ``training.async_generation``, its
+alias for 1) the groups stream instead (:mod:`.stream`): each group is its own rollout call, and a step takes the
+groups that finished, at most ``max_staleness`` weight versions behind.
 """
 
 from __future__ import annotations
@@ -61,8 +61,6 @@ class RolloutStage:
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
         self.vocab_size = 0
-        self.background = None
-        self.pending: Dict[int, Any] = {}  # async_generation: the next step's batch, being made in the background
         self.stream: Optional[GroupStream] = None  # max_staleness >= 1: the groups rolling out
         self.version = 0  # the trainer's weight version, as of the last collect
 
@@ -130,32 +128,17 @@ class RolloutStage:
 
     def collect(self, step: int, version: int) -> ScoredBatch:
         """Step ``step``'s (0-based) rollout and rewards, with its ``sampler_lag`` (``version``: the weight version
-        the servers confirmed last, the trainer's). With ``training.async_generation`` the next step's are
-        started in the background before this one trains (one step off-policy: sampled from the weights before this
-        step's update; the sampler-correction weights account for it), so generation overlaps training.
+        the servers confirmed last, the trainer's): rolled out now, or taken from the stream
+        (``training.max_staleness`` ≥ 1, :meth:`from_stream`).
 
         Raises:
             StaleWeightsError: the batch was sampled with older weights than expected (or newer: another trainer).
         """
-        t = self.cfg.training
         self.version = version
-        if (t.max_staleness or 0) > 0:
+        if self.cfg.training.staleness() > 0:
             return self.from_stream(step, version)
-        if not t.async_generation:
-            return self.checked_version(step, self.generate_and_score(step, self.my_rows(step), None, version),
-                                        version, allowed=0)
-        if self.background is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo-rollout-next-step")
-        future = self.pending.pop(step, None)
-        if future is None:
-            future = self.background.submit(self.generate_and_score, step, self.my_rows(step), None, version)
-        batch = future.result()
-        if step + 1 < t.max_steps:  # the servers still hold this step's weights: the next rollout is one step behind
-            self.pending[step + 1] = self.background.submit(self.generate_and_score, step + 1,
-                                                            self.my_rows(step + 1), None, version)
-        return self.checked_version(step, batch, version, allowed=1)
+        return self.checked_version(step, self.generate_and_score(step, self.my_rows(step), None, version), version,
+                                    allowed=0)
 
     # -- streaming (training.max_staleness >= 1) ---------------------------------------------------------------------
     def from_stream(self, step: int, version: int) -> ScoredBatch:
@@ -171,7 +154,7 @@ class RolloutStage:
             self.stream = self.open_stream(step)
         groups, stats = self.stream.take(version)
         for group in groups:
-            problem = version_lag_problem(step, group.rollout.weight_version, version, self.cfg.training.max_staleness)
+            problem = version_lag_problem(step, group.rollout.weight_version, version, self.cfg.training.staleness())
             if problem:
                 raise StaleWeightsError(problem)
         batch = ScoredBatch.concat(groups)
@@ -191,7 +174,7 @@ class RolloutStage:
         keep = (lambda batch: bool(groups_with_signal(batch.scores.rewards, g))) if t.dynamic_sampling.enabled \
             else None
         return GroupStream(self.roll_group, self.position_row, groups_per_step=share,
-                           max_staleness=t.max_staleness, max_inflight=t.max_inflight_groups or 2 * share,
+                           max_staleness=t.staleness(), max_inflight=t.max_inflight_groups or 2 * share,
                            start=start, used=tuple(used), keep=keep)
 
     def position_row(self, position: int) -> Tuple[int, Dict[str, Any]]:
@@ -237,9 +220,7 @@ class RolloutStage:
         return replace(batch, sampler_lag=0 if sampled is None else current - sampled)
 
     def close(self) -> None:
-        """Stop the background rollout, then the generation client (and any server it spawned)."""
-        if self.background is not None:
-            self.background.shutdown(wait=False, cancel_futures=True)
+        """Stop the stream (no group starts after), then the generation client (and any server it spawned)."""
         if self.stream is not None:
             self.stream.close()
         if self.client is not None:

@@ -3,8 +3,9 @@ while a weight sync waits for the servers.
 
 Versions count weight syncs: the first sync (before step 1) makes version 1, each step's sync one more. A batch
 sampled with the trainer's current version is compared with the trainer's log-probs (``vllm.max_logprob_mismatch``);
-with ``training.async_generation`` the next step's batch is sampled while this step trains, so it is one version
-behind by design and is not compared (its lag is logged as ``sampler/weight_version_lag``).
+with streaming rollouts (``training.max_staleness`` ≥ 1) groups are sampled while the trainer trains, so they may be
+up to that many versions behind by design, and a step with such a group is not compared (its largest lag is logged as
+``sampler/weight_version_lag``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def version_lag_problem(step: int, sampled: Optional[int], current: int, allowed
     Args:
         step: the 0-based step the batch is for. sampled: the oldest version that sampled it (``None``: unknown,
             not checked). current: the version the trainer's weights were last synced as. allowed: how many versions
-            behind is expected (0, or 1 with ``training.async_generation``).
+            behind is expected (0, or ``training.max_staleness`` when streaming).
     """
     if sampled is None or current - allowed <= sampled <= current:
         return None
