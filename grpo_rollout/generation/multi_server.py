@@ -2,6 +2,8 @@
 
 - ``generate`` with many prompts: the prompts are split into one contiguous share per server (a prompt's ``n``
   samples — its whole group — stay on one server) and sent concurrently; answers come back in prompt order.
+- ``generate`` with fewer prompts than servers (streaming rollouts send one group per call): each prompt goes to a
+  server with the fewest requests running from this client, so concurrent groups spread over every server.
 - a request with an ``affinity`` key (every turn of a multi-turn episode passes its first prompt) always goes to the
   server that key was first given, so the episode's prefix stays in that server's cache; new keys go to the server
   with the fewest keys so far.
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence
@@ -56,6 +59,8 @@ class MultiServerClient(GenerationClient):
         self._first = first % len(self.clients)
         self._keys: Dict[Hashable, int] = {}
         self._keys_per_server = [0] * len(self.clients)
+        self._running = [0] * len(self.clients)  # requests in flight per server, from this client
+        self._lock = threading.Lock()
 
     @property
     def urls(self) -> List[str]:
@@ -73,12 +78,25 @@ class MultiServerClient(GenerationClient):
         return self._keys[affinity]
 
     def _split(self, prompt_ids: Sequence[Sequence[int]], affinity: Optional[Hashable]) -> List[tuple]:
-        """``(server, prompt positions)`` pairs for one request."""
-        if affinity is not None:
-            return [(self.server_for(affinity), range(len(prompt_ids)))]
+        """``(server, prompt positions)`` pairs for one request, counted as running until :meth:`_done`."""
         k = len(self.clients)
-        shares = _shares(len(prompt_ids), k)
-        return [((self._first + i) % k, share) for i, share in enumerate(shares) if len(share)]
+        with self._lock:
+            if affinity is not None:
+                plan = [(self.server_for(affinity), range(len(prompt_ids)))]
+            elif len(prompt_ids) < k:  # one prompt each to the least busy servers (ties: from `first` on)
+                order = sorted(((self._first + i) % k for i in range(k)), key=lambda i: self._running[i])
+                plan = [(server, range(j, j + 1)) for j, server in enumerate(order[:len(prompt_ids)])]
+            else:
+                plan = [((self._first + i) % k, share) for i, share in enumerate(_shares(len(prompt_ids), k))]
+            for server, _ in plan:
+                self.requests[server] += 1
+                self._running[server] += 1
+        return plan
+
+    def _done(self, plan: List[tuple]) -> None:
+        with self._lock:
+            for server, _ in plan:
+                self._running[server] -= 1
 
     @staticmethod
     def _merge(parts: List[GenerationResult], n: int) -> GenerationResult:
@@ -102,15 +120,16 @@ class MultiServerClient(GenerationClient):
             ServerError: a server failed, or answered with weights older than its last sync (named by URL).
         """
         plan = self._split(prompt_ids, affinity)
-        for server, _ in plan:
-            self.requests[server] += 1
-        if len(plan) == 1:
-            server, share = plan[0]
-            return self.clients[server].generate([prompt_ids[i] for i in share], n=n, **kwargs)
-        with ThreadPoolExecutor(max_workers=len(plan)) as pool:
-            futures = [pool.submit(self.clients[server].generate, [prompt_ids[i] for i in share], n=n, **kwargs)
-                       for server, share in plan]
-            parts = [f.result() for f in futures]
+        try:
+            if len(plan) == 1:
+                server, share = plan[0]
+                return self.clients[server].generate([prompt_ids[i] for i in share], n=n, **kwargs)
+            with ThreadPoolExecutor(max_workers=len(plan)) as pool:
+                futures = [pool.submit(self.clients[server].generate, [prompt_ids[i] for i in share], n=n, **kwargs)
+                           for server, share in plan]
+                parts = [f.result() for f in futures]
+        finally:
+            self._done(plan)
         for part in parts:  # the worker threads do not record: each share's version is noted here
             note_version(part)
         return self._merge(parts, n)
@@ -119,10 +138,11 @@ class MultiServerClient(GenerationClient):
                         affinity: Optional[Hashable] = None, **kwargs: Any) -> GenerationResult:
         """Async :meth:`generate`."""
         plan = self._split(prompt_ids, affinity)
-        for server, _ in plan:
-            self.requests[server] += 1
-        parts = await asyncio.gather(*(self.clients[server].agenerate([prompt_ids[i] for i in share], n=n, **kwargs)
-                                       for server, share in plan))
+        try:
+            parts = await asyncio.gather(*(self.clients[server].agenerate([prompt_ids[i] for i in share], n=n,
+                                                                          **kwargs) for server, share in plan))
+        finally:
+            self._done(plan)
         return self._merge(list(parts), n)
 
     def update_weights(self, weights: Any) -> None:
@@ -142,6 +162,8 @@ class MultiServerClient(GenerationClient):
         self.weight_version = version
         self._keys.clear()
         self._keys_per_server = [0] * len(self.clients)
+        self._running = [0] * len(self.clients)  # requests in flight per server, from this client
+        self._lock = threading.Lock()
         self.last_sync_seconds = time.perf_counter() - start
 
     def sleep(self) -> None:

@@ -108,3 +108,31 @@ def test_two_spawned_servers_both_serve_and_follow_every_sync(tmp_path, tiny_mod
         # the weights at the start, then after each of the 2 steps: every sync reached both servers
         assert len(re.findall(r'"POST /update_weights/ HTTP/1\.1" 200', text)) == 3, log
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
+
+
+def test_single_groups_spread_over_the_servers_by_requests_running():
+    """Issue 30: streaming rollouts send one group per call; with the old contiguous shares every one-prompt call went
+    to the client's first server and the others idled."""
+    import threading
+
+    release = threading.Event()
+
+    class Slow(StubServer):
+        def generate(self, prompt_ids, n=1, **kwargs):
+            release.wait(timeout=30)  # the groups overlap, as streamed groups do
+            return super().generate(prompt_ids, n=n, **kwargs)
+
+    servers = [Slow(0), Slow(1), Slow(2)]
+    client = MultiServerClient(servers, first=1)
+    threads = [threading.Thread(target=client.generate, args=([[20 + g]],), kwargs={"n": 2}) for g in range(6)]
+    for t in threads:
+        t.start()
+    while sum(client.requests) < 6:
+        pass
+    release.set()
+    for t in threads:
+        t.join()
+    assert client.requests == [2, 2, 2]  # each server got two of the six groups
+    assert sorted(p[0][0] for s in servers for p in s.sent) == list(range(20, 26))
+    out = client.generate([[7]], n=2)  # nothing running: the first server (`first`) again
+    assert [ids[0] for ids in out.completion_ids] == [1, 1]
