@@ -55,6 +55,7 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
              "streams rollouts while the trainer updates, which needs a vLLM server: with vllm.mode off the trainer's "
              "own model generates, and it cannot sample while the same model is being updated",
              "use vllm.mode: spawn or attach, or set training.max_staleness: 0", depends_on=("vllm.mode",))
+    _check_stream(config, problems, n)
     if v.weight_transfer == "nccl":
         import torch
 
@@ -96,3 +97,23 @@ def check_sleep(config: Config, problems: List[Problem]) -> None:
                   "vLLM builds stop at start, the reason only in vllm.log)",
                   "nothing to do: the spawned server is started without expandable_segments:True (the trainer keeps "
                   "it); a server you attach to must be started without it (grpo-rollout serve leaves it out)")
+
+
+def _check_stream(config: Config, problems: List[Problem], processes: int) -> None:
+    """``training.max_inflight_groups`` only matters when streaming, and at most ``(k + 1)`` steps' groups per
+    process run at once (the staleness bound's cap, :mod:`grpo_rollout.trainer.rollout.stream`)."""
+    t = config.training
+    if t.max_inflight_groups is None or not isinstance(t.max_inflight_groups, int):
+        return
+    k, per = t.staleness(), t.prompts_per_step // processes
+    if k == 0:
+        _warn(problems, "training.max_inflight_groups", t.max_inflight_groups,
+              "has no effect without streaming rollouts (training.max_staleness >= 1)",
+              "set training.max_staleness (e.g. 2), or remove this key", depends_on=("training.max_staleness",))
+    elif per >= 1 and t.max_inflight_groups > (k + 1) * per:
+        where = f" per process ({processes} processes)" if processes > 1 else ""
+        _warn(problems, "training.max_inflight_groups", t.max_inflight_groups,
+              f"is more than the {(k + 1) * per} groups{where} the staleness bound lets run at once "
+              f"((max_staleness {k} + 1) × {per} groups per step)",
+              f"set it to {(k + 1) * per} or less, or raise training.max_staleness",
+              depends_on=("training.max_staleness", "training.prompts_per_step"))

@@ -149,6 +149,7 @@ TIME_WAITING_FOR_ROLLOUTS = "time/waiting_for_rollouts"  # streaming: the traine
 STALENESS_MEAN = "async/staleness_mean"  # weight versions the trained groups were behind the trainer
 STALENESS_MAX = "async/staleness_max"
 GROUPS_DROPPED_STALE = "async/groups_dropped_stale"  # more than max_staleness behind: dropped and rolled again
+GROUPS_SKIPPED_STALE = "async/groups_skipped_stale"  # dropped as stale on every attempt: left out of the epoch
 GROUPS_IN_FLIGHT = "async/groups_in_flight"  # rolling out when the step took its groups
 BUFFER_GROUPS = "async/buffer_groups"  # finished groups left for later steps
 ROLLOUTS_IDLE_SHARE = "async/rollouts_idle_share"  # share of the step with no group rolling out: servers idle

@@ -116,7 +116,10 @@ class StreamStats:
         dropped_no_signal: groups ``keep`` left out since the last step (``None``: no ``keep``). in_flight: groups
         running when the step took its groups. buffered: finished groups left in the buffer after it. waited_s:
         seconds the trainer waited. idle_share: the share of the time since the previous step took its groups during
-        which no group was rolling out (the servers idle, as far as this process knows).
+        which no group was rolling out (the servers idle, as far as this process knows). let_through: groups without
+        reward variance this step took anyway, ``max_rounds`` × a step's groups without it having been dropped
+        (dynamic sampling).
+        skipped_stale: the prompts left out of the epoch, dropped as stale on every attempt.
     """
 
     staleness: List[int]
@@ -126,6 +129,8 @@ class StreamStats:
     buffered: int = 0
     waited_s: float = 0.0
     idle_share: float = 0.0
+    let_through: int = 0
+    skipped_stale: List[Any] = field(default_factory=list)
 
     @staticmethod
     def merge(parts: List["StreamStats"]) -> "StreamStats":
@@ -135,15 +140,32 @@ class StreamStats:
         return StreamStats([x for p in parts for x in p.staleness], sum(p.dropped_stale for p in parts),
                            sum(no_signal) if no_signal else None, sum(p.in_flight for p in parts),
                            sum(p.buffered for p in parts), max((p.waited_s for p in parts), default=0.0),
-                           min((p.idle_share for p in parts), default=0.0))
+                           min((p.idle_share for p in parts), default=0.0), sum(p.let_through for p in parts),
+                           [x for p in parts for x in p.skipped_stale])
 
     def metrics(self) -> Dict[str, float]:
         """The step's ``async/*`` metrics and ``time/waiting_for_rollouts`` (one rank's)."""
         out = {rn.STALENESS_MEAN: sum(self.staleness) / max(len(self.staleness), 1),
                rn.STALENESS_MAX: max(self.staleness, default=0), rn.GROUPS_DROPPED_STALE: self.dropped_stale,
                rn.GROUPS_IN_FLIGHT: self.in_flight, rn.BUFFER_GROUPS: self.buffered,
-               rn.TIME_WAITING_FOR_ROLLOUTS: self.waited_s, rn.ROLLOUTS_IDLE_SHARE: self.idle_share}
-        return out if self.dropped_no_signal is None else {**out, rn.DS_GROUPS_DROPPED: self.dropped_no_signal}
+               rn.TIME_WAITING_FOR_ROLLOUTS: self.waited_s, rn.ROLLOUTS_IDLE_SHARE: self.idle_share,
+               rn.GROUPS_SKIPPED_STALE: len(self.skipped_stale)}
+        if self.dropped_no_signal is None:
+            return out
+        return {**out, rn.DS_GROUPS_DROPPED: self.dropped_no_signal, rn.DS_FILLED: float(self.let_through == 0)}
+
+    def notes(self, max_staleness: int) -> List[str]:
+        """What the console says about this step's stream (empty when nothing unusual happened)."""
+        out = []
+        if self.let_through:
+            out.append(f"dynamic sampling took {self.let_through} group(s) without reward variance, after dropping "
+                       "training.dynamic_sampling.max_rounds × a step's groups without it")
+        for prompt in self.skipped_stale:
+            text = str(prompt if not isinstance(prompt, list) else prompt[-1].get("content", prompt))
+            out.append(f"left out of this epoch after every rollout of it finished more than {max_staleness} weight "
+                       f"version(s) behind (its episodes take longer than the steps allow; raise "
+                       f"training.max_staleness to train it): {text[:80]!r}")
+        return out
 
 
 @dataclass

@@ -185,6 +185,7 @@ class GRPORecipe:
         signal = t.beta > 0 or bool(batch.step_advantages.abs().max() > 0)  # the same on every rank
         result = self.updater.update(batch, keep_tokens=self.keeps_rollouts(step), signal=signal)
         self.applied = step + 1  # the weights now include this step, whatever happens next
+        self.rollouts.trained()  # streaming: the step's prompts are used (a checkpoint will not roll them again)
         self.nonfinite.after_step(step, result.skipped)
         if not signal:
             self.reporter.message(f"Step {step + 1}: every group's rewards were equal (all advantages 0, beta 0): no "
@@ -224,7 +225,9 @@ class GRPORecipe:
         metrics, records = step_metrics(whole, batch.step_advantages, result, times, g, lag)
         memory = {k: max(v) for k, v in _by_key(dist.gather(memory_metrics(dist.device))).items()}  # the largest rank
         if batch.stream is not None:
-            metrics.update(StreamStats.merge(dist.gather(batch.stream)).metrics())
+            stream = StreamStats.merge(dist.gather(batch.stream))
+            metrics.update(stream.metrics())
+            self.say_notes(f"Step {step + 1}", stream.notes(self.cfg.training.staleness()))
         return {**metrics, **(refill.metrics() if refill is not None else {}), **memory}, records
 
     def evaluate(self, done: int) -> EvalResult:

@@ -43,8 +43,21 @@ class SharedLoop:
         return done.result()
 
     def close(self) -> None:
-        """Stop the loop (tasks still running are left unfinished)."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Cancel the tasks still running (their callers get ``CancelledError``), stop the loop and close it."""
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0)  # the tasks' done callbacks (which answer the waiting callers) run first
+            self.loop.stop()
+
+        if self.loop.is_closed():
+            return
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
+        self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 _SHARED: contextvars.ContextVar[Optional[SharedLoop]] = contextvars.ContextVar("grpo_rollout_shared_loop",

@@ -14,7 +14,8 @@ import pytest
 
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
-from streaming_helpers import ASYNC, RECORDING, TIMES, streaming_config, trained_prompts, user_module
+from streaming_helpers import (ASYNC, RECORDING, TIMES, SimulatedServer, streaming_config, trained_prompts,
+                               use_simulated_server, user_module)
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.model
@@ -131,3 +132,23 @@ def test_evaluation_in_the_stream_uses_the_weights_of_its_step(tmp_path, tiny_mo
     # one call per evaluation (its 3 prompts); a sync before step 1 (version 1) and one after each step: after 2 and
     # 4 steps the servers hold 3 and 5, while the stream's groups run on beside it
     assert held == [3, 5]
+
+
+CONSTANT = '''
+def flat(completions, **kwargs):
+    return [1.0] * len(completions)
+'''
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["plain", "dynamic_sampling"])
+def test_steps_without_signal_neither_stall_nor_loop(tmp_path, tiny_model, monkeypatch, dynamic):
+    """New user's trial: with a constant reward no step updates (no sync, the version stays): after k + 1 such steps
+    the stream started no group and the run hung; with dynamic sampling it refused every group forever."""
+    use_simulated_server(monkeypatch.setattr, lambda loaded: SimulatedServer(loaded.tokenizer, lambda: 0.01, 49152))
+    cfg = tiny_config(tmp_path, tiny_model, rows=60, rewards_source=CONSTANT, reward="flat",
+                      training={"max_staleness": 1, "max_steps": 4, "dynamic_sampling": {"enabled": dynamic}},
+                      vllm={"mode": "attach", "url": "http://simulated", "max_logprob_mismatch": None})
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 4 and all(m["frac_reward_zero_std"] == 1.0 for m in result.history)
+    if dynamic:
+        assert all(m["dynamic_sampling/filled"] == 0.0 for m in result.history)

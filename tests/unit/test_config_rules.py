@@ -266,3 +266,20 @@ def test_streaming_rollouts_need_a_server_and_an_awake_one_and_one_async_key(tmp
     config, _ = config_from_dict({"training": {"async_generation": True, "max_staleness": 2}})
     [p] = run(check_values, config)
     assert p.key == "training.max_staleness" and "keep one" in p.fix
+
+
+def test_max_inflight_groups_that_cannot_take_effect_is_a_warning():
+    """New user's trial: the key was accepted silently without streaming, and above what the bound lets run."""
+    problems = []
+    check_processes(make(training__max_inflight_groups=8), problems, 1)
+    [p] = problems
+    assert (p.key, p.severity) == ("training.max_inflight_groups", "warning") and "no effect without" in p.message
+    problems = []
+    check_processes(make(training__max_staleness=2, training__prompts_per_step=4, training__max_inflight_groups=1000,
+                         vllm__mode="spawn"), problems, 1)
+    [p] = problems
+    assert "more than the 12 groups" in p.message and p.fix.startswith("set it to 12 or less")
+    problems = []
+    check_processes(make(training__max_staleness=2, training__prompts_per_step=4, training__max_inflight_groups=12,
+                         vllm__mode="spawn"), problems, 1)
+    assert not problems

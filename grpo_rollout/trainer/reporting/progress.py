@@ -176,7 +176,9 @@ class RichReporter:
                          f"{_fmt(metrics.get(rn.GROUPS_IN_FLIGHT), '{:.0f}')} buffered="
                          f"{_fmt(metrics.get(rn.BUFFER_GROUPS), '{:.0f}')} waited="
                          f"{_fmt(metrics.get(rn.TIME_WAITING_FOR_ROLLOUTS), '{:.1f}')} s rollouts idle="
-                         f"{_fmt(metrics.get(rn.ROLLOUTS_IDLE_SHARE), '{:.0%}')}")
+                         f"{_fmt(metrics.get(rn.ROLLOUTS_IDLE_SHARE), '{:.0%}')}"
+                         + (f" no-variance dropped={_fmt(metrics[rn.DS_GROUPS_DROPPED], '{:.0f}')}"
+                            if rn.DS_GROUPS_DROPPED in metrics else ""))
         if rn.SAMPLER_LOGPROB_ABS_DIFF in metrics:
             extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics[rn.SAMPLER_LOGPROB_ABS_DIFF], '{:.2e}')}")
         if per_fn or extra:

@@ -175,7 +175,8 @@ class RolloutStage:
             else None
         return GroupStream(self.roll_group, self.position_row, groups_per_step=share,
                            max_staleness=t.staleness(), max_inflight=t.max_inflight_groups or 2 * share,
-                           start=start, used=tuple(used), keep=keep)
+                           start=start, used=tuple(used), keep=keep,
+                           max_refused=t.dynamic_sampling.max_rounds * share if keep else None)
 
     def position_row(self, position: int) -> Tuple[int, Dict[str, Any]]:
         """Position ``position`` of this rank's prompt sequence: the step it belongs to and its dataset row (this
@@ -191,6 +192,11 @@ class RolloutStage:
         if attempt and sampling["seed"] is not None:
             sampling["seed"] = derive_seed(sampling["seed"], "attempt", attempt)
         return self.generate_and_score(step, [row], sampling, self.version)
+
+    def trained(self) -> None:
+        """The step's groups were trained (streaming: their prompts now count as used)."""
+        if self.stream is not None:
+            self.stream.commit()
 
     def stream_state(self) -> Optional[Dict[str, Any]]:
         """This rank's place in its prompt sequence for a checkpoint (``None`` without a stream)."""

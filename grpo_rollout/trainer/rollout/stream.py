@@ -46,6 +46,7 @@ class _Finished:
     position: int
     batch: ScoredBatch = field(compare=False)
     attempt: int = field(compare=False, default=0)
+    forced: bool = field(compare=False, default=False)  # refused by keep, taken anyway (max_refused reached)
 
 
 class GroupStream:
@@ -58,23 +59,29 @@ class GroupStream:
         max_staleness: ``k``, versions a group may be behind the trainer's weights when it is trained (≥ 1).
         max_inflight: groups rolling out at once. start: the first position. used: positions after ``start``
             already used (a resumed run's :meth:`state`). keep: whether a finished group is trained (``False``: left
-            out and counted, e.g. no reward variance); default keeps all.
+            out and counted, e.g. no reward variance); default keeps all. max_refused: groups ``keep`` may refuse
+            between two steps; later ones are taken anyway (dynamic sampling's ``max_rounds`` × groups per step;
+            ``None``: no bound). max_attempts: rollouts of one prompt dropped as stale before it is left out of the
+            epoch (its episodes take longer than ``k`` steps; named in :class:`StreamStats`).
     """
 
     def __init__(self, roll: Roll, row_at: Callable[[int], Tuple[int, Dict[str, Any]]], *, groups_per_step: int,
                  max_staleness: int, max_inflight: int, start: int = 0, used: Tuple[int, ...] = (),
-                 keep: Optional[Callable[[ScoredBatch], bool]] = None):
-        self.roll, self.row_at, self.keep = roll, row_at, keep
+                 keep: Optional[Callable[[ScoredBatch], bool]] = None, max_refused: Optional[int] = None,
+                 max_attempts: int = 3):
+        self.roll, self.row_at, self.keep, self.max_refused, self.max_attempts = roll, row_at, keep, max_refused, \
+            max_attempts
         self.per_step, self.k, self.max_inflight = groups_per_step, max_staleness, max_inflight
-        self.cap = (max_staleness + 1) * groups_per_step  # in flight + buffered
+        self.cap = (max_staleness + 1) * groups_per_step  # running + buffered + taken for the step being trained
         self._next, self._used = start, set(used)
         self._frontier = start
         self._again: Deque[Tuple[int, int]] = deque()  # (position, attempt) to roll out before new positions
         self._running: Set[int] = set()
         self._buffer: List[_Finished] = []
         self._error: Optional[BaseException] = None
-        self._dropped_stale = self._dropped_no_signal = 0
-        self._version, self._taken_at_version = None, 0  # the trainer's version, and groups it took at it
+        self._dropped_stale = self._dropped_no_signal = self._refused = 0
+        self._skipped: List[Any] = []  # prompts left out after max_attempts stale rollouts, since the last step
+        self._taken: List[int] = []  # positions the step being trained took: used once it is (commit)
         self._idle_s, self._idle_since = 0.0, time.perf_counter()  # no group running: in all, and since when
         self._last_take = time.perf_counter()
         self._cond = threading.Condition()
@@ -85,6 +92,7 @@ class GroupStream:
     def _next_position(self) -> Tuple[int, int]:
         if self._again:
             return self._again.popleft()
+        self._next = max(self._next, self._frontier)  # the frontier may have passed positions used before a resume
         while self._next in self._used:  # used before a resume
             self._next += 1
         self._next += 1
@@ -93,7 +101,7 @@ class GroupStream:
     def _fill(self) -> None:
         """Start groups while there is room (call holding the lock)."""
         while (not self._closed and self._error is None and len(self._running) < self.max_inflight
-               and len(self._running) + len(self._buffer) + self._taken_at_version < self.cap):
+               and len(self._running) + len(self._buffer) + len(self._taken) < self.cap):
             position, attempt = self._next_position()
             if not self._running:
                 self._idle_s += time.perf_counter() - self._idle_since
@@ -115,11 +123,12 @@ class GroupStream:
             return
         with self._cond:
             self._ended(position)
-            if kept:
+            forced = not kept and self.max_refused is not None and self._refused >= self.max_refused
+            if kept or forced:  # forced: the step must go on, so it is taken anyway
                 version = batch.rollout.weight_version
-                self._buffer.append(_Finished(-1 if version is None else version, position, batch, attempt))
+                self._buffer.append(_Finished(-1 if version is None else version, position, batch, attempt, forced))
             else:
-                self._dropped_no_signal += 1
+                self._dropped_no_signal, self._refused = self._dropped_no_signal + 1, self._refused + 1
                 self._mark_used(position)
             self._fill()
             self._cond.notify_all()
@@ -156,8 +165,7 @@ class GroupStream:
         start = time.perf_counter()
         taken: List[_Finished] = []
         with self._cond:
-            if version != self._version:  # the weights moved on: the groups taken at the old version leave the cap
-                self._version, self._taken_at_version = version, 0
+            self._taken = []  # the last step's groups were trained (commit) or the run stopped: they leave the cap
             self._fill()
             in_flight = len(self._running)
             while len(taken) < self.per_step:
@@ -167,8 +175,7 @@ class GroupStream:
                 if self._buffer:
                     self._buffer.sort()
                     taken.append(self._buffer.pop(0))
-                    self._taken_at_version += 1
-                    self._mark_used(taken[-1].position)
+                    self._taken.append(taken[-1].position)
                     continue
                 self._fill()
                 self._cond.wait(timeout=1.0)
@@ -176,21 +183,35 @@ class GroupStream:
             no_signal = None if self.keep is None else self._dropped_no_signal
             stats = StreamStats([0 if f.version < 0 else version - f.version for f in taken], self._dropped_stale,
                                 no_signal, in_flight, len(self._buffer), time.perf_counter() - start,
-                                self._idle_share())
-            self._dropped_stale = self._dropped_no_signal = 0
+                                self._idle_share(), sum(f.forced for f in taken), self._skipped)
+            self._dropped_stale = self._dropped_no_signal = self._refused = 0
+            self._skipped = []
         return [f.batch for f in taken], stats
+
+    def commit(self) -> None:
+        """The groups of the last :meth:`take` were trained: their prompts count as used (a checkpoint made after an
+        interrupted step rolls them out again)."""
+        with self._cond:
+            for position in self._taken:
+                self._mark_used(position)
 
     def _drop_stale(self, version: int) -> None:
         """Put the buffered groups more than ``k`` versions behind back in the queue (holding the lock)."""
         stale = [f for f in self._buffer if f.version >= 0 and version - f.version > self.k]
         for f in sorted(stale):
             self._buffer.remove(f)
-            self._again.append((f.position, f.attempt + 1))
             self._dropped_stale += 1
+            if f.attempt + 1 < self.max_attempts:
+                self._again.append((f.position, f.attempt + 1))
+            else:  # its episodes outlast k steps every time: left out of the epoch, and named
+                prompts = getattr(getattr(f.batch, "scores", None), "prompts", None)
+                self._skipped.append(prompts[0] if prompts else f"prompt at position {f.position}")
+                self._mark_used(f.position)
 
     def state(self) -> Dict[str, Any]:
         """Where this rank's prompt sequence stands: ``first_unused`` (every earlier position was trained or left
-        out) and ``used`` (the later ones that were); running and buffered groups count as unused."""
+        out) and ``used`` (the later ones that were); running, buffered and taken but uncommitted groups count as
+        unused."""
         with self._cond:
             return {"first_unused": self._frontier, "used": sorted(self._used)}
 
