@@ -152,3 +152,14 @@ def test_steps_without_signal_neither_stall_nor_loop(tmp_path, tiny_model, monke
     assert result.steps == 4 and all(m["frac_reward_zero_std"] == 1.0 for m in result.history)
     if dynamic:
         assert all(m["dynamic_sampling/filled"] == 0.0 for m in result.history)
+
+
+def test_groups_of_the_same_prompt_text_get_their_own_samples(tmp_path, tiny_model, monkeypatch):
+    """Each group is its own seeded call: two groups of a repeated dataset row drew the same samples (the seed came
+    from the step and the prompt's tokens alone); the group's place in the prompt sequence is in the seed now."""
+    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 1, max_steps=2)
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"prompt": "Count to 3."}) + "\n" for _ in range(40)))
+    train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    rows = [json.loads(x) for x in (tmp_path / "out" / "completions.jsonl").read_text().splitlines()]
+    groups = [tuple(r["completion"] for r in rows[i:i + 8]) for i in range(0, len(rows), 8)]
+    assert len(groups) == 8 and len(set(groups)) == 8

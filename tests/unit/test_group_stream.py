@@ -23,7 +23,7 @@ class Scripted:
         self.latency, self.fail_at, self.version = latency, fail_at, 1
         self.calls, self.lock = [], threading.Lock()
 
-    def roll(self, step, row, attempt):
+    def roll(self, position, step, row, attempt):
         with self.lock:
             started = self.version
             self.calls.append((row, attempt))
@@ -238,7 +238,7 @@ def test_closing_the_stream_releases_async_rollouts_waiting_on_its_loop():
 
     from grpo_rollout.user_code.coroutines import run_coroutine
 
-    def roll(step, row, attempt):
+    def roll(position, step, row, attempt):
         return run_coroutine(asyncio.sleep(100), shared=True)  # an async rollout that would run for minutes
 
     stream = GroupStream(roll, lambda p: (0, p), groups_per_step=1, max_staleness=1, max_inflight=2)

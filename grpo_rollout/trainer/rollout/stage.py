@@ -185,12 +185,13 @@ class RolloutStage:
         step = position // share
         return step, self.dataset[self.prompt_order.indices(step)[self.dist.rank * share + position % share]]
 
-    def roll_group(self, step: int, row: Dict[str, Any], attempt: int) -> ScoredBatch:
-        """One group: ``row``'s rollout and rewards, seeded as step ``step``'s (a group rolled again, ``attempt``
-        ≥ 1, gets another seed)."""
+    def roll_group(self, position: int, step: int, row: Dict[str, Any], attempt: int) -> ScoredBatch:
+        """One group: ``row``'s rollout and rewards. Seeded from step ``step``'s seed, the group's ``position`` in
+        this rank's prompt sequence and its ``attempt`` (a group rolled again gets another seed): each group is its
+        own call, so two groups of the same prompt text (a repeated dataset row) must not share a seed."""
         sampling = self.sampling_kwargs(step)
-        if attempt and sampling["seed"] is not None:
-            sampling["seed"] = derive_seed(sampling["seed"], "attempt", attempt)
+        if sampling["seed"] is not None:
+            sampling["seed"] = derive_seed(sampling["seed"], "group", self.dist.rank, position, attempt)
         return self.generate_and_score(step, [row], sampling, self.version)
 
     def trained(self) -> None:

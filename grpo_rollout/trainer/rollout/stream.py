@@ -36,8 +36,9 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 from ...user_code.coroutines import SharedLoop, shared_loop
 from ..batch import ScoredBatch, StreamStats
 
-#: ``roll(step, row, attempt)``: one group's scored batch (``attempt``: 0, then 1, 2, ... for a prompt rolled again).
-Roll = Callable[[int, Dict[str, Any], int], ScoredBatch]
+#: ``roll(position, step, row, attempt)``: one group's scored batch (``attempt``: 0, then 1, 2, ... for a prompt
+#: rolled again).
+Roll = Callable[[int, int, Dict[str, Any], int], ScoredBatch]
 
 
 @dataclass(order=True)
@@ -113,7 +114,7 @@ class GroupStream:
         try:
             step, row = self.row_at(position)
             with shared_loop(self._loop):
-                batch = self.roll(step, row, attempt)
+                batch = self.roll(position, step, row, attempt)
             kept = self.keep is None or self.keep(batch)
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops the run naming it
             with self._cond:
