@@ -89,7 +89,7 @@ def reverted_problem(url: str, answered: Any, confirmed: int) -> Optional[str]:
 def confirm_version(client: Any, version: int) -> None:
     """Tell ``client`` (and each server client of a multi-server one) that its servers now hold ``version``: after a
     weight sync it did not make itself (NCCL, or another training process's)."""
-    for one in [client, *getattr(client, "clients", [])]:
+    for one in _server_clients(client):
         if hasattr(one, "weight_version"):
             one.weight_version = version
 
@@ -97,6 +97,11 @@ def confirm_version(client: Any, version: int) -> None:
 def use_in_flight_updates(client: Any, on: bool) -> None:
     """Have ``client``'s servers (each server client of a multi-server one) load weight syncs in flight, between
     engine steps with running requests kept (``on``: streaming rollouts), or after running requests finish."""
-    for one in [client, *getattr(client, "clients", [])]:
+    for one in _server_clients(client):
         if hasattr(one, "in_flight_updates"):
             one.in_flight_updates = on
+
+
+def _server_clients(client: Any) -> list:
+    """``client`` and, for a multi-server one, the client of each server."""
+    return [client, *getattr(client, "clients", [])]

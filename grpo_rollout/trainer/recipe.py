@@ -217,12 +217,12 @@ class GRPORecipe:
         dist, g = self.dist, self.cfg.sampling.num_generations
         whole = CompletionScores.merge(dist.gather(batch.scores))
         self.say_notes(f"Step {step + 1}", whole.timeout_notes(g))
+        lag = None if self.rollouts.client.shares_weights else batch.sampler_lag
+        metrics, records = step_metrics(whole, batch.step_advantages, result, times, g, lag)
         if self.keeps_rollouts(step):
             tokens = [r for part in dist.gather(result.token_records) for r in part]
             if dist.is_main:
-                save_rollouts(self.output_dir, step + 1, whole, batch.step_advantages, tokens, self.tokenizer, g)
-        lag = None if self.rollouts.client.shares_weights else batch.sampler_lag
-        metrics, records = step_metrics(whole, batch.step_advantages, result, times, g, lag)
+                save_rollouts(self.output_dir, step + 1, records, tokens, self.tokenizer, g)
         memory = {k: max(v) for k, v in _by_key(dist.gather(memory_metrics(dist.device))).items()}  # the largest rank
         if batch.stream is not None:
             stream = StreamStats.merge(dist.gather(batch.stream))

@@ -20,8 +20,9 @@ spawn mode set it). Every ``/v1/...`` route of vLLM stays; these are added:
 Bad input never stops the server: a body of the wrong shape is refused with 422, an impossible request (a prompt
 plus ``max_tokens`` beyond ``max_model_len``, more than :data:`MAX_N` samples or :data:`MAX_SEQUENCES` sequences,
 token ids outside the vocabulary, malformed chat messages) with 400 and the reason.
-- ``POST /upload_weights/?version=V[&in_flight=true]``: the same, for a trainer on another host: the body is the bytes of one
-  safetensors file (streamed), the ``x-sha256`` header its checksum; the file goes to this server's memory folder.
+- ``POST /upload_weights/?version=V[&in_flight=true]``: the same, for a trainer on another host: the body is the
+  bytes of one safetensors file (streamed), the ``x-sha256`` header its checksum; the file goes to this server's
+  memory folder.
 - ``POST /sleep/`` and ``POST /wake_up/`` (a server started with ``--enable-sleep-mode``): vLLM's sleep level 1 (KV
   cache freed, weights offloaded to CPU memory) and back; while asleep ``/generate/`` and the weight routes answer
   409. Behind the API key like every route here, unlike vLLM's own dev-mode ``/sleep``.

@@ -50,12 +50,13 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
     return metrics, whole.records(advantages.tolist())
 
 
-def save_rollouts(output_dir: Path, step: int, whole: CompletionScores, advantages: torch.Tensor,
-                  tokens: List[Dict[str, Any]], tokenizer: Any, num_generations: int) -> None:
+def save_rollouts(output_dir: Path, step: int, records: List[CompletionRecord], tokens: List[Dict[str, Any]],
+                  tokenizer: Any, num_generations: int) -> None:
     """Write ``rollouts/step_<step>.jsonl`` (``step`` 1-based): every completion's tokens, mask, sampler and trainer
-    log-probs, importance weights, advantage, rewards and extras (a :class:`~...runs.rollouts.RolloutRecord` each;
-    ``tokens``: every rank's :func:`~...runs.rollouts.token_record` in rank order)."""
-    records = [RolloutRecord.of(record, tok, step=step, index=i, group=i // num_generations,
-                                prompt_text=tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False))
-               for i, (record, tok) in enumerate(zip(whole.records(advantages.tolist()), tokens))]
-    write_rollouts(output_dir, step, records)
+    log-probs, importance weights, advantage, rewards and extras (a :class:`~...runs.rollouts.RolloutRecord` each,
+    from the step's ``records`` (:func:`step_metrics`'s) and ``tokens``, every rank's
+    :func:`~...runs.rollouts.token_record` in rank order)."""
+    lines = [RolloutRecord.of(record, tok, step=step, index=i, group=i // num_generations,
+                              prompt_text=tokenizer.decode(tok["prompt_ids"], skip_special_tokens=False))
+             for i, (record, tok) in enumerate(zip(records, tokens))]
+    write_rollouts(output_dir, step, lines)
