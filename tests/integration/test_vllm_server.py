@@ -268,11 +268,10 @@ def test_an_in_flight_weight_update_does_not_wait_for_running_requests(server, t
     client = VllmClient(server.url, tokenizer)
     client.weight_version = client.health()["weight_version"]
     client.in_flight_updates = in_flight
-    answer, ended = {}, {}
+    answer = {}
 
     def long_request() -> None:
         answer["result"] = client.generate([[5, 6, 7]], n=64, temperature=1.0, max_tokens=240, seed=1)
-        ended["at"] = time.perf_counter()
 
     def running() -> float:  # vLLM's own gauge of requests being generated
         lines = httpx.get(server.url + "/metrics", timeout=10).text.splitlines()
@@ -286,13 +285,11 @@ def test_an_in_flight_weight_update_does_not_wait_for_running_requests(server, t
     assert running() > 0
     before = client.weight_version
     client.update_weights(_perturbed(tiny_model, seed=5))
-    synced = time.perf_counter()
     thread.join(timeout=300)
     result = answer["result"]
     assert len(result.completion_ids) == 64 and all(len(lp) == len(ids) for ids, lp in
                                                      zip(result.completion_ids, result.logprobs))
     assert result.weight_version == before and client.weight_version == before + 1
-    if in_flight:
-        assert synced < ended["at"] and result.weight_version_end == before + 1
-    else:
-        assert ended["at"] <= synced and result.weight_version_end == before
+    # the version the server reports when the request ends says whether the update landed while it ran (the order
+    # in which the two HTTP answers reach this process is a race, so it is not what is checked)
+    assert result.weight_version_end == (before + 1 if in_flight else before)
