@@ -64,6 +64,7 @@ class InspectedSample:
     reward: Optional[float]
     rewards: Dict[str, Any]
     extras: Dict[str, Any] = field(default_factory=dict)
+    weight_versions: Optional[List[int]] = None  # oldest and newest weight version that sampled it (streaming)
 
 
 def run_tokenizer(run_dir: Path):
@@ -137,7 +138,7 @@ def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, toke
     _mark_tool_calls(tokens)
     return InspectedSample(run_dir, step, rec.index, rec.group, rec.prompt, rec.prompt_text or "",
                            len(rec.prompt_ids), tokens, rec.advantage, rec.reward, rec.rewards or {},
-                           rec.extras or {})
+                           rec.extras or {}, rec.weight_versions)
 
 
 def _shown(text: str) -> str:
@@ -157,7 +158,14 @@ def summary_line(s: InspectedSample) -> str:
     return (f"step {s.step} · sample {s.index} (group {s.group}) · reward {_num(s.reward)}"
             + (f" ({per_fn})" if per_fn else "") + f" · advantage {_num(s.advantage)} · {len(s.tokens)} completion "
             f"tokens: {trained} trained, {len(s.tokens) - trained} inserted (not trained)"
-            + (f", {calls} tool call(s)" if calls else "") + f" · prompt {s.num_prompt_tokens} tokens")
+            + (f", {calls} tool call(s)" if calls else "") + f" · prompt {s.num_prompt_tokens} tokens"
+            + (_versions(s.weight_versions) if s.weight_versions else ""))
+
+
+def _versions(versions: List[int]) -> str:
+    """`` · sampled by weights v3`` or, when a sync landed during the episode, `` · sampled by weights v3-v4``."""
+    oldest, newest = versions
+    return f" · sampled by weights v{oldest}" + (f"-v{newest}" if newest != oldest else "")
 
 
 def console_renderables(s: InspectedSample) -> List[Any]:

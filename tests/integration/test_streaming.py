@@ -56,6 +56,11 @@ def test_every_group_is_at_most_k_versions_behind_and_no_prompt_trains_twice(tmp
     assert len(trained) == 24 == len(set(trained))  # 6 steps × 4 groups, none twice (40 prompts in the epoch)
     lines = (tmp_path / "out" / "rollouts" / "step_6.jsonl").read_text().splitlines()
     assert len(lines) == 32 and all(json.loads(x)["sampler_logprobs"] for x in lines)
+    from grpo_rollout.views.inspect import load_sample, summary_line  # `inspect` names the weights that sampled it
+
+    oldest, newest = json.loads(lines[0])["weight_versions"]
+    expected = f"sampled by weights v{oldest}" + (f"-v{newest}" if newest != oldest else "")
+    assert summary_line(load_sample(tmp_path / "out", step=6, sample=0)).endswith(expected)
 
 
 def test_a_resume_trains_no_prompt_twice_and_skips_none(tmp_path, tiny_model, monkeypatch):
