@@ -75,6 +75,8 @@ def validate_config(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = 
             console.print("Resolved config (a value rejected while loading shows its default):")
         print_summary(console, loaded.config)
     if errors:
+        if loaded.config is not None and not quiet:  # the table is above the resolved config: say where to look
+            console.print(f"[red]✗[/] {config} has {len(errors)} error(s): see the table of problems above")
         raise typer.Exit(1)
     console.print(f"[green]✓[/] {config} is valid")
     if dry_run:

@@ -77,6 +77,8 @@ def test_five_mistakes_are_all_reported_without_a_traceback(project):
     assert "5 error(s), 0 warning(s)" in out
     assert "did you mean `sampling.temperature`?" in out
     assert "is valid" not in out
+    # the verdict is the last line, below the resolved config
+    assert out.strip().splitlines()[-1].endswith(f"{path.name} has 5 error(s): see the table of problems above")
 
 
 def test_valid_config_prints_summary_and_exits_zero(project):
