@@ -15,94 +15,28 @@ concurrently) → append one tool message per call → generate again; until a t
 no call, ``max_turns`` turns were sampled, or the ``max_completion_length`` budget is used up (tool tokens count).
 All samples of the step run concurrently. Tool tokens get ``completion_mask`` 0 (see :mod:`.conversation`).
 
-How the tools are described to the model (``tool_prompt``): ``"template"`` passes their JSON schemas to the chat
-template (``tools=``), ``"system"`` writes them into a system prompt with the call format and a one-line example call,
-``"auto"`` (default) uses the template when it renders the tools and describes the ``<tool_call>`` format, else the
-system prompt.
+How the tools are described to the model (``tool_prompt``: ``auto``, ``template`` or ``system``): see
+:mod:`.tool_prompt`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .kwargs_checks import check_bool, check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
-from .conversation import Conversation, as_messages, eos_ids_of, render
+from .conversation import Conversation, as_messages, eos_ids_of
 from .episodes import run_multi_turn
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
-from .tools import ToolError, ToolResult, example_call, load_tools, run_tool_call, tool_schema
-
-DEFAULT_SYSTEM_PROMPT = """You can use these tools:
-{tools}
-To call a tool, write its name and arguments as JSON inside <tool_call></tool_call> tags, exactly like this example:
-{example}
-The tool's answer comes back in the next message. When you know the answer, reply without a tool call."""
+from .tool_prompt import choose_tool_prompt, system_prompt_text, with_system_prompt
+from .tools import ToolError, ToolResult, load_tools, run_tool_call, tool_schema
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
 TOOL_EXTRAS = (rn.NUM_TURNS_EXTRA, rn.NUM_TOOL_CALLS_EXTRA, rn.NUM_TOOL_ERRORS_EXTRA, rn.TOOL_RESULTS_EXTRA,
                rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)
-
-
-def template_renders_tools(tokenizer: Any, schemas: Sequence[Dict[str, Any]]) -> bool:
-    """True when the chat template writes the tool schemas into the prompt (many templates ignore ``tools=``)."""
-    probe = [{"role": "user", "content": "hi"}]
-    try:
-        with_tools = render(tokenizer, probe, True, tools=list(schemas))
-        without = render(tokenizer, probe, True)
-    except Exception:  # templates that reject the argument
-        return False
-    return with_tools != without and all(s["function"]["name"] in with_tools for s in schemas)
-
-
-def tool_signature(schema: Dict[str, Any]) -> str:
-    """One line describing a tool: ``- multiply(a: integer, b: integer): Multiply two integers.``"""
-    fn = schema.get("function", schema)
-    props = fn.get("parameters", {}).get("properties", {})
-    params = ", ".join(f"{name}: {prop.get('type', 'any')}" for name, prop in props.items())
-    return f"- {fn['name']}({params}): {fn.get('description', '').strip()}"
-
-
-def system_prompt_text(schemas: Sequence[Dict[str, Any]], template: Optional[str] = None) -> str:
-    """The tools system prompt: ``template`` (default :data:`DEFAULT_SYSTEM_PROMPT`) with ``{tools}`` replaced by one
-    line per tool (:func:`tool_signature`), ``{tools_json}`` by one JSON schema per line and ``{example}`` by an
-    example call of the first tool. (Compact lines rather than JSON schemas by default: measured on SmolLM2-135M, a
-    prompt holding the JSON schemas got 0 valid calls in 64 samples where a short one got 8.)"""
-    text = DEFAULT_SYSTEM_PROMPT if template is None else template
-    return (text.replace("{tools_json}", "\n".join(json.dumps(s) for s in schemas))
-            .replace("{tools}", "\n".join(tool_signature(s) for s in schemas))
-            .replace("{example}", example_call(schemas[0]) if schemas else ""))
-
-
-def with_system_prompt(messages: List[Dict[str, Any]], text: str) -> List[Dict[str, Any]]:
-    """``messages`` with ``text`` as the system prompt (put before an existing system message's content)."""
-    if messages and messages[0].get("role") == "system":
-        return [{"role": "system", "content": f"{text}\n\n{messages[0]['content']}"}] + messages[1:]
-    return [{"role": "system", "content": text}] + messages
-
-
-def choose_tool_prompt(tokenizer: Any, schemas: Sequence[Dict[str, Any]], mode: str = "auto") -> str:
-    """``"template"`` or ``"system"`` for ``mode`` ``"auto"`` (see the module docstring).
-
-    Raises:
-        RolloutError: unknown ``mode``, or ``"template"`` with a template that ignores ``tools=``.
-    """
-    if mode not in ("auto", "template", "system"):
-        raise RolloutError(f"tool_prompt must be auto, template or system, got {mode!r}")
-    if mode == "system":
-        return mode
-    renders = template_renders_tools(tokenizer, schemas)
-    if mode == "template":
-        if not renders:
-            raise RolloutError("tool_prompt is 'template' but the chat template does not render `tools=`; "
-                               "use tool_prompt: system")
-        return mode
-    described = renders and "<tool_call>" in render(tokenizer, [{"role": "user", "content": "hi"}], True,
-                                                     tools=list(schemas))
-    return "template" if described else "system"
 
 
 def tool_message(result: ToolResult) -> Dict[str, Any]:
