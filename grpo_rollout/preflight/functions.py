@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ..user_code.resolve import ImportSpecError, resolve_callable
 from ..config.problems import Problem, add_error as _err, add_warning as _warn
 from ..config.schema import Config
-from ..rewards.calling import STANDARD_REWARD_ARGS
+from ..rewards.calling import STANDARD_REWARD_ARGS, implied_rewards
 from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ARGS
 from ..user_code.signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
 
@@ -41,7 +41,7 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
         _check_rollout_signature(rollout, config, problems)
         _check_rollout_kwargs(rollout, config, base_dir, problems)
     extras = _rollout_extras(rollout) if rollout is not None else None  # unknown: already reported
-    if not config.rewards:
+    if not config.rewards and not _implies_rewards(rollout, config, base_dir):
         _err(problems, "rewards", [], "no reward function configured",
              "add `rewards: [{function: my_module:my_reward}]`", depends_on=("rewards",))  # not after "expected a list"
     for i, r in enumerate(config.rewards):
@@ -55,6 +55,17 @@ def check_functions(config: Config, problems: List[Problem], base_dir: Path,
             continue
         _check_reward_signature(fn, i, r.function, r.kwargs, extras, dataset_columns, problems)
         _check_reward_kwargs(fn, i, r.function, dict(r.kwargs), base_dir, problems)
+
+
+def _implies_rewards(rollout: Optional[Callable], config: Config, base_dir: Path) -> bool:
+    """Whether the rollout adds reward functions of its own (a TRL environment's ``get_reward``); ``True`` when that
+    cannot be told (what the kwargs name does not load: the rollout's own kwargs check reports it)."""
+    if rollout is None:
+        return True
+    try:
+        return bool(implied_rewards(rollout, config.rollout.kwargs, base_dir))
+    except Exception:  # noqa: BLE001 - reported by the rollout's validate_kwargs hook
+        return True
 
 
 def _check_rollout_kwargs(fn: Callable, config: Config, base_dir: Path, problems: List[Problem]) -> None:

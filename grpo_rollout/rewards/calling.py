@@ -16,7 +16,7 @@ import inspect
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence
 
 from ..runs import names as rn
 from ..user_code.coroutines import run_coroutine
@@ -70,6 +70,25 @@ class RewardResult:
         for name, flags in self.timed_out.items():
             out[rn.reward_fn(name, rn.TIMEOUTS)] = sum(1 for f in flags if f)
         return out
+
+
+def implied_rewards(rollout_fn: Callable, rollout_kwargs: Mapping[str, Any], base_dir: Any = None,
+                    taken: Collection[str] = ()) -> List[RewardFunction]:
+    """The reward functions a rollout adds to the configured ones, each of weight 1: what its optional hook
+    ``rollout_fn.implied_rewards(kwargs, base_dir) -> [(name, function), ...]`` returns (the tool-calling rollout's:
+    one per TRL environment class with a ``get_reward`` method). A name already ``taken`` gets a ``_2`` suffix.
+
+    Raises:
+        RolloutError: the hook could not load what the kwargs name.
+    """
+    hook = getattr(rollout_fn, "implied_rewards", None)
+    out, names = [], set(taken)
+    for name, fn in (hook(dict(rollout_kwargs), base_dir) if callable(hook) else []):
+        unique = name if name not in names else next(f"{name}_{i}" for i in range(2, len(names) + 3)
+                                                     if f"{name}_{i}" not in names)
+        names.add(unique)
+        out.append(RewardFunction(unique, fn))
+    return out
 
 
 def unique_names(functions: Sequence[Callable]) -> List[str]:

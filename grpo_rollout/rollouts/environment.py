@@ -45,8 +45,8 @@ def _label(env: Any, method: str) -> str:
     return f"{type(env).__name__}.{method}"
 
 
-async def _call(env: Any, method: str, *args: Any) -> Any:
-    """``env.<method>(*args)``: awaited when ``async def``, else in a worker thread.
+async def call_env(env: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``env.<method>(*args, **kwargs)``: awaited when ``async def``, else in a worker thread.
 
     Raises:
         RolloutError: the method raised (the message names the environment class and the method).
@@ -54,8 +54,8 @@ async def _call(env: Any, method: str, *args: Any) -> Any:
     fn = getattr(env, method)
     try:
         if inspect.iscoroutinefunction(fn):
-            return await fn(*args)
-        return await asyncio.to_thread(fn, *args)
+            return await fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
     except RolloutError:
         raise
     except (Exception, SystemExit) as exc:  # SystemExit too: inside asyncio it would end the whole run unexplained
@@ -87,7 +87,7 @@ class _EnvEpisode:
         self.done = False
 
     async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
-        result = await _call(self.env, "step", text)
+        result = await call_env(self.env, "step", text)
         label = _label(self.env, "step")
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise RolloutError(f"{label} must return (observation, reward or None, done), got {str(result)[:80]!r}")
@@ -134,7 +134,7 @@ def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
 
 
 async def _reset_all(envs: List[Any], rows: List[Any]) -> List[Any]:
-    return list(await asyncio.gather(*(_call(e, "reset", r) for e, r in zip(envs, rows))))
+    return list(await asyncio.gather(*(call_env(e, "reset", r) for e, r in zip(envs, rows))))
 
 
 def _make_envs(env_class: Any, count: int, env_kwargs: Optional[Dict[str, Any]]) -> List[Any]:

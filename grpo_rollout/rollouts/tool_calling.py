@@ -29,9 +29,11 @@ from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .kwargs_checks import check_bool, check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
 from .conversation import Conversation, as_messages, eos_ids_of
+from .environment_factory import (environment_extras, environment_rewards, environment_tools, factory_problems,
+                                  load_factories, start_environments, with_observation)
 from .episodes import run_multi_turn
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
-from .tool_prompt import choose_tool_prompt, system_prompt_text, with_system_prompt
+from .tool_prompt import ToolPrompt
 from .tools import ToolError, ToolResult, load_tools, run_tool_call, tool_schema
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
@@ -80,14 +82,15 @@ class _ToolEpisode:
         return out
 
 
-def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, tools: Sequence[Any], n: int,
+def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, n: int, tools: Sequence[Any] = (),
                          temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
                          min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                          max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
                          max_turns: int = 3, tool_timeout_s: Optional[float] = 10.0,
                          tool_prompt: str = "auto", system_prompt: Optional[str] = None,
                          stop: Optional[Sequence[str]] = (CALL_CLOSE,), max_turn_tokens: Optional[int] = None,
-                         parallel_tool_calls: bool = False, base_dir: Optional[str] = None,
+                         parallel_tool_calls: bool = False, environment_factory: Any = None,
+                         rows: Optional[Sequence[Dict[str, Any]]] = None, base_dir: Optional[str] = None,
                          **_: Any) -> Dict[str, List[Any]]:
     """Sample ``n`` tool-using conversations per prompt.
 
@@ -108,6 +111,9 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
         max_turn_tokens: tokens per turn at most (``None``: only the remaining budget limits a turn).
         parallel_tool_calls: run the calls of one turn concurrently; by default they run one after the other in
             the order the model wrote them (a later call may depend on an earlier one's effect).
+        environment_factory: TRL's environment factory (a class or its name, or a mapping of names to them): one
+            environment per episode, reset with its prompt's row, whose public methods are tools
+            (:mod:`.environment_factory`). rows: the ``P`` dataset rows (for ``reset``).
         base_dir: where relative tool file paths are also looked up.
 
     Returns:
@@ -115,54 +121,89 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
         grouped by prompt) and the extras ``num_turns``, ``num_tool_calls``, ``num_tool_errors`` (ints),
         ``tool_calls/<name>`` and ``tool_errors/<name>`` per configured tool, ``tool_results`` (a list of
         ``{name, arguments, content, error}`` per sample), ``final_response`` (text of the last sampled turn) and
-        ``truncated`` (the ``max_completion_length`` budget cut the episode).
+        ``truncated`` (the ``max_completion_length`` budget cut the episode); with ``environment_factory`` also
+        ``environments`` (the episode's environment) and ``first_prompt`` (when a ``reset`` added to the prompt).
 
     Raises:
-        RolloutError: a tool cannot be loaded or described, or a setting is invalid.
+        RolloutError: a tool or environment cannot be loaded or described, or a setting is invalid.
     """
     if max_turns < 1:
         raise RolloutError(f"max_turns must be >= 1, got {max_turns}")
-    try:
-        functions = load_tools(tools, Path(base_dir) if base_dir else None)
-        schemas = [tool_schema(fn) for fn in functions.values()]
-    except ToolError as exc:
-        raise RolloutError(str(exc)) from exc
-    mode = choose_tool_prompt(tokenizer, schemas, tool_prompt)
-    template_kwargs = {"tools": schemas} if mode == "template" else {}
+    functions = _load_tools(tools, Path(base_dir) if base_dir else None)
+    if environment_factory is None:
+        envs, observations = [None] * (len(prompts) * n), [None] * (len(prompts) * n)
+    else:
+        factories = load_factories(environment_factory, Path(base_dir) if base_dir else None)
+        envs, observations = start_environments(factories, rows, len(prompts), n)
     eos = eos_ids_of(client, tokenizer)
-    episodes, handlers = [], []
-    for prompt in prompts:
-        messages = as_messages(prompt)
-        if mode == "system":
-            messages = with_system_prompt(messages, system_prompt_text(schemas, system_prompt))
-        for _ in range(n):
-            conv = Conversation.start(tokenizer, messages, eos, client.max_prompt_length, **template_kwargs)
-            handler = _ToolEpisode(functions, tool_timeout_s, parallel_tool_calls)
-            episodes.append((conv, handler))
-            handlers.append(handler)
+    episodes, handlers, shown, setups = [], [], [], {}
+    for k, (env, observation) in enumerate(zip(envs, observations)):
+        sample_tools = _with_environment_tools(functions, env)
+        if type(env) not in setups:  # how the tools are shown: once per environment class
+            setups[type(env)] = ToolPrompt.of(tokenizer, sample_tools, tool_prompt, system_prompt)
+        setup = setups[type(env)]
+        messages = with_observation(as_messages(prompts[k // n]), observation, f"{type(env).__name__}.reset")
+        shown.append(prompts[k // n] if observation is None else messages)
+        conv = Conversation.start(tokenizer, setup.messages(messages), eos, client.max_prompt_length,
+                                  **setup.template_kwargs)
+        handler = _ToolEpisode(sample_tools, tool_timeout_s, parallel_tool_calls)
+        episodes.append((conv, handler))
+        handlers.append(handler)
     out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                          repetition_penalty=repetition_penalty, seed=seed, stop=stop, max_turn_tokens=max_turn_tokens,
                          max_completion_length=max_completion_length, max_turns=max_turns)
     per_sample = [h.extras() for h in handlers]
-    for key in per_sample[0] if per_sample else ():
-        out[key] = [e[key] for e in per_sample]
+    for key in dict.fromkeys(k for e in per_sample for k in e):  # several environments: each its own tools
+        out[key] = [e.get(key, 0) for e in per_sample]
+    if environment_factory is not None:
+        out.update(environment_extras(envs, observations, shown))
     return out
 
 
-tool_calling_rollout.extras = TOOL_EXTRAS
+def _load_tools(tools: Sequence[Any], base_dir: Optional[Path]) -> Dict[str, Callable]:
+    try:
+        return load_tools(tools or [], base_dir)
+    except ToolError as exc:
+        raise RolloutError(str(exc)) from exc
+
+
+def _with_environment_tools(functions: Dict[str, Callable], env: Any) -> Dict[str, Callable]:
+    """The configured tools plus ``env``'s methods (none for ``None``).
+
+    Raises:
+        RolloutError: a method has the name of a configured tool, or there are no tools at all.
+    """
+    methods = {} if env is None else environment_tools(env)
+    clash = sorted(set(methods) & set(functions))
+    if clash:
+        raise RolloutError(f"{type(env).__name__}.{clash[0]} has the name of a tool in rollout.kwargs.tools; rename "
+                           "one of them")
+    if not functions and not methods:
+        raise RolloutError("no tools: list them in rollout.kwargs.tools, or give an environment_factory whose "
+                           "environment has public methods")
+    return {**functions, **methods}
+
+
+tool_calling_rollout.extras = TOOL_EXTRAS + (rn.ENVIRONMENTS_EXTRA, rn.FIRST_PROMPT_EXTRA)
+tool_calling_rollout.implied_rewards = lambda kwargs, base_dir=None: environment_rewards(
+    kwargs.get("environment_factory"), base_dir)
 
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
     """Static checks of ``rollout.kwargs`` for :func:`tool_calling_rollout`: ``(key, message, fix)`` per problem
-    (unknown settings, tools that do not import or have no schema, the types and ranges of ``max_turns``,
-    ``max_turn_tokens``, ``tool_timeout_s``, ``stop``, ``tool_prompt``, ``system_prompt``). Meant for validate-config."""
+    (unknown settings, tools or environments that do not import or have no schema, the types and ranges of
+    ``max_turns``, ``max_turn_tokens``, ``tool_timeout_s``, ``stop``, ``tool_prompt``, ``system_prompt``). Meant for validate-config."""
     problems = unknown_settings(tool_calling_rollout, kwargs) + type_problems(kwargs)
     problems += check_positive_seconds(kwargs, "tool_timeout_s") + check_optional_text(kwargs, "system_prompt")
     problems += check_bool(kwargs, "parallel_tool_calls")
-    tools = kwargs.get("tools")
+    tools, factory = kwargs.get("tools"), kwargs.get("environment_factory")
+    if factory is not None:
+        problems += factory_problems(factory, base_dir)
     if not tools:
-        problems.append(("rollout.kwargs.tools", "no tools configured",
-                         "list them: tools: [package.module:function, path/file.py:function]"))
+        if factory is None:
+            problems.append(("rollout.kwargs.tools", "no tools configured",
+                             "list them: tools: [package.module:function, path/file.py:function], or give an "
+                             "environment_factory (TRL's: a class whose methods are the tools)"))
     elif not isinstance(tools, (list, tuple, str)):
         problems.append(("rollout.kwargs.tools", f"must be a list of tool names, got {tools!r}",
                          "tools: [package.module:function, path/file.py:function]"))

@@ -8,11 +8,12 @@ uses the template when it renders the tools and describes the ``<tool_call>`` fo
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .contract import RolloutError
 from .conversation import render
-from .tools import example_call
+from .tools import ToolError, example_call, tool_schema
 
 DEFAULT_SYSTEM_PROMPT = """You can use these tools:
 {tools}
@@ -76,3 +77,32 @@ def choose_tool_prompt(tokenizer: Any, schemas: Sequence[Dict[str, Any]], mode: 
     described = renders and "<tool_call>" in render(tokenizer, [{"role": "user", "content": "hi"}], True,
                                                      tools=list(schemas))
     return "template" if described else "system"
+
+
+@dataclass
+class ToolPrompt:
+    """How one set of tools is shown to the model: in the chat template (``template_kwargs``) or in a system prompt
+    (``system_text``)."""
+
+    template_kwargs: Dict[str, Any]
+    system_text: Optional[str]
+
+    @classmethod
+    def of(cls, tokenizer: Any, functions: Dict[str, Callable], mode: str = "auto",
+           template: Optional[str] = None) -> "ToolPrompt":
+        """For ``functions`` (name → tool), with ``tool_prompt`` ``mode`` and the system prompt ``template``.
+
+        Raises:
+            RolloutError: a tool has no usable schema, or ``mode`` is unknown or cannot be used.
+        """
+        try:
+            schemas = [tool_schema(fn) for fn in functions.values()]
+        except ToolError as exc:
+            raise RolloutError(str(exc)) from exc
+        if choose_tool_prompt(tokenizer, schemas, mode) == "template":
+            return cls({"tools": schemas}, None)
+        return cls({}, system_prompt_text(schemas, template))
+
+    def messages(self, messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """``messages`` with the tools' system prompt, when they are shown there."""
+        return messages if self.system_text is None else with_system_prompt(messages, self.system_text)

@@ -207,16 +207,24 @@ def _arguments_problem(fn: Callable, arguments: Dict[str, Any]) -> Optional[str]
         return str(exc)
     except ValueError:  # no signature available: let the call decide
         return None
-    schema = _SCHEMAS.setdefault(fn, _schema_or_none(fn))
+    schema = _schema_of(fn)
     return _type_problem(schema, arguments) if schema else None
 
 
+#: tool schemas, by function (an environment's methods: by the class's function, not each instance's bound method)
 _SCHEMAS: Dict[Callable, Optional[Dict[str, Any]]] = {}
+
+
+def _schema_of(fn: Callable) -> Optional[Dict[str, Any]]:
+    key = getattr(fn, "__func__", fn)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = _schema_or_none(fn)
+    return _SCHEMAS[key]
 
 
 def _with_integers(fn: Callable, arguments: Dict[str, Any]) -> Dict[str, Any]:
     """``arguments`` with whole floats given for ``integer`` parameters as ints (``3.0`` → ``3``, as JSON allows)."""
-    schema = _SCHEMAS.get(fn)
+    schema = _schema_of(fn)
     props = schema.get("function", {}).get("parameters", {}).get("properties", {}) if schema else {}
     return {k: int(v) if isinstance(v, float) and v.is_integer() and props.get(k, {}).get("type") == "integer" else v
             for k, v in arguments.items()}

@@ -104,6 +104,9 @@ FINAL_RESPONSE_EXTRA = "final_response"
 TRUNCATED_EXTRA = "truncated"            # cut by the budget (overrides the trainer's own reading)
 ENV_REWARD_EXTRA = "env_reward"
 ENV_DONE_EXTRA = "env_done"
+ENVIRONMENTS_EXTRA = "environments"      # the episodes' environment objects (TRL's environment_factory)
+#: extras that are live objects: handed to the reward functions, then dropped (never saved, logged or gathered)
+LIVE_EXTRAS = (ENVIRONMENTS_EXTRA,)
 TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = "tool_calls/", "tool_errors/"  # + a configured tool's name: its counts
 
 EXTRAS_PREFIX = "extras/"

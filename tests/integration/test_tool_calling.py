@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_rollout.rollouts.calling import call_rollout
 from grpo_rollout.rollouts.multi_turn import Conversation, render
-from grpo_rollout.rollouts.tool_calling import choose_tool_prompt, tool_calling_rollout, with_system_prompt
+from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
+from grpo_rollout.rollouts.tool_prompt import choose_tool_prompt, with_system_prompt
 from grpo_rollout.rollouts.tools import tool_schema
 from tool_calling_helpers import (END, FIRST_SIX, NOTES, ORDER, QWEN_LIKE, SCRIPT, SLEEPY_EVENTS, SYSTEM, TOOLS,
                                   RecordingClient, _rollout, _teach_tool_calls, _tool_text, check_sample,

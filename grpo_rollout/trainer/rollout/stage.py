@@ -24,10 +24,11 @@ from ...user_code.resolve import resolve_callable
 from ...data import load_section
 from ...generation.seeds import derive_seed
 from ...generation.versions import record_versions
-from ...rewards.calling import RewardFunction, compute_rewards, unique_names
+from ...rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
 from ...rollouts import builtin_rollout
 from ...rollouts.calling import call_rollout
 from ...rollouts.contract import SAMPLING_ARGS
+from ...runs import names as rn
 from ..batch import CompletionScores, ScoredBatch
 from ..parallel.distributed import Dist
 from ..guards import StaleWeightsError
@@ -57,6 +58,8 @@ class RolloutStage:
         fns = [resolve_callable(r.function, base_dir) for r in config.rewards]
         self.rewards = [RewardFunction(name, fn, r.weight, dict(r.kwargs))
                         for name, fn, r in zip(unique_names(fns), fns, config.rewards)]
+        self.rewards += implied_rewards(self.rollout_fn, dict(config.rollout.kwargs), base_dir,
+                                        {r.name for r in self.rewards})
         self.prompt_order = PromptOrder(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
@@ -109,6 +112,7 @@ class RolloutStage:
                    if c != cfg.data.prompt_column}
         scored = compute_rewards(self.rewards, prompts=per_completion_prompts, completions=completions,
                                  completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)
+        out.extras = {k: v for k, v in out.extras.items() if k not in rn.LIVE_EXTRAS}  # the rewards had them
         scores = CompletionScores(rewards=list(scored.rewards), per_function=scored.per_function,
                                   timed_out=scored.timed_out, time_limits=scored.time_limits,
                                   prompts=per_completion_prompts, texts=texts,

@@ -1,0 +1,231 @@
+"""TRL's ``environment_factory`` on the built-in tool-calling rollout: an environment is an object whose public methods
+are the tools of one episode.
+
+Config::
+
+    rollout:
+      function: grpo_rollout.rollouts.tool_calling:tool_calling_rollout
+      kwargs:
+        environment_factory: examples/counter/env.py:CounterEnv
+        # or several, chosen per dataset row by its `environment` column:
+        # environment_factory: {counter: env.py:CounterEnv, notes: env.py:NotesEnv}
+
+What an environment written for TRL's ``GRPOTrainer(environment_factory=...)`` (TRL 1.16) gets here, unchanged:
+
+- one instance per episode (each of a prompt's ``n`` samples has its own), made by calling the factory with no
+  arguments (a class, or any callable returning an environment);
+- ``reset(**row)`` before the episode: the dataset row's columns as keyword arguments (without ``environment`` when
+  several environments are named). A returned string is appended to the prompt's last user message, as TRL does;
+  ``None`` leaves the prompt as it is;
+- its public methods (not ``reset`` or ``get_reward``, not ``_``-prefixed) are the episode's tools, beside any
+  ``tools`` of the config: type hints and an ``Args:`` docstring each, as for any tool. With several environments a
+  prompt is shown only its own environment's tools;
+- ``get_reward()`` (optional; plain or ``async def``): after the episode the environment scores it. Each environment
+  class that has one adds a reward function of weight 1 named after the class (``rewards/<Class>``), summed with the
+  configured ones, which may then be empty;
+- reward functions may take ``environments``: the episode's environment object, one per completion.
+
+Simplified on purpose: the environments of a step are made afresh for it (no pool of instances reused across steps).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..runs import names as rn
+from ..user_code.coroutines import run_coroutine
+from .contract import RolloutError
+from .environment import call_env
+
+#: methods of an environment that are not tools
+RESERVED = ("reset", "get_reward")
+#: the dataset column naming a row's environment when ``environment_factory`` names several
+ENVIRONMENT_COLUMN = "environment"
+
+Factories = Dict[Optional[str], Callable[[], Any]]
+
+
+def load_factories(spec: Any, base_dir: Optional[Path] = None) -> Factories:
+    """``{None: factory}`` for one factory, ``{name: factory}`` for a mapping of names to factories; a factory is a
+    callable (usually a class) or its name (``pkg.module:Class``, ``path/file.py:Class``).
+
+    Raises:
+        RolloutError: a name does not import, a factory is not callable, or the mapping is empty.
+    """
+    from ..user_code.resolve import ImportSpecError, resolve_callable
+
+    named = dict(spec) if isinstance(spec, Mapping) else {None: spec}
+    if not named:
+        raise RolloutError("environment_factory is an empty mapping; name at least one environment class")
+    out: Factories = {}
+    for name, factory in named.items():
+        label = "environment_factory" + ("" if name is None else f".{name}")
+        if isinstance(factory, str):
+            try:
+                factory = resolve_callable(factory, base_dir)
+            except ImportSpecError as exc:
+                raise RolloutError(f"{label} {factory!r}: {exc}") from exc
+        if not callable(factory):
+            raise RolloutError(f"{label} is a {type(factory).__name__}, not a class or function making an "
+                               "environment")
+        out[name] = factory
+    return out
+
+
+def make_environment(factory: Callable[[], Any]) -> Any:
+    """``factory()``, checked to have a callable ``reset``.
+
+    Raises:
+        RolloutError: the factory raised, or what it made has no ``reset`` method.
+    """
+    label = getattr(factory, "__name__", repr(factory))
+    try:
+        env = factory()
+    except (Exception, SystemExit) as exc:
+        raise RolloutError(f"creating the environment {label}() raised {type(exc).__name__}: {exc}; an "
+                           "environment_factory is called with no arguments") from exc
+    if not callable(getattr(env, "reset", None)):
+        raise RolloutError(f"the environment {label}() made a {type(env).__name__}, which has no reset method; TRL's "
+                           "environment_factory needs reset(**row)")
+    return env
+
+
+def environment_tools(env: Any) -> Dict[str, Callable]:
+    """The environment's public methods (not :data:`RESERVED`, not ``_``-prefixed), bound to it: name → method."""
+    tools = {}
+    for name in dir(type(env)):
+        if name.startswith("_") or name in RESERVED:
+            continue
+        member = getattr(env, name, None)
+        if inspect.ismethod(member):
+            tools[name] = member
+    return tools
+
+
+def with_observation(messages: List[Dict[str, Any]], observation: Any, label: str) -> List[Dict[str, Any]]:
+    """``messages`` with what ``reset`` returned appended to the last user message (TRL's rule; a new user message
+    when there is none); ``None`` returns them unchanged.
+
+    Raises:
+        RolloutError: ``observation`` is neither a string nor ``None``.
+    """
+    if observation is None:
+        return messages
+    if not isinstance(observation, str):
+        raise RolloutError(f"{label} returned a {type(observation).__name__}; reset must return a string (appended to "
+                           "the prompt) or None")
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last is None or not isinstance(messages[last].get("content"), str):
+        return messages + [{"role": "user", "content": observation}]
+    return messages[:last] + [{**messages[last], "content": messages[last]["content"] + observation}] \
+        + messages[last + 1:]
+
+
+def start_environments(factories: Factories, rows: Optional[Sequence[Mapping[str, Any]]], num_prompts: int,
+                       n: int) -> Tuple[List[Any], List[Any]]:
+    """One environment per episode (``num_prompts × n``, grouped by prompt), each reset with its prompt's row
+    (concurrently; plain ``reset`` methods in worker threads). Returns the environments and what each ``reset``
+    returned.
+
+    Raises:
+        RolloutError: no rows, a row naming an unknown environment (or none, with several), or a factory or
+            ``reset`` that raised.
+    """
+    if rows is None or len(rows) != num_prompts:
+        raise RolloutError(f"environment_factory needs one dataset row per prompt ({num_prompts}), got "
+                           f"{None if rows is None else len(rows)}")
+    several = list(factories) != [None]
+    envs, kwargs = [], []
+    for i, row in enumerate(rows):
+        name = row.get(ENVIRONMENT_COLUMN) if several else None
+        if name not in factories:
+            raise RolloutError(f"dataset row {i} has {ENVIRONMENT_COLUMN}={name!r}, which environment_factory does "
+                               f"not name; add a column `{ENVIRONMENT_COLUMN}` with one of: "
+                               f"{', '.join(map(str, factories))}")
+        reset_kwargs = {k: v for k, v in row.items() if not (several and k == ENVIRONMENT_COLUMN)}
+        for _ in range(n):
+            envs.append(make_environment(factories[name]))
+            kwargs.append(reset_kwargs)
+
+    async def reset_all() -> List[Any]:
+        return list(await asyncio.gather(*(call_env(e, "reset", **k) for e, k in zip(envs, kwargs))))
+
+    return envs, run_coroutine(reset_all())
+
+
+def _environment_class(factory: Callable[[], Any]) -> type:
+    """The class a factory makes: itself when a class, else the type of one instance it makes."""
+    return factory if inspect.isclass(factory) else type(make_environment(factory))
+
+
+def _get_reward_of(cls: type) -> Callable:
+    """A reward function scoring each completion whose environment is a ``cls`` by its ``get_reward()`` (``None``
+    for completions of other environments)."""
+    if inspect.iscoroutinefunction(cls.get_reward):
+        async def reward(environments: Sequence[Any], **_: Any) -> List[Optional[float]]:
+            mine = [e for e in environments if type(e) is cls]
+            scores = iter(await asyncio.gather(*(e.get_reward() for e in mine)))
+            return [next(scores) if type(e) is cls else None for e in environments]
+    else:
+        def reward(environments: Sequence[Any], **_: Any) -> List[Optional[float]]:
+            return [e.get_reward() if type(e) is cls else None for e in environments]
+    reward.__name__ = reward.__qualname__ = cls.__name__
+    reward.__module__ = cls.__module__
+    return reward
+
+
+def environment_rewards(spec: Any, base_dir: Optional[Path] = None) -> List[Tuple[str, Callable]]:
+    """The reward functions ``environment_factory`` ``spec`` adds: ``(class name, function)`` for each environment
+    class with a ``get_reward`` method (none when ``spec`` is ``None``).
+
+    Raises:
+        RolloutError: see :func:`load_factories` and :func:`make_environment`.
+    """
+    if spec is None:
+        return []
+    classes = dict.fromkeys(_environment_class(f) for f in load_factories(spec, base_dir).values())
+    return [(cls.__name__, _get_reward_of(cls)) for cls in classes if callable(getattr(cls, "get_reward", None))]
+
+
+def environment_extras(envs: Sequence[Any], observations: Sequence[Any],
+                       prompts: Sequence[Any]) -> Dict[str, List[Any]]:
+    """The rollout's extras for its environments: ``environments`` (for reward functions) and, when some ``reset``
+    changed a prompt, ``first_prompt`` (``prompts``: the prompt each episode saw, logged as its prompt)."""
+    out: Dict[str, List[Any]] = {rn.ENVIRONMENTS_EXTRA: list(envs)}
+    if any(o is not None for o in observations):
+        out[rn.FIRST_PROMPT_EXTRA] = list(prompts)
+    return out
+
+
+def factory_problems(spec: Any, base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
+    """Static checks of ``rollout.kwargs.environment_factory`` for validate-config: ``(key, message, fix)`` per
+    problem. Each factory is loaded and called once (as TRL does when it starts): it must make an environment with a
+    ``reset`` method whose public methods all have a tool schema."""
+    from .tools import ToolError, tool_schema
+
+    key = "rollout.kwargs.environment_factory"
+    if not isinstance(spec, (str, Mapping)) and not callable(spec):
+        return [(key, f"must be a class name (path/file.py:Class) or a mapping of names to them, got {spec!r}",
+                 "environment_factory: path/env.py:MyEnv")]
+    try:
+        factories = load_factories(spec, base_dir)
+    except RolloutError as exc:
+        return [(key, str(exc), "name a class as package.module:Class or path/file.py:Class")]
+    problems = []
+    for name, factory in factories.items():
+        where = key if name is None else f"{key}.{name}"
+        try:
+            env = make_environment(factory)
+        except RolloutError as exc:
+            problems.append((where, str(exc), "give the class a constructor without required arguments"))
+            continue
+        for method, fn in environment_tools(env).items():
+            try:
+                tool_schema(fn)
+            except ToolError as exc:
+                problems.append((where, f"{type(env).__name__}.{method} is a tool (a public method): {exc}",
+                                 "give it type hints and an Args: docstring, or make it private (_name)"))
+    return problems
