@@ -32,6 +32,7 @@ from .conversation import Conversation, as_messages, eos_ids_of
 from .environment_factory import (environment_extras, environment_rewards, environment_tools, factory_problems,
                                   load_factories, start_environments, with_observation)
 from .episodes import run_multi_turn
+from .mcp_tools import mcp_problems, mcp_tools
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tool_prompt import ToolPrompt
 from .tools import ToolError, ToolResult, load_tools, run_tool_call, tool_schema
@@ -89,7 +90,8 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
                          max_turns: int = 3, tool_timeout_s: Optional[float] = 10.0,
                          tool_prompt: str = "auto", system_prompt: Optional[str] = None,
                          stop: Optional[Sequence[str]] = (CALL_CLOSE,), max_turn_tokens: Optional[int] = None,
-                         parallel_tool_calls: bool = False, environment_factory: Any = None,
+                         parallel_tool_calls: bool = False, mcp_servers: Optional[Sequence[Any]] = None,
+                         environment_factory: Any = None,
                          rows: Optional[Sequence[Dict[str, Any]]] = None, base_dir: Optional[str] = None,
                          **_: Any) -> Dict[str, List[Any]]:
     """Sample ``n`` tool-using conversations per prompt.
@@ -111,6 +113,8 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
         max_turn_tokens: tokens per turn at most (``None``: only the remaining budget limits a turn).
         parallel_tool_calls: run the calls of one turn concurrently; by default they run one after the other in
             the order the model wrote them (a later call may depend on an earlier one's effect).
+        mcp_servers: MCP servers whose tools are added (``{command, args, env, cwd}`` started over stdio, or
+            ``{url}``; :mod:`.mcp_tools`).
         environment_factory: TRL's environment factory (a class or its name, or a mapping of names to them): one
             environment per episode, reset with its prompt's row, whose public methods are tools
             (:mod:`.environment_factory`). rows: the ``P`` dataset rows (for ``reset``).
@@ -129,7 +133,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
     """
     if max_turns < 1:
         raise RolloutError(f"max_turns must be >= 1, got {max_turns}")
-    functions = _load_tools(tools, Path(base_dir) if base_dir else None)
+    functions = _load_tools(tools, Path(base_dir) if base_dir else None, mcp_servers)
     if environment_factory is None:
         envs, observations = [None] * (len(prompts) * n), [None] * (len(prompts) * n)
     else:
@@ -160,11 +164,22 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
     return out
 
 
-def _load_tools(tools: Sequence[Any], base_dir: Optional[Path]) -> Dict[str, Callable]:
+def _load_tools(tools: Sequence[Any], base_dir: Optional[Path],
+                mcp_servers: Optional[Sequence[Any]]) -> Dict[str, Callable]:
+    """The configured tools, then the MCP servers' (started on first use).
+
+    Raises:
+        RolloutError: a tool does not load, a server does not start, or an MCP tool has a configured tool's name.
+    """
     try:
-        return load_tools(tools or [], base_dir)
+        functions = load_tools(tools or [], base_dir)
     except ToolError as exc:
         raise RolloutError(str(exc)) from exc
+    served = mcp_tools(mcp_servers) if mcp_servers else {}
+    clash = sorted(set(served) & set(functions))
+    if clash:
+        raise RolloutError(f"an MCP server has a tool named {clash[0]!r}, as rollout.kwargs.tools has; rename one")
+    return {**functions, **served}
 
 
 def _with_environment_tools(functions: Dict[str, Callable], env: Any) -> Dict[str, Callable]:
@@ -196,14 +211,16 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
     problems = unknown_settings(tool_calling_rollout, kwargs) + type_problems(kwargs)
     problems += check_positive_seconds(kwargs, "tool_timeout_s") + check_optional_text(kwargs, "system_prompt")
     problems += check_bool(kwargs, "parallel_tool_calls")
-    tools, factory = kwargs.get("tools"), kwargs.get("environment_factory")
+    tools, factory, servers = kwargs.get("tools"), kwargs.get("environment_factory"), kwargs.get("mcp_servers")
     if factory is not None:
         problems += factory_problems(factory, base_dir)
+    if servers is not None:
+        problems += mcp_problems(servers)
     if not tools:
-        if factory is None:
+        if factory is None and not servers:
             problems.append(("rollout.kwargs.tools", "no tools configured",
-                             "list them: tools: [package.module:function, path/file.py:function], or give an "
-                             "environment_factory (TRL's: a class whose methods are the tools)"))
+                             "list them: tools: [package.module:function, path/file.py:function], or give "
+                             "mcp_servers or an environment_factory (TRL's: a class whose methods are the tools)"))
     elif not isinstance(tools, (list, tuple, str)):
         problems.append(("rollout.kwargs.tools", f"must be a list of tool names, got {tools!r}",
                          "tools: [package.module:function, path/file.py:function]"))

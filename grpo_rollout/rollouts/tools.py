@@ -89,13 +89,17 @@ def load_tools(specs: Sequence[ToolSpec], base_dir: Optional[Path] = None) -> Di
 
 
 def tool_schema(fn: Callable) -> Dict[str, Any]:
-    """The OpenAI-style JSON schema of ``fn`` (``{"type": "function", "function": {name, description, parameters}}``).
+    """The OpenAI-style JSON schema of ``fn`` (``{"type": "function", "function": {name, description, parameters}}``):
+    its ``__tool_schema__`` when it has one (an MCP server's tool), else built from its type hints and docstring.
 
     Raises:
         ToolError: the function lacks type hints or a docstring describing each argument (the message says which).
     """
     from transformers.utils import get_json_schema
 
+    given = getattr(fn, "__tool_schema__", None)
+    if given is not None:  # a tool that brings its own schema (an MCP server's)
+        return given
     name = getattr(fn, "__name__", fn)
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise ToolError(f"tool {name!r} is a generator; a tool must return its answer")

@@ -1,0 +1,254 @@
+"""MCP servers' tools on the built-in tool-calling rollout (``rollout.kwargs.mcp_servers``), through the ``mcp``
+package's client.
+
+Config::
+
+    rollout:
+      function: grpo_rollout.rollouts.tool_calling:tool_calling_rollout
+      kwargs:
+        mcp_servers:
+          - {command: python, args: [tools/server.py]}     # stdio: started by the run, stopped when it ends
+                                                           # (`python`: the interpreter running the training)
+          - {url: http://127.0.0.1:8931/mcp}               # streamable HTTP: a server that is already running
+
+The servers are started (or connected to) the first time a rollout needs them, their tools are listed once and shown
+to the model with the servers' own JSON schemas, beside any ``tools`` and environment methods; a call goes to the
+server with the model's arguments. A tool error, a call over ``tool_timeout_s`` or arguments the schema rejects answer
+the model as for any tool. The connections stay open for the run (one per server and process) and are closed when
+the run ends (:func:`close_mcp_servers`; at the latest when the process exits).
+
+Why a thread of their own: an MCP session belongs to the event loop that opened it, and rollouts run on many loops
+(a fresh one per call, the streaming stage's shared one, a notebook's). So the sessions live on one background loop
+and each call is handed to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .contract import RolloutError
+
+#: seconds to start a server and list its tools
+STARTUP_TIMEOUT_S = 60.0
+#: commands that start the interpreter running the training (so a Python server sees the same packages, also when
+#: the virtual environment is not activated)
+PYTHON_COMMANDS = ("python", "python3")
+#: the keys of one ``mcp_servers`` entry
+SERVER_KEYS = ("command", "args", "env", "cwd", "url")
+
+
+class MCPToolError(RuntimeError):
+    """An MCP server answered a call with an error (the model reads its text as the tool's answer)."""
+
+
+def server_problem(spec: Any) -> Optional[str]:
+    """What is wrong with one ``mcp_servers`` entry (``None``: nothing)."""
+    if not isinstance(spec, Mapping):
+        return f"must be a mapping ({{command: ..., args: [...]}} or {{url: ...}}), got {spec!r}"
+    unknown = [k for k in spec if k not in SERVER_KEYS]
+    if unknown:
+        return f"has no setting `{unknown[0]}` (its settings: {', '.join(SERVER_KEYS)})"
+    if bool(spec.get("command")) == bool(spec.get("url")):
+        return "needs either `command` (a stdio server to start) or `url` (a streamable-HTTP server), not both"
+    if not isinstance(spec.get("args", []), list) or not all(isinstance(a, str) for a in spec.get("args", [])):
+        return f"`args` must be a list of strings, got {spec.get('args')!r}"
+    return None
+
+
+def _label(spec: Mapping[str, Any]) -> str:
+    return spec["url"] if spec.get("url") else " ".join([spec["command"], *spec.get("args", [])])
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups: what actually went wrong."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _call_text(result: Any) -> str:
+    """A tool result's content as text: its text parts joined, other parts by their type."""
+    parts = [getattr(c, "text", None) or f"[{getattr(c, 'type', type(c).__name__)}]" for c in result.content]
+    return "\n".join(parts)
+
+
+class MCPHost:
+    """The connected servers of one ``mcp_servers`` list, on a background thread's event loop.
+
+    Attributes:
+        tools: name → an ``async def`` tool function calling the server that has it (its ``__tool_schema__`` is the
+            server's schema).
+        logs: the file each stdio server's stderr goes to.
+    """
+
+    def __init__(self, specs: Sequence[Mapping[str, Any]]):
+        self.specs = [dict(s) for s in specs]
+        self.tools: Dict[str, Callable] = {}
+        self.logs: List[Optional[Path]] = []
+        self._clients: List[Any] = []
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._closing: Optional[asyncio.Event] = None
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-servers", daemon=True)
+        self._thread.start()
+        self._done = asyncio.run_coroutine_threadsafe(self._serve(), self._loop)
+
+    def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> "MCPHost":
+        """Wait until every server is connected and its tools are listed.
+
+        Raises:
+            RolloutError: a server did not start or answer within ``timeout_s`` (its address or command named, and its
+                log), or two tools share a name.
+        """
+        if not self._ready.wait(timeout_s):
+            self.close()
+            raise RolloutError(f"the MCP servers did not start within {timeout_s:g} s: {self._where()}")
+        if self._error is not None:
+            self.close()
+            raise RolloutError(f"{self._error}{self._where()}") from self._error
+        return self
+
+    def _where(self) -> str:
+        """The last lines the stdio servers wrote to stderr, and where the rest is."""
+        logs = [p for p in self.logs if p is not None and p.exists() and p.stat().st_size]
+        if not logs:
+            return ""
+        tail = " | ".join(logs[-1].read_text(errors="replace").strip().splitlines()[-3:])
+        return f"; it wrote: {tail[-300:]} (all its output: {', '.join(map(str, logs))})"
+
+    async def _serve(self) -> None:
+        """Open every connection, list the tools, then hold the connections until :meth:`close` (one task, as the
+        ``mcp`` client's context managers must be entered and left in the same task)."""
+        from contextlib import AsyncExitStack
+
+        self._closing = asyncio.Event()
+        try:
+            async with AsyncExitStack() as stack:
+                try:
+                    for i, spec in enumerate(self.specs):
+                        client = await stack.enter_async_context(self._client(spec, stack))
+                        listed = (await client.list_tools()).tools
+                        self._clients.append(client)
+                        for tool in listed:
+                            if tool.name in self.tools:
+                                raise RolloutError(f"two MCP servers have a tool named {tool.name!r}")
+                            self.tools[tool.name] = self._tool(i, tool)
+                except Exception as exc:  # noqa: BLE001 - handed to start(), which names the server
+                    label = _label(self.specs[len(self._clients)]) if len(self._clients) < len(self.specs) else ""
+                    leaf = _first_leaf(exc)
+                    self._error = exc if isinstance(exc, RolloutError) else RolloutError(
+                        f"the MCP server `{label}` failed to start or list its tools: {type(leaf).__name__}: {leaf}")
+                    return
+                finally:
+                    self._ready.set()
+                await self._closing.wait()
+        except Exception:  # noqa: BLE001 - a server that fails while closing: nothing left to tell
+            pass
+
+    def _client(self, spec: Mapping[str, Any], stack: Any) -> Any:
+        from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        if spec.get("url"):
+            self.logs.append(None)
+            return Client(spec["url"])
+        log = Path(tempfile.mkstemp(prefix="grpo-rollout-mcp-", suffix=".log")[1])
+        self.logs.append(log)
+        errlog = stack.enter_context(open(log, "w"))
+        command = sys.executable if spec["command"] in PYTHON_COMMANDS else spec["command"]
+        params = StdioServerParameters(command=command, args=list(spec.get("args", [])),
+                                       env=spec.get("env"), cwd=spec.get("cwd"))
+        return Client(stdio_client(params, errlog=errlog))
+
+    def _tool(self, index: int, tool: Any) -> Callable:
+        """An ``async def`` function calling ``tool`` on server ``index`` from any event loop."""
+        host, name = self, tool.name
+
+        async def call(**arguments: Any) -> str:
+            future = asyncio.run_coroutine_threadsafe(host._call(index, name, arguments), host._loop)
+            return await asyncio.wrap_future(future)
+
+        call.__name__ = call.__qualname__ = name
+        call.__doc__ = tool.description or ""
+        call.__tool_schema__ = {"type": "function", "function": {
+            "name": name, "description": tool.description or "",
+            "parameters": tool.input_schema or {"type": "object", "properties": {}}}}
+        return call
+
+    async def _call(self, index: int, name: str, arguments: Dict[str, Any]) -> str:
+        result = await self._clients[index].call_tool(name, arguments)
+        text = _call_text(result)
+        if result.is_error:
+            raise MCPToolError(text)
+        return text
+
+    def close(self) -> None:
+        """Close the connections (stdio servers stop) and the background loop."""
+        if self._closing is not None:
+            self._loop.call_soon_threadsafe(self._closing.set)
+        try:
+            self._done.result(timeout=10)
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+
+_HOSTS: Dict[str, MCPHost] = {}
+_LOCK = threading.Lock()
+
+
+def mcp_tools(specs: Sequence[Mapping[str, Any]]) -> Dict[str, Callable]:
+    """The tools of the servers ``specs`` (an ``mcp_servers`` list): name → ``async def`` function with the server's
+    schema. The servers are started once per process and list of specs, and reused.
+
+    Raises:
+        RolloutError: an entry is malformed, a server does not start or answer, or two tools share a name.
+    """
+    for i, spec in enumerate(specs):
+        problem = server_problem(spec)
+        if problem:
+            raise RolloutError(f"mcp_servers[{i}] {problem}")
+    key = json.dumps(list(specs), sort_keys=True, default=str)
+    with _LOCK:
+        if key not in _HOSTS:
+            _HOSTS[key] = MCPHost(specs).start()
+        return dict(_HOSTS[key].tools)
+
+
+def close_mcp_servers() -> None:
+    """Close every MCP connection this process opened (stdio servers stop); the next rollout opens them again."""
+    with _LOCK:
+        hosts = list(_HOSTS.values())
+        _HOSTS.clear()
+    for host in hosts:
+        host.close()
+
+
+atexit.register(close_mcp_servers)
+
+
+def mcp_problems(specs: Any) -> List[Tuple[str, str, str]]:
+    """validate-config's checks of ``rollout.kwargs.mcp_servers``: each entry well formed, each server starts and
+    lists its tools. ``(key, message, fix)`` per problem."""
+    key = "rollout.kwargs.mcp_servers"
+    if not isinstance(specs, list):
+        return [(key, f"must be a list of servers, got {specs!r}", "mcp_servers: [{command: python, args: [server.py]}]")]
+    problems = [(f"{key}[{i}]", f"{key}[{i}] {p}", "e.g. {command: python, args: [server.py]} or {url: http://...}")
+                for i, p in ((i, server_problem(s)) for i, s in enumerate(specs)) if p]
+    if problems:
+        return problems
+    try:
+        mcp_tools(specs)
+    except RolloutError as exc:
+        return [(key, str(exc), "check the command (it must speak MCP over stdin/stdout) or that the URL's server "
+                                "is running")]
+    return []

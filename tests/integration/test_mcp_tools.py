@@ -1,0 +1,222 @@
+"""MCP servers as tools on the tool-calling rollout (issue 31.4): a small MCP server the tests start (written with the
+``mcp`` package's own server class), over stdio and over streamable HTTP; its tools listed once with their schemas,
+called with the model's arguments from any thread or event loop; errors, timeouts and bad arguments answered to the
+model; a server that does not start named; training with the servers started and stopped with the run."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import run_tool_calls_sync
+from transformers import AutoTokenizer
+
+from grpo_rollout.config import to_yaml
+from grpo_rollout.generation.base import GenerationResult
+from grpo_rollout.preflight import check_config
+from grpo_rollout.rollouts import mcp_tools as mcp
+from grpo_rollout.rollouts.contract import RolloutError
+from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
+from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
+from grpo_rollout.trainer import train
+from grpo_rollout.trainer.reporting.progress import RichReporter
+from tiny_model import tiny_config
+
+SERVER = '''
+import sys
+import time
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("calc")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def fail(x: str) -> str:
+    """Always fails."""
+    raise ValueError("nope " + x)
+
+
+@server.tool()
+def slow(seconds: float) -> str:
+    """Sleep a while."""
+    time.sleep(seconds)
+    return "awake"
+
+
+if __name__ == "__main__":
+    print("calc server starting", file=sys.stderr)
+    if len(sys.argv) > 1:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    else:
+        server.run("stdio")
+'''
+
+
+@pytest.fixture
+def stdio_server(tmp_path):
+    (tmp_path / "calc_server.py").write_text(SERVER)
+    yield [{"command": sys.executable, "args": [str(tmp_path / "calc_server.py")]}]
+    mcp.close_mcp_servers()
+
+
+def _calls(tools, text, timeout_s=10.0):
+    return [(r.content, r.error) for r in run_tool_calls_sync(parse_tool_calls(text), tools, timeout_s=timeout_s)]
+
+
+ADD = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+
+
+@pytest.mark.parametrize("where", ["main", "worker thread", "event loop"])
+def test_a_stdio_servers_tools_are_listed_once_and_called(stdio_server, where):
+    def listed():
+        return mcp.mcp_tools(stdio_server)
+
+    if where == "worker thread":
+        out = {}
+        thread = threading.Thread(target=lambda: out.setdefault("tools", listed()))
+        thread.start()
+        thread.join(60)
+        tools = out["tools"]
+    elif where == "event loop":  # a notebook's running loop
+        async def inside():
+            return listed()
+        tools = asyncio.run(inside())
+    else:
+        tools = listed()
+    assert sorted(tools) == ["add", "fail", "slow"]
+    schema = tools["add"].__tool_schema__["function"]
+    assert schema["description"] == "Add two integers." and schema["parameters"]["required"] == ["a", "b"]
+    assert mcp.mcp_tools(stdio_server)["add"] is tools["add"]  # listed once: the same connection is reused
+    assert _calls(tools, ADD) == [("5", None)]
+    [(content, error)] = _calls(tools, '<tool_call>{"name": "fail", "arguments": {"x": "y"}}</tool_call>')
+    assert error == "exception" and content.startswith("Error: fail raised MCPToolError: Error executing tool fail")
+    [(content, error)] = _calls(tools, '<tool_call>{"name": "add", "arguments": {"a": "two", "b": 3}}</tool_call>')
+    assert error == "bad_arguments" and "argument 'a' must be integer" in content  # the server's schema, checked here
+    started = time.monotonic()
+    [(content, error)] = _calls(tools, '<tool_call>{"name": "slow", "arguments": {"seconds": 30}}</tool_call>', 0.5)
+    assert error == "timeout" and time.monotonic() - started < 10
+    assert _calls(tools, ADD) == [("5", None)]  # the connection still answers after a call was abandoned
+
+
+class AddingClient:
+    """Answers like a model that learnt to call ``add``, then says "Done." after the tool's answer."""
+
+    max_prompt_length = None
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.eos_ids = tokenizer, {tokenizer.eos_token_id}
+
+    async def agenerate(self, prompt_ids, n=1, **kwargs):
+        out = []
+        for ids in prompt_ids:
+            answered = "<|im_start|>tool" in self.tokenizer.decode(ids) or "5<|im_end|>" in self.tokenizer.decode(ids)
+            text = "Done." if answered else ADD
+            out += [self.tokenizer.encode(text, add_special_tokens=False)
+                    + ([self.tokenizer.eos_token_id] if answered else [])] * n
+        return GenerationResult([list(p) for p in prompt_ids], out, [[-0.5] * len(c) for c in out], ["stop"] * len(out))
+
+
+@pytest.mark.model
+def test_the_rollout_shows_the_servers_tools_and_plays_their_answers(stdio_server, tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    out = tool_calling_rollout(["Add 2 and 3."], client=AddingClient(tokenizer), tokenizer=tokenizer, n=2,
+                               max_completion_length=96, mcp_servers=stdio_server, tool_prompt="system")
+    assert out["tool_calls/add"] == [1, 1] and out["num_tool_errors"] == [0, 0]
+    assert [r[0]["content"] for r in out["tool_results"]] == ["5", "5"]
+    prompt = tokenizer.decode(out["prompt_ids"][0])
+    assert "- add(a: integer, b: integer): Add two integers." in prompt  # the server's schema, shown to the model
+
+
+def test_a_server_that_does_not_start_is_named_with_its_output(tmp_path):
+    (tmp_path / "broken.py").write_text("import sys\nprint('missing API key', file=sys.stderr)\nsys.exit(3)\n")
+    specs = [{"command": sys.executable, "args": [str(tmp_path / "broken.py")]}]
+    with pytest.raises(RolloutError, match=r"the MCP server `.*broken\.py` failed to start.*it wrote: missing API "
+                                           r"key \(all its output: .*grpo-rollout-mcp-.*\.log\)"):
+        mcp.mcp_tools(specs)
+    with pytest.raises(RolloutError, match=r"mcp_servers\[0\] needs either `command`"):
+        mcp.mcp_tools([{"command": "python", "url": "http://x"}])
+    with pytest.raises(RolloutError, match=r"mcp_servers\[0\] has no setting `arg`"):
+        mcp.mcp_tools([{"command": "python", "arg": ["x"]}])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_streamable_http_server_by_url(tmp_path):
+    (tmp_path / "calc_server.py").write_text(SERVER)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "calc_server.py"), str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        tools = mcp.mcp_tools([{"url": url}])
+        assert _calls(tools, ADD) == [("5", None)]
+    finally:
+        mcp.close_mcp_servers()
+        proc.terminate()
+        proc.wait(10)
+
+
+def _config(root: Path, model: Path, servers, **training):
+    cfg = tiny_config(root, model, rollout={"function": "grpo_rollout.rollouts.tool_calling:tool_calling_rollout",
+                                            "kwargs": {"mcp_servers": servers, "max_turns": 2,
+                                                       "max_turn_tokens": 8}},
+                      sampling={"max_completion_length": 24, "num_generations": 4},
+                      training={"prompts_per_step": 2, "micro_batch_size": 8, **training})
+    return cfg
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.model
+def test_the_example_trains_with_its_server_started_and_stopped_with_the_run(tmp_path, tiny_model, monkeypatch):
+    """configs/mcp_multiply.yaml, two steps on the tiny model: the run starts examples/mcp_multiply/server.py,
+    calls its tool and stops it at the end."""
+    from grpo_rollout.config import load_config
+
+    monkeypatch.chdir(REPO)  # the config names its files relative to the repository root
+    loaded = load_config(REPO / "configs" / "mcp_multiply.yaml", [
+        f"model.name_or_path={tiny_model}", "vllm.mode=off", f"training.output_dir={tmp_path / 'run'}",
+        "training.max_steps=2", "training.prompts_per_step=2", "sampling.num_generations=4",
+        "training.micro_batch_size=8", "sampling.max_completion_length=32"])
+    _, problems = check_config(REPO / "configs" / "mcp_multiply.yaml")
+    assert not problems, [str(p) for p in problems]
+    result = train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
+    assert result.steps == 2
+    for m in result.history:
+        assert "extras/tool_calls/multiply" in m and "rewards/correct_answer/mean" in m
+    assert mcp._HOSTS == {}  # the server was stopped with the run
+
+
+def test_validate_config_names_a_server_that_does_not_start(tmp_path):
+    (tmp_path / "model").mkdir()
+    cfg = _config(tmp_path, tmp_path / "model", [{"command": sys.executable, "args": [str(tmp_path / "nope.py")]}])
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))
+    _, problems = check_config(tmp_path / "config.yaml", load_data=False)
+    [p] = [p for p in problems if p.key == "rollout.kwargs.mcp_servers"]
+    assert "nope.py` failed to start" in p.message and "speak MCP over stdin/stdout" in p.fix
