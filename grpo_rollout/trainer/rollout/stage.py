@@ -29,6 +29,7 @@ from ...rollouts import builtin_rollout
 from ...rollouts.calling import call_rollout
 from ...rollouts.contract import SAMPLING_ARGS
 from ...rollouts.mcp_tools import close_mcp_servers
+from ...rollouts.openenv import close_openenv_servers
 from ...runs import names as rn
 from ..batch import CompletionScores, ScoredBatch
 from ..parallel.distributed import Dist
@@ -232,10 +233,11 @@ class RolloutStage:
         return replace(batch, sampler_lag=0 if sampled is None else current - sampled)
 
     def close(self) -> None:
-        """Stop the stream (no group starts after), the MCP servers the rollouts started, then the generation client
-        (and any server it spawned)."""
+        """Stop the stream (no group starts after), the MCP servers and OpenEnv apps the rollouts started, then the
+        generation client (and any server it spawned)."""
         if self.stream is not None:
             self.stream.close()
         close_mcp_servers()
+        close_openenv_servers()
         if self.client is not None:
             self.client.close()

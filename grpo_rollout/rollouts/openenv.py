@@ -1,0 +1,267 @@
+"""OpenEnv environments (HTTP/WebSocket environment servers) as a built-in rollout, through ``openenv-core``'s client.
+
+Config::
+
+    rollout:
+      function: grpo_rollout.rollouts.openenv:openenv_rollout
+      kwargs:
+        url: http://127.0.0.1:8000                       # a running OpenEnv server, or:
+        # server: examples/openenv_guess/server.py:app   # its app, served by this process for the run
+        action: examples/openenv_guess/play.py:to_action  # the model's text → the environment's action (a dict)
+        max_turns: 4
+    rewards:
+      - function: grpo_rollout.rewards.tools:env_reward  # the sum of the episode's step rewards
+
+One episode per completion, each its own session on the server (``openenv-core``'s ``GenericEnvClient``):
+
+- ``reset(**row)``: the dataset row's columns are the reset's keyword arguments (OpenEnv's reset accepts extra
+  fields). The first user message is the row's prompt (when the dataset has one) followed by the observation's text;
+- each sampled turn goes through the ``action`` function to an action, and ``step(action)``'s observation text is the
+  next user message, until the server says ``done``, ``max_turns`` turns were sampled or the token budget is used;
+- an observation's text is ``observation(obs)`` when that function is configured, else its first string field of
+  ``prompt``, ``message``, ``text``, ``content``, ``output``, else the observation as JSON;
+- the step rewards add up to the extra ``env_reward`` (``None`` rewards add nothing), ``env_done`` says whether the
+  server ended the episode. Everything else is the environment rollout's (:mod:`.environment`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..user_code.signatures import describe, raised_at
+from .contract import SAMPLING_DEFAULTS as D, RolloutError
+from .conversation import as_messages
+from .environment import ENV_EXTRAS, environment_rollout
+from .kwargs_checks import type_problems, unknown_settings
+
+#: observation fields tried, in order, for its text when no ``observation`` function is configured
+TEXT_FIELDS = ("prompt", "message", "text", "content", "output")
+
+
+def observation_text(observation: Any) -> str:
+    """An observation's text: its first string field of :data:`TEXT_FIELDS`, else the observation as JSON."""
+    if isinstance(observation, str):
+        return observation
+    if isinstance(observation, dict):
+        for name in TEXT_FIELDS:
+            if isinstance(observation.get(name), str):
+                return observation[name]
+    return json.dumps(observation, default=str)
+
+
+class _Episode:
+    """One OpenEnv session in the environment rollout's shape (``reset(row)`` / ``step(text)``)."""
+
+    def __init__(self, url: str, to_action: Callable, to_text: Callable, prompt_column: str,
+                 opened: List["_Episode"]):
+        self.url, self.to_action, self.to_text, self.prompt_column = url, to_action, to_text, prompt_column
+        self.env: Any = None
+        opened.append(self)
+
+    def reset(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+        from openenv.core import GenericEnvClient
+
+        self.env = GenericEnvClient(base_url=self.url).sync()
+        try:
+            self.env.connect()
+            result = self.env.reset(**{k: v for k, v in row.items() if k != self.prompt_column})
+        except Exception as exc:  # noqa: BLE001 - said with the server's address
+            raise RolloutError(f"the OpenEnv server at {self.url} did not answer reset: {type(exc).__name__}: "
+                               f"{exc}; start it, or fix rollout.kwargs.url") from exc
+        text = self._text(result.observation)
+        prompt = row.get(self.prompt_column)
+        if prompt is None:
+            return [{"role": "user", "content": text}]
+        messages = as_messages(prompt)
+        return messages[:-1] + [{**messages[-1], "content": f"{messages[-1]['content']}\n\n{text}"}]
+
+    def step(self, text: str) -> Tuple[Optional[str], Optional[float], bool]:
+        try:
+            action = self.to_action(text)
+        except Exception as exc:
+            raise RolloutError(f"the action function {describe(self.to_action)} raised {type(exc).__name__}: "
+                               f"{exc}{raised_at(exc)}") from exc
+        try:
+            result = self.env.step(action)
+        except Exception as exc:  # noqa: BLE001 - said with the server's address
+            raise RolloutError(f"the OpenEnv server at {self.url} failed step({str(action)[:80]}): "
+                               f"{type(exc).__name__}: {exc}") from exc
+        return (None if result.done else self._text(result.observation)), result.reward, bool(result.done)
+
+    def _text(self, observation: Any) -> str:
+        try:
+            text = self.to_text(observation)
+        except Exception as exc:
+            raise RolloutError(f"the observation function {describe(self.to_text)} raised {type(exc).__name__}: "
+                               f"{exc}{raised_at(exc)}") from exc
+        if not isinstance(text, str):
+            raise RolloutError(f"the observation function {describe(self.to_text)} returned a "
+                               f"{type(text).__name__}; it must return the text the model reads")
+        return text
+
+    def close(self) -> None:
+        if self.env is not None:
+            try:
+                self.env.close()
+            except Exception:  # noqa: BLE001 - closing a session is best effort
+                pass
+
+
+def _function(spec: Any, key: str, base_dir: Optional[Path]) -> Callable:
+    from ..user_code.resolve import ImportSpecError, resolve_callable
+
+    if callable(spec):
+        return spec
+    try:
+        return resolve_callable(str(spec), base_dir)
+    except ImportSpecError as exc:
+        raise RolloutError(f"rollout.kwargs.{key} {spec!r}: {exc}") from exc
+
+
+def openenv_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows: Sequence[Dict[str, Any]], n: int,
+                    action: Any = None, url: Optional[str] = None, server: Optional[str] = None,
+                    observation: Any = None, prompt_column: str = "prompt", temperature: float = D.temperature,
+                    top_p: float = D.top_p, top_k: int = D.top_k, min_p: float = D.min_p,
+                    repetition_penalty: float = D.repetition_penalty,
+                    max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
+                    max_turns: int = 4, stop: Optional[Sequence[str]] = None, max_turn_tokens: Optional[int] = None,
+                    base_dir: Optional[str] = None, **_: Any) -> Dict[str, List[Any]]:
+    """Play ``n`` episodes per dataset row on an OpenEnv server (see the module docstring).
+
+    Args:
+        prompts, rows: the ``P`` dataset prompts (may be ``None``) and rows. n, temperature, ..., seed: sampling.
+        action: the function (or its name) turning a sampled turn's text into the environment's action.
+        url: the server's address; server: instead, ``module:app`` or ``path/file.py:app``, an OpenEnv app this
+            process serves for the run (:func:`serve_app`). observation: the function turning an observation (a dict)
+            into the text the model reads (default :func:`observation_text`). prompt_column: the row's prompt column
+            (``data.prompt_column``), not sent to ``reset``. max_turns, stop, max_turn_tokens: as the environment
+            rollout's. base_dir: where relative file names are also looked up.
+
+    Returns:
+        the environment rollout's contract dict and extras (``env_reward``, ``env_done``, ``num_turns``, ...).
+
+    Raises:
+        RolloutError: a setting is missing or does not load, the server does not answer, or a user function raised.
+    """
+    base = Path(base_dir) if base_dir else None
+    if action is None:
+        raise RolloutError("openenv_rollout needs rollout.kwargs.action: a function turning the model's text into "
+                           "the environment's action (a dict)")
+    if bool(url) == bool(server):
+        raise RolloutError("openenv_rollout needs either rollout.kwargs.url (a running server) or "
+                           "rollout.kwargs.server (module:app to serve), not both")
+    address = url if url else serve_app(server, base)
+    to_action = _function(action, "action", base)
+    to_text = _function(observation, "observation", base) if observation is not None else observation_text
+    opened: List[_Episode] = []
+    try:
+        return environment_rollout(prompts, client=client, tokenizer=tokenizer, rows=rows, env=_Episode, n=n,
+                                   env_kwargs={"url": address, "to_action": to_action, "to_text": to_text,
+                                               "prompt_column": prompt_column, "opened": opened},
+                                   temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                                   repetition_penalty=repetition_penalty, max_completion_length=max_completion_length,
+                                   seed=seed, max_turns=max_turns, stop=stop, max_turn_tokens=max_turn_tokens)
+    finally:
+        for episode in opened:
+            episode.close()
+
+
+openenv_rollout.extras = ENV_EXTRAS
+openenv_rollout.uses_prompts = False  # reset's observation makes the prompt: data.prompt_column is optional
+
+_SERVED: Dict[str, Tuple[str, Any]] = {}
+_LOCK = threading.Lock()
+
+
+def serve_app(spec: str, base_dir: Optional[Path] = None, timeout_s: float = 60.0) -> str:
+    """Serve the OpenEnv app ``spec`` (``module:app`` or ``path/file.py:app``) on a free local port from a thread of
+    this process, once per process; return its address.
+
+    Raises:
+        RolloutError: it does not import or does not start within ``timeout_s``.
+    """
+    import uvicorn
+
+    with _LOCK:
+        if spec in _SERVED:
+            return _SERVED[spec][0]
+        app = _function(spec, "server", base_dir)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        logging.getLogger("uvicorn.error").addFilter(_no_disconnect_tracebacks)
+        thread = threading.Thread(target=server.run, name=f"openenv-{port}", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not server.started and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not server.started:
+            server.should_exit = True
+            raise RolloutError(f"the OpenEnv app {spec} did not start within {timeout_s:g} s")
+        address = f"http://127.0.0.1:{port}"
+        _SERVED[spec] = (address, (server, thread))
+        return address
+
+
+def _no_disconnect_tracebacks(record: logging.LogRecord) -> bool:
+    """Drop the traceback openenv-core's server logs when it closes a WebSocket the client already closed (each
+    episode's end); every other record passes."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return type(exc).__name__ != "WebSocketDisconnect"
+
+
+def close_openenv_servers() -> None:
+    """Stop the OpenEnv apps this process serves (the next rollout serves them again)."""
+    with _LOCK:
+        served = list(_SERVED.values())
+        _SERVED.clear()
+    for _, (server, thread) in served:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, ...]]:
+    """Static checks of ``rollout.kwargs`` for :func:`openenv_rollout` (validate-config): the package is installed,
+    ``action`` / ``observation`` / ``server`` import, ``url`` answers, and the multi-turn settings."""
+    problems: List[Tuple[str, ...]] = unknown_settings(openenv_rollout, kwargs) + type_problems(kwargs)
+    try:
+        import openenv.core  # noqa: F401
+    except ImportError:
+        return problems + [("rollout.function", "the package openenv-core is not installed",
+                            "pip install openenv-core (make install does)")]
+    if not kwargs.get("action"):
+        problems.append(("rollout.kwargs.action", "no action function", "action: path/play.py:to_action (text → dict)"))
+    for key in ("action", "observation", "server"):
+        if kwargs.get(key):
+            try:
+                _function(kwargs[key], key, base_dir)
+            except RolloutError as exc:
+                problems.append((f"rollout.kwargs.{key}", str(exc), "name it as package.module:name or "
+                                                                     "path/file.py:name"))
+    if bool(kwargs.get("url")) == bool(kwargs.get("server")):
+        problems.append(("rollout.kwargs.url", "give either url (a running OpenEnv server) or server (module:app)",
+                         "url: http://127.0.0.1:8000"))
+    elif kwargs.get("url"):
+        problems += _url_problems(str(kwargs["url"]))
+    return problems
+
+
+def _url_problems(url: str) -> List[Tuple[str, ...]]:
+    import httpx
+
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=5).raise_for_status()
+    except httpx.HTTPError as exc:
+        return [("rollout.kwargs.url", f"the OpenEnv server at {url} does not answer GET /health: {exc}",
+                 "start the server first (or use server: module:app to have the run serve it)", "warning")]
+    return []
+
+
+openenv_rollout.validate_kwargs = validate_kwargs

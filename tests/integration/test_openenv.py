@@ -1,0 +1,165 @@
+"""OpenEnv environments (issue 31.3): an environment server the tests serve (written with openenv-core's own server
+classes), by URL and as an app the run serves; one session per episode, the model's text turned into actions by the
+user's function, step rewards summed into env_reward; faults named; the example config trains two steps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from grpo_rollout.config import load_config, to_yaml
+from grpo_rollout.generation.base import GenerationResult
+from grpo_rollout.preflight import check_config
+from grpo_rollout.rollouts import openenv as oe
+from grpo_rollout.rollouts.contract import RolloutError
+from grpo_rollout.trainer import train
+from grpo_rollout.trainer.reporting.progress import RichReporter
+
+REPO = Path(__file__).resolve().parents[2]
+
+SERVER = '''
+from typing import Any, Optional
+
+from openenv.core.env_server import Action, Environment, Observation, State, create_app
+
+RESETS = []
+
+
+class CountAction(Action):
+    number: int
+
+
+class CountObservation(Observation):
+    message: str = ""
+
+
+class CountEnvironment(Environment):
+    """Say the numbers from 1 up to `upto`, one per turn; +0.5 per right number."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any):
+        RESETS.append(dict(kwargs))
+        self.upto, self.next = int(kwargs["upto"]), 1
+        return CountObservation(message=f"Count to {self.upto}, one number per turn.", done=False)
+
+    def step(self, action: CountAction, timeout_s=None, **kwargs: Any):
+        right = action.number == self.next
+        self.next += right
+        done = self.next > self.upto
+        return CountObservation(message="next", done=done, reward=0.5 if right else 0.0)
+
+    @property
+    def state(self) -> State:
+        return State(step_count=self.next)
+
+
+app = create_app(CountEnvironment, CountAction, CountObservation, max_concurrent_envs=64)
+'''
+
+PLAY = '''
+import re
+
+def to_action(text):
+    return {"number": int(re.search(r"\\d+", text).group())}
+
+def shout(observation):
+    return observation["message"].upper()
+'''
+
+
+class CountingClient:
+    """Answers like a model that counts: the number of its earlier turns plus one."""
+
+    max_prompt_length = None
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.eos_ids = tokenizer, {tokenizer.eos_token_id}
+
+    async def agenerate(self, prompt_ids, n=1, **kwargs):
+        out = []
+        for ids in prompt_ids:
+            said = self.tokenizer.decode(ids).count("<|im_start|>assistant") - 1
+            out += [self.tokenizer.encode(str(said + 1), add_special_tokens=False) + [self.tokenizer.eos_token_id]] * n
+        return GenerationResult([list(p) for p in prompt_ids], out, [[-0.5] * len(c) for c in out], ["stop"] * len(out))
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "count_server.py").write_text(SERVER)
+    (tmp_path / "play.py").write_text(PLAY)
+    yield tmp_path
+    oe.close_openenv_servers()
+
+
+def _play(files, tiny_model, rows, **kwargs):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    return oe.openenv_rollout([r.get("prompt") for r in rows], client=CountingClient(tokenizer), tokenizer=tokenizer,
+                              rows=rows, n=2, max_completion_length=64, max_turns=5,
+                              **{"action": f"{files}/play.py:to_action", **kwargs})
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("by", ["server", "url"])
+def test_episodes_play_on_the_server_each_in_its_own_session(files, tiny_model, by):
+    spec = f"{files}/count_server.py:app"
+    where = {"server": spec} if by == "server" else {"url": oe.serve_app(spec)}
+    rows = [{"prompt": "Let's count.", "upto": 2}, {"prompt": "Let's count.", "upto": 3}]
+    out = _play(files, tiny_model, rows, **where)
+    assert out["env_reward"] == [1.0, 1.0, 1.5, 1.5] and out["env_done"] == [True] * 4  # every number right
+    assert out["num_turns"] == [2, 2, 3, 3]
+    first = out["first_prompt"][0][-1]["content"]
+    assert first == "Let's count.\n\nCount to 2, one number per turn."  # the row's prompt, then the observation
+    server_module = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(files / "count_server.py"))
+    assert {"upto": 2} in server_module.RESETS and all("prompt" not in r for r in server_module.RESETS)
+    shouted = _play(files, tiny_model, rows[:1], observation=f"{files}/play.py:shout", **where)
+    assert shouted["first_prompt"][0][-1]["content"].endswith("COUNT TO 2, ONE NUMBER PER TURN.")
+
+
+@pytest.mark.model
+def test_faults_name_the_server_or_the_function(files, tiny_model):
+    with pytest.raises(RolloutError, match=r"the OpenEnv server at http://127\.0\.0\.1:9 did not answer reset.*"
+                                           r"rollout\.kwargs\.url"):
+        _play(files, tiny_model, [{"prompt": "x", "upto": 2}], url="http://127.0.0.1:9")
+    (files / "broken_play.py").write_text(PLAY.replace("int(re.search", "int(re.searchh"))
+    with pytest.raises(RolloutError, match=r"the action function .*to_action.* raised AttributeError.*"
+                                           r"broken_play\.py:\d+"):
+        _play(files, tiny_model, [{"prompt": "x", "upto": 2}], server=f"{files}/count_server.py:app",
+              action=f"{files}/broken_play.py:to_action")
+    with pytest.raises(RolloutError, match="either rollout.kwargs.url"):
+        _play(files, tiny_model, [{"prompt": "x", "upto": 2}])
+
+
+def test_validate_config_checks_the_settings(files):
+    from tiny_model import tiny_config
+
+    (files / "model").mkdir()
+
+    cfg = tiny_config(files, files / "model", rollout={"function": "grpo_rollout.rollouts.openenv:openenv_rollout",
+                                                       "kwargs": {"server": f"{files}/count_server.py:appp",
+                                                                  "max_turn": 3}})
+    (files / "config.yaml").write_text(to_yaml(cfg))
+    _, problems = check_config(files / "config.yaml", load_data=False)
+    found = {p.key: p for p in problems if p.key.startswith("rollout.kwargs")}
+    assert "did you mean `max_turns`" in found["rollout.kwargs.max_turn"].fix
+    assert "no action function" in found["rollout.kwargs.action"].message
+    assert "appp" in found["rollout.kwargs.server"].message
+
+
+@pytest.mark.model
+def test_the_example_trains_two_steps(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.chdir(REPO)  # the config names its files relative to the repository root
+    loaded = load_config(REPO / "configs" / "openenv_guess.yaml", [
+        f"model.name_or_path={tiny_model}", "vllm.mode=off", f"training.output_dir={tmp_path / 'run'}",
+        "training.max_steps=2", "training.prompts_per_step=2", "sampling.num_generations=4",
+        "training.micro_batch_size=8", "sampling.max_completion_length=48"])
+    _, problems = check_config(REPO / "configs" / "openenv_guess.yaml")
+    assert not problems, [str(p) for p in problems]
+    result = train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
+    assert result.steps == 2
+    for m in result.history:
+        assert m["reward"] == pytest.approx(m["extras/env_reward"]) and m["extras/num_turns"] >= 1
+    assert oe._SERVED == {}  # the app the run served stopped with it
