@@ -268,3 +268,24 @@ class Undocumented:
     (tmp_path / "config.yaml").write_text(to_yaml(cfg))
     _, problems = check_config(tmp_path / "config.yaml", load_data=False)
     assert {"rewards", "rollout.kwargs.tools"} <= {p.key for p in problems if p.is_error}
+
+
+@pytest.mark.multiproc
+@pytest.mark.model
+def test_two_processes_each_play_their_own_environments(tmp_path, tiny_model, envs):
+    """Under torchrun each process makes, plays and scores its own groups' environments; the objects never travel
+    between processes (only their scores do), so an environment that cannot be pickled trains too."""
+    import yaml
+
+    from test_distributed import _torchrun
+
+    (tmp_path / "trl_envs.py").write_text(ENVS.replace("        MADE.append(self)", "        MADE.append(self)\n"
+                                                       "        self.lock = threading.Lock()  # not picklable")
+                                          .replace("import asyncio", "import asyncio\nimport threading"))
+    cfg = _config(tmp_path, tiny_model, envs, max_steps=2, prompts_per_step=2, micro_batch_size=4)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    proc = _torchrun(["-m", "grpo_rollout", "train", str(tmp_path / "config.yaml")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    metrics = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all("rewards/CounterEnv/mean" in m and "rewards/counter_value/mean" in m for m in metrics)
