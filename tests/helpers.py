@@ -43,3 +43,26 @@ def run_tool_calls_sync(calls: List[Any], tools: Mapping[str, Callable],
         return list(await asyncio.gather(*(run_tool_call(c, tools, timeout_s) for c in calls)))
 
     return run_coroutine(all_calls())
+
+
+def train_example_briefly(name: str, tiny_model: Any, output_dir: Any, monkeypatch: Any, **sampling: Any) -> Any:
+    """``configs/<name>.yaml`` checked (no problems allowed), then trained 2 steps of 2 prompts × 4 completions on
+    the tiny model with in-process generation, from the repository root (the examples' paths are relative to it);
+    ``sampling``: other ``sampling.*`` values. Returns the ``TrainResult``."""
+    from pathlib import Path
+
+    from grpo_rollout.config import load_config
+    from grpo_rollout.preflight import check_config
+    from grpo_rollout.trainer import train
+    from grpo_rollout.trainer.reporting.progress import RichReporter
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)
+    config = repo / "configs" / f"{name}.yaml"
+    _, problems = check_config(config)
+    assert not problems, [str(p) for p in problems]
+    loaded = load_config(config, [
+        f"model.name_or_path={tiny_model}", "vllm.mode=off", f"training.output_dir={output_dir}",
+        "training.max_steps=2", "training.prompts_per_step=2", "sampling.num_generations=4",
+        "training.micro_batch_size=8", *(f"sampling.{k}={v}" for k, v in sampling.items())])
+    return train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))

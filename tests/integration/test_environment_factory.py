@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from grpo_rollout.generation.base import GenerationResult
 from grpo_rollout.preflight import check_config
 from grpo_rollout.config import to_yaml
 from grpo_rollout.rewards.calling import implied_rewards
@@ -24,6 +23,7 @@ from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
+from scripted_client import ScriptedClient
 from tiny_model import tiny_config
 
 ENVS = '''
@@ -84,33 +84,14 @@ def counter_value(environments, **kwargs):
 '''
 
 
-class ScriptedClient:
-    """Answers like a model that learnt the task: a call of the tool the prompt asks for, then "Done." after the
-    tool's answer (token ids of the real tokenizer; log-prob -0.5 per token)."""
-
-    max_prompt_length = None
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.eos_ids = {tokenizer.eos_token_id}
-
-    def _reply(self, text: str) -> tuple:
-        if "counter=" in text or "saved" in text.split("<|im_start|>user")[-1]:
-            return "Done.", True
-        target = re.findall(r"Reach (\d+)\.", text)
-        if target:
-            return f'<tool_call>{{"name": "increment", "arguments": {{"step": {target[-1]}}}}}</tool_call>', False
-        return '<tool_call>{"name": "write", "arguments": {"name": "a", "text": "b"}}</tool_call>', False
-
-    async def agenerate(self, prompt_ids, n=1, **kwargs):
-        completions = []
-        for ids in prompt_ids:
-            text, ends = self._reply(self.tokenizer.decode(ids))
-            tokens = self.tokenizer.encode(text, add_special_tokens=False) + ([self.tokenizer.eos_token_id] if ends
-                                                                              else [])
-            completions += [tokens] * n
-        return GenerationResult([list(p) for p in prompt_ids], completions, [[-0.5] * len(c) for c in completions],
-                                ["stop"] * len(completions))
+def counter_or_notes(text: str) -> tuple:
+    """Like a model that learnt the task: a call of the tool the prompt asks for, then "Done." after its answer."""
+    if "counter=" in text or "saved" in text.split("<|im_start|>user")[-1]:
+        return "Done.", True
+    target = re.findall(r"Reach (\d+)\.", text)
+    if target:
+        return f'<tool_call>{{"name": "increment", "arguments": {{"step": {target[-1]}}}}}</tool_call>', False
+    return '<tool_call>{"name": "write", "arguments": {"name": "a", "text": "b"}}</tool_call>', False
 
 
 @pytest.fixture
@@ -125,7 +106,7 @@ def _messages(text):
 
 def _rollout(envs_file, tiny_model, rows, factory, where="main"):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    kwargs = dict(client=ScriptedClient(tokenizer), tokenizer=tokenizer, n=2, rows=rows, max_completion_length=96,
+    kwargs = dict(client=ScriptedClient(tokenizer, counter_or_notes), tokenizer=tokenizer, n=2, rows=rows, max_completion_length=96,
                   environment_factory=factory, tool_prompt="system")
     prompts = [r["prompt"] for r in rows]
     if where == "main":

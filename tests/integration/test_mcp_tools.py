@@ -15,18 +15,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import run_tool_calls_sync
+from helpers import run_tool_calls_sync, train_example_briefly
 from transformers import AutoTokenizer
 
 from grpo_rollout.config import to_yaml
-from grpo_rollout.generation.base import GenerationResult
 from grpo_rollout.preflight import check_config
 from grpo_rollout.rollouts import mcp_tools as mcp
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
-from grpo_rollout.trainer import train
-from grpo_rollout.trainer.reporting.progress import RichReporter
+from scripted_client import ScriptedClient
 from tiny_model import tiny_config
 
 SERVER = '''
@@ -112,28 +110,16 @@ def test_a_stdio_servers_tools_are_listed_once_and_called(stdio_server, where):
     assert _calls(tools, ADD) == [("5", None)]  # the connection still answers after a call was abandoned
 
 
-class AddingClient:
-    """Answers like a model that learnt to call ``add``, then says "Done." after the tool's answer."""
-
-    max_prompt_length = None
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.eos_ids = tokenizer, {tokenizer.eos_token_id}
-
-    async def agenerate(self, prompt_ids, n=1, **kwargs):
-        out = []
-        for ids in prompt_ids:
-            answered = "<|im_start|>tool" in self.tokenizer.decode(ids) or "5<|im_end|>" in self.tokenizer.decode(ids)
-            text = "Done." if answered else ADD
-            out += [self.tokenizer.encode(text, add_special_tokens=False)
-                    + ([self.tokenizer.eos_token_id] if answered else [])] * n
-        return GenerationResult([list(p) for p in prompt_ids], out, [[-0.5] * len(c) for c in out], ["stop"] * len(out))
+def adding(text: str) -> tuple:
+    """Like a model that learnt to call ``add``, then says "Done." after the tool's answer."""
+    answered = "<|im_start|>tool" in text or "5<|im_end|>" in text
+    return ("Done.", True) if answered else (ADD, False)
 
 
 @pytest.mark.model
 def test_the_rollout_shows_the_servers_tools_and_plays_their_answers(stdio_server, tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    out = tool_calling_rollout(["Add 2 and 3."], client=AddingClient(tokenizer), tokenizer=tokenizer, n=2,
+    out = tool_calling_rollout(["Add 2 and 3."], client=ScriptedClient(tokenizer, adding), tokenizer=tokenizer, n=2,
                                max_completion_length=96, mcp_servers=stdio_server, tool_prompt="system")
     assert out["tool_calls/add"] == [1, 1] and out["num_tool_errors"] == [0, 0]
     assert [r[0]["content"] for r in out["tool_results"]] == ["5", "5"]
@@ -190,23 +176,12 @@ def _config(root: Path, model: Path, servers, **training):
     return cfg
 
 
-REPO = Path(__file__).resolve().parents[2]
-
-
 @pytest.mark.model
 def test_the_example_trains_with_its_server_started_and_stopped_with_the_run(tmp_path, tiny_model, monkeypatch):
     """configs/mcp_multiply.yaml, two steps on the tiny model: the run starts examples/mcp_multiply/server.py,
     calls its tool and stops it at the end."""
-    from grpo_rollout.config import load_config
-
-    monkeypatch.chdir(REPO)  # the config names its files relative to the repository root
-    loaded = load_config(REPO / "configs" / "mcp_multiply.yaml", [
-        f"model.name_or_path={tiny_model}", "vllm.mode=off", f"training.output_dir={tmp_path / 'run'}",
-        "training.max_steps=2", "training.prompts_per_step=2", "sampling.num_generations=4",
-        "training.micro_batch_size=8", "sampling.max_completion_length=32"])
-    _, problems = check_config(REPO / "configs" / "mcp_multiply.yaml")
-    assert not problems, [str(p) for p in problems]
-    result = train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
+    result = train_example_briefly("mcp_multiply", tiny_model, tmp_path / "run", monkeypatch,
+                                   max_completion_length=32)
     assert result.steps == 2
     for m in result.history:
         assert "extras/tool_calls/multiply" in m and "rewards/correct_answer/mean" in m

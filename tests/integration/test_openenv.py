@@ -5,20 +5,16 @@ user's function, step rewards summed into env_reward; faults named; the example 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import train_example_briefly
 from transformers import AutoTokenizer
 
-from grpo_rollout.config import load_config, to_yaml
-from grpo_rollout.generation.base import GenerationResult
+from grpo_rollout.config import to_yaml
 from grpo_rollout.preflight import check_config
 from grpo_rollout.rollouts import openenv as oe
 from grpo_rollout.rollouts.contract import RolloutError
-from grpo_rollout.trainer import train
-from grpo_rollout.trainer.reporting.progress import RichReporter
-
-REPO = Path(__file__).resolve().parents[2]
+from scripted_client import ScriptedClient
 
 SERVER = '''
 from typing import Any, Optional
@@ -71,20 +67,9 @@ def shout(observation):
 '''
 
 
-class CountingClient:
-    """Answers like a model that counts: the number of its earlier turns plus one."""
-
-    max_prompt_length = None
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.eos_ids = tokenizer, {tokenizer.eos_token_id}
-
-    async def agenerate(self, prompt_ids, n=1, **kwargs):
-        out = []
-        for ids in prompt_ids:
-            said = self.tokenizer.decode(ids).count("<|im_start|>assistant") - 1
-            out += [self.tokenizer.encode(str(said + 1), add_special_tokens=False) + [self.tokenizer.eos_token_id]] * n
-        return GenerationResult([list(p) for p in prompt_ids], out, [[-0.5] * len(c) for c in out], ["stop"] * len(out))
+def counting(text: str) -> tuple:
+    """Like a model that counts: the number of its earlier turns plus one."""
+    return str(text.count("<|im_start|>assistant")), True
 
 
 @pytest.fixture
@@ -97,7 +82,7 @@ def files(tmp_path):
 
 def _play(files, tiny_model, rows, **kwargs):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    return oe.openenv_rollout([r.get("prompt") for r in rows], client=CountingClient(tokenizer), tokenizer=tokenizer,
+    return oe.openenv_rollout([r.get("prompt") for r in rows], client=ScriptedClient(tokenizer, counting), tokenizer=tokenizer,
                               rows=rows, n=2, max_completion_length=64, max_turns=5,
                               **{"action": f"{files}/play.py:to_action", **kwargs})
 
@@ -151,14 +136,8 @@ def test_validate_config_checks_the_settings(files):
 
 @pytest.mark.model
 def test_the_example_trains_two_steps(tmp_path, tiny_model, monkeypatch):
-    monkeypatch.chdir(REPO)  # the config names its files relative to the repository root
-    loaded = load_config(REPO / "configs" / "openenv_guess.yaml", [
-        f"model.name_or_path={tiny_model}", "vllm.mode=off", f"training.output_dir={tmp_path / 'run'}",
-        "training.max_steps=2", "training.prompts_per_step=2", "sampling.num_generations=4",
-        "training.micro_batch_size=8", "sampling.max_completion_length=48"])
-    _, problems = check_config(REPO / "configs" / "openenv_guess.yaml")
-    assert not problems, [str(p) for p in problems]
-    result = train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
+    result = train_example_briefly("openenv_guess", tiny_model, tmp_path / "run", monkeypatch,
+                                   max_completion_length=48)
     assert result.steps == 2
     for m in result.history:
         assert m["reward"] == pytest.approx(m["extras/env_reward"]) and m["extras/num_turns"] >= 1
