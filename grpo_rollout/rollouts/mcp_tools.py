@@ -237,9 +237,13 @@ atexit.register(close_mcp_servers)
 
 
 def mcp_problems(specs: Any) -> List[Tuple[str, str, str]]:
-    """validate-config's checks of ``rollout.kwargs.mcp_servers``: each entry well formed, each server starts and
-    lists its tools. ``(key, message, fix)`` per problem."""
+    """validate-config's checks of ``rollout.kwargs.mcp_servers``: the ``mcp`` package is installed, each entry is well
+    formed, each server starts and lists its tools. ``(key, message, fix)`` per problem."""
     key = "rollout.kwargs.mcp_servers"
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        return [(key, "the package mcp is not installed", "pip install mcp (make install does)")]
     if not isinstance(specs, list):
         return [(key, f"must be a list of servers, got {specs!r}", "mcp_servers: [{command: python, args: [server.py]}]")]
     problems = [(f"{key}[{i}]", f"{key}[{i}] {p}", "e.g. {command: python, args: [server.py]} or {url: http://...}")

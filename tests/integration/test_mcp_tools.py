@@ -195,3 +195,16 @@ def test_validate_config_names_a_server_that_does_not_start(tmp_path):
     _, problems = check_config(tmp_path / "config.yaml", load_data=False)
     [p] = [p for p in problems if p.key == "rollout.kwargs.mcp_servers"]
     assert "nope.py` failed to start" in p.message and "speak MCP over stdin/stdout" in p.fix
+
+
+def test_validate_config_says_how_to_install_a_missing_package(monkeypatch):
+    from grpo_rollout.rollouts import openenv as oe
+
+    monkeypatch.setitem(sys.modules, "mcp", None)  # as if not installed: importing it raises ImportError
+    monkeypatch.setitem(sys.modules, "openenv", None)
+    monkeypatch.setitem(sys.modules, "openenv.core", None)
+    [(key, message, fix)] = mcp.mcp_problems([{"url": "http://127.0.0.1:9/mcp"}])
+    assert key == "rollout.kwargs.mcp_servers" and "mcp is not installed" in message and "pip install mcp" in fix
+    [(key, message, fix)] = [p for p in oe.validate_kwargs({"url": "http://x", "action": "a:b"})
+                             if p[0] == "rollout.function"]
+    assert "openenv-core is not installed" in message and "pip install openenv-core" in fix
