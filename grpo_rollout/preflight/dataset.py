@@ -28,6 +28,7 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
         _err(problems, "data.train", config.data.train, str(exc), "fix the path/name, or the function named")
         return None
     columns = list(ds.column_names)
+    _check_environment_column(config, ds, problems)
     col = config.data.prompt_column
     if col not in columns:
         if not _rollout_uses_prompts(config, base_dir):
@@ -57,3 +58,24 @@ def _rollout_uses_prompts(config: Config, base_dir: Path) -> bool:
     except Exception:  # noqa: BLE001 - an import error is reported by check_functions
         return True
     return getattr(fn, "uses_prompts", True) is not False
+
+
+def _check_environment_column(config: Config, ds: object, problems: List[Problem]) -> None:
+    """With several TRL environments (``rollout.kwargs.environment_factory`` a mapping) every row's ``environment``
+    column names one of them."""
+    from ..rollouts.environment_factory import ENVIRONMENT_COLUMN
+
+    factories = config.rollout.kwargs.get("environment_factory")
+    if not isinstance(factories, dict) or not factories:
+        return
+    key = "rollout.kwargs.environment_factory"
+    names = ", ".join(map(str, factories))
+    if ENVIRONMENT_COLUMN not in ds.column_names:
+        _err(problems, key, names, f"names several environments, but the dataset has no `{ENVIRONMENT_COLUMN}` "
+             "column saying which one each row plays", f"add a column `{ENVIRONMENT_COLUMN}` with one of: {names}")
+        return
+    bad = [(i, v) for i, v in enumerate(ds[ENVIRONMENT_COLUMN]) if v not in factories]
+    if bad:
+        i, value = bad[0]
+        _err(problems, key, names, f"dataset row {i} has {ENVIRONMENT_COLUMN}={value!r}, which it does not name"
+             + (f" ({len(bad)} rows in all)" if len(bad) > 1 else ""), f"use one of: {names}")

@@ -53,6 +53,14 @@ async def call_env(env: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     """
     fn = getattr(env, method)
     try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:  # said before the call: its traceback would point here, not at the user's method
+        given = ", ".join([*(type(a).__name__ for a in args), *kwargs])
+        raise RolloutError(f"{_label(env, method)}{inspect.signature(fn)} cannot be called with ({given}): {exc}; "
+                           f"accept them (e.g. **kwargs)") from None
+    except ValueError:  # no signature to check: the call will tell
+        pass
+    try:
         if inspect.iscoroutinefunction(fn):
             return await fn(*args, **kwargs)
         return await asyncio.to_thread(fn, *args, **kwargs)

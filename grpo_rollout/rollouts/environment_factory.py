@@ -142,9 +142,9 @@ def start_environments(factories: Factories, rows: Optional[Sequence[Mapping[str
     for i, row in enumerate(rows):
         name = row.get(ENVIRONMENT_COLUMN) if several else None
         if name not in factories:
-            raise RolloutError(f"dataset row {i} has {ENVIRONMENT_COLUMN}={name!r}, which environment_factory does "
-                               f"not name; add a column `{ENVIRONMENT_COLUMN}` with one of: "
-                               f"{', '.join(map(str, factories))}")
+            raise RolloutError(f"the row of prompt {str(row.get('prompt'))[:60]!r} (the step's prompt {i}) has "
+                               f"{ENVIRONMENT_COLUMN}={name!r}, which environment_factory does not name; give every "
+                               f"row a column `{ENVIRONMENT_COLUMN}` with one of: {', '.join(map(str, factories))}")
         reset_kwargs = {k: v for k, v in row.items() if not (several and k == ENVIRONMENT_COLUMN)}
         for _ in range(n):
             envs.append(make_environment(factories[name]))
@@ -200,10 +200,12 @@ def environment_extras(envs: Sequence[Any], observations: Sequence[Any],
     return out
 
 
-def factory_problems(spec: Any, base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
+def factory_problems(spec: Any, base_dir: Optional[Path] = None,
+                     has_tools: bool = False) -> List[Tuple[str, str, str]]:
     """Static checks of ``rollout.kwargs.environment_factory`` for validate-config: ``(key, message, fix)`` per
     problem. Each factory is loaded and called once (as TRL does when it starts): it must make an environment with a
-    ``reset`` method whose public methods all have a tool schema."""
+    ``reset`` method whose public methods all have a tool schema, and has some unless there are other tools
+    (``has_tools``)."""
     from .tools import ToolError, tool_schema
 
     key = "rollout.kwargs.environment_factory"
@@ -220,8 +222,15 @@ def factory_problems(spec: Any, base_dir: Optional[Path] = None) -> List[Tuple[s
         try:
             env = make_environment(factory)
         except RolloutError as exc:
-            problems.append((where, str(exc), "give the class a constructor without required arguments"))
+            fix = ("add a method reset(self, **kwargs) (the row's columns; return text to append to the prompt, or "
+                   "None)" if "no reset method" in str(exc) else "give the class a constructor without required "
+                                                                   "arguments")
+            problems.append((where, str(exc), fix))
             continue
+        if not environment_tools(env) and not has_tools:
+            problems.append((where, f"{type(env).__name__} has no public methods: the model would have no tools",
+                             "add a method with type hints and an Args: docstring, or list tools in "
+                             "rollout.kwargs.tools"))
         for method, fn in environment_tools(env).items():
             try:
                 tool_schema(fn)

@@ -35,35 +35,19 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 
-#: seconds to start a server and list its tools
-STARTUP_TIMEOUT_S = 60.0
+from .mcp_checks import STARTUP_TIMEOUT_S, label, located, server_problem
+
 #: commands that start the interpreter running the training (so a Python server sees the same packages, also when
 #: the virtual environment is not activated)
 PYTHON_COMMANDS = ("python", "python3")
-#: the keys of one ``mcp_servers`` entry
-SERVER_KEYS = ("command", "args", "env", "cwd", "url")
 
 
 class MCPToolError(RuntimeError):
     """An MCP server answered a call with an error (the model reads its text as the tool's answer)."""
 
 
-def server_problem(spec: Any) -> Optional[str]:
-    """What is wrong with one ``mcp_servers`` entry (``None``: nothing)."""
-    if not isinstance(spec, Mapping):
-        return f"must be a mapping ({{command: ..., args: [...]}} or {{url: ...}}), got {spec!r}"
-    unknown = [k for k in spec if k not in SERVER_KEYS]
-    if unknown:
-        return f"has no setting `{unknown[0]}` (its settings: {', '.join(SERVER_KEYS)})"
-    if bool(spec.get("command")) == bool(spec.get("url")):
-        return "needs either `command` (a stdio server to start) or `url` (a streamable-HTTP server), not both"
-    if not isinstance(spec.get("args", []), list) or not all(isinstance(a, str) for a in spec.get("args", [])):
-        return f"`args` must be a list of strings, got {spec.get('args')!r}"
-    return None
-
-
-def _label(spec: Mapping[str, Any]) -> str:
-    return spec["url"] if spec.get("url") else " ".join([spec["command"], *spec.get("args", [])])
+class MCPServerGone(RolloutError):
+    """An MCP server's connection closed during the run: the run stops (its tools would answer only errors)."""
 
 
 def _first_leaf(exc: BaseException) -> BaseException:
@@ -93,24 +77,32 @@ class MCPHost:
         self.tools: Dict[str, Callable] = {}
         self.logs: List[Optional[Path]] = []
         self._clients: List[Any] = []
+        self._owner: Dict[str, int] = {}  # tool name → its server's index
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._closing: Optional[asyncio.Event] = None
+        self._task: Optional[asyncio.Task] = None
+        self._finished = threading.Event()  # the connections are closed (or never opened)
         self._error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-servers", daemon=True)
         self._thread.start()
         self._done = asyncio.run_coroutine_threadsafe(self._serve(), self._loop)
 
-    def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> "MCPHost":
-        """Wait until every server is connected and its tools are listed.
+    def start(self) -> "MCPHost":
+        """Wait until every server is connected and its tools are listed (each within its ``startup_timeout_s``).
 
         Raises:
-            RolloutError: a server did not start or answer within ``timeout_s`` (its address or command named, and its
-                log), or two tools share a name.
+            RolloutError: a server did not start or answer in time (its address or command named, and what it wrote;
+                it is stopped), or two tools share a name.
         """
+        timeout_s = sum(float(s.get("startup_timeout_s", STARTUP_TIMEOUT_S)) for s in self.specs)
         if not self._ready.wait(timeout_s):
+            spec = self.specs[min(len(self._clients), len(self.specs) - 1)]
+            where = self._where()
             self.close()
-            raise RolloutError(f"the MCP servers did not start within {timeout_s:g} s: {self._where()}")
+            raise RolloutError(f"the MCP server `{label(spec)}` did not start or list its tools within "
+                               f"{float(spec.get('startup_timeout_s', STARTUP_TIMEOUT_S)):g} s (its startup_timeout_s)"
+                               f"{where}")
         if self._error is not None:
             self.close()
             raise RolloutError(f"{self._error}{self._where()}") from self._error
@@ -129,7 +121,7 @@ class MCPHost:
         ``mcp`` client's context managers must be entered and left in the same task)."""
         from contextlib import AsyncExitStack
 
-        self._closing = asyncio.Event()
+        self._closing, self._task = asyncio.Event(), asyncio.current_task()
         try:
             async with AsyncExitStack() as stack:
                 try:
@@ -139,19 +131,24 @@ class MCPHost:
                         self._clients.append(client)
                         for tool in listed:
                             if tool.name in self.tools:
-                                raise RolloutError(f"two MCP servers have a tool named {tool.name!r}")
+                                first = self.specs[self._owner[tool.name]]
+                                raise RolloutError(f"two MCP servers have a tool named {tool.name!r}: "
+                                                   f"`{label(first)}` and `{label(spec)}`")
+                            self._owner[tool.name] = i
                             self.tools[tool.name] = self._tool(i, tool)
                 except Exception as exc:  # noqa: BLE001 - handed to start(), which names the server
-                    label = _label(self.specs[len(self._clients)]) if len(self._clients) < len(self.specs) else ""
+                    name = label(self.specs[len(self._clients)]) if len(self._clients) < len(self.specs) else ""
                     leaf = _first_leaf(exc)
                     self._error = exc if isinstance(exc, RolloutError) else RolloutError(
-                        f"the MCP server `{label}` failed to start or list its tools: {type(leaf).__name__}: {leaf}")
+                        f"the MCP server `{name}` failed to start or list its tools: {type(leaf).__name__}: {leaf}")
                     return
                 finally:
                     self._ready.set()
                 await self._closing.wait()
-        except Exception:  # noqa: BLE001 - a server that fails while closing: nothing left to tell
+        except BaseException:  # noqa: BLE001 - a server that fails while closing, or a cancelled start
             pass
+        finally:
+            self._finished.set()
 
     def _client(self, spec: Mapping[str, Any], stack: Any) -> Any:
         from mcp import Client, StdioServerParameters
@@ -184,7 +181,16 @@ class MCPHost:
         return call
 
     async def _call(self, index: int, name: str, arguments: Dict[str, Any]) -> str:
-        result = await self._clients[index].call_tool(name, arguments)
+        try:
+            result = await self._clients[index].call_tool(name, arguments)
+        except Exception as exc:
+            if "connection closed" not in str(exc).lower():
+                raise  # the model reads it as the tool's error
+            self._error = exc  # keep its stderr file
+            log = self.logs[index]
+            raise MCPServerGone(f"the MCP server `{label(self.specs[index])}` stopped during the run (calling "
+                                f"{name}): {type(exc).__name__}: {exc}"
+                                + (f"; its output: {log}" if log is not None else "")) from exc
         text = _call_text(result)
         if result.is_error:
             raise MCPToolError(text)
@@ -192,12 +198,14 @@ class MCPHost:
 
     def close(self) -> None:
         """Close the connections (stdio servers stop) and the background loop."""
-        if self._closing is not None:
+        if self._closing is not None and self._ready.is_set():
             self._loop.call_soon_threadsafe(self._closing.set)
-        try:
-            self._done.result(timeout=10)
-        except Exception:  # noqa: BLE001 - closing is best effort
-            pass
+        elif self._task is not None:  # still starting (a server that hangs): cancelling the task unwinds the
+            self._loop.call_soon_threadsafe(self._task.cancel)  # connections, which stops the processes
+        self._finished.wait(15)
+        for log in self.logs:  # the stderr files of servers that ran without trouble
+            if log is not None and self._error is None:
+                log.unlink(missing_ok=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
 
@@ -206,9 +214,10 @@ _HOSTS: Dict[str, MCPHost] = {}
 _LOCK = threading.Lock()
 
 
-def mcp_tools(specs: Sequence[Mapping[str, Any]]) -> Dict[str, Callable]:
+def mcp_tools(specs: Sequence[Mapping[str, Any]], base_dir: Optional[Path] = None) -> Dict[str, Callable]:
     """The tools of the servers ``specs`` (an ``mcp_servers`` list): name → ``async def`` function with the server's
-    schema. The servers are started once per process and list of specs, and reused.
+    schema. The servers are started once per process and list of specs, and reused. ``base_dir``: the config's
+    folder, where relative ``args`` and ``cwd`` are also looked up.
 
     Raises:
         RolloutError: an entry is malformed, a server does not start or answer, or two tools share a name.
@@ -217,6 +226,7 @@ def mcp_tools(specs: Sequence[Mapping[str, Any]]) -> Dict[str, Callable]:
         problem = server_problem(spec)
         if problem:
             raise RolloutError(f"mcp_servers[{i}] {problem}")
+    specs = [located(s, base_dir) for s in specs]
     key = json.dumps(list(specs), sort_keys=True, default=str)
     with _LOCK:
         if key not in _HOSTS:
@@ -236,7 +246,7 @@ def close_mcp_servers() -> None:
 atexit.register(close_mcp_servers)
 
 
-def mcp_problems(specs: Any) -> List[Tuple[str, str, str]]:
+def mcp_problems(specs: Any, base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
     """validate-config's checks of ``rollout.kwargs.mcp_servers``: the ``mcp`` package is installed, each entry is well
     formed, each server starts and lists its tools. ``(key, message, fix)`` per problem."""
     key = "rollout.kwargs.mcp_servers"
@@ -251,8 +261,16 @@ def mcp_problems(specs: Any) -> List[Tuple[str, str, str]]:
     if problems:
         return problems
     try:
-        mcp_tools(specs)
+        mcp_tools(specs, base_dir)
     except RolloutError as exc:
-        return [(key, str(exc), "check the command (it must speak MCP over stdin/stdout) or that the URL's server "
-                                "is running")]
+        message = str(exc)
+        index = next((i for i, spec in enumerate(specs) if f"`{label(located(spec, base_dir))}`" in message), None)
+        if "two MCP servers" in message:
+            fix = "remove one of the servers, or rename the tool in one of them"
+        elif "within" in message:
+            fix = "check that the command speaks MCP over stdin/stdout, or raise its startup_timeout_s"
+        else:
+            fix = ("check the command (it must speak MCP over stdin/stdout; relative paths are looked up in the "
+                   "current folder, then the config's) or that the URL's server is running")
+        return [(key if index is None else f"{key}[{index}]", message, fix)]
     return []

@@ -26,6 +26,7 @@ One episode per completion, each its own session on the server (``openenv-core``
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import socket
@@ -55,6 +56,15 @@ def observation_text(observation: Any) -> str:
     return json.dumps(observation, default=str)
 
 
+CAPACITY_FIX = ("it may be at capacity: let the server hold as many sessions at once as a step has episodes "
+                "(create_app's max_concurrent_envs >= prompts_per_step × num_generations)")
+
+
+def _at_capacity(exc: Exception) -> bool:
+    """The server refused or closed a session, as openenv-core's server does when it holds max_concurrent_envs."""
+    return "capacity" in str(exc).lower() or type(exc).__name__.startswith("ConnectionClosed")
+
+
 class _Episode:
     """One OpenEnv session in the environment rollout's shape (``reset(row)`` / ``step(text)``)."""
 
@@ -70,10 +80,19 @@ class _Episode:
         self.env = GenericEnvClient(base_url=self.url).sync()
         try:
             self.env.connect()
-            result = self.env.reset(**{k: v for k, v in row.items() if k != self.prompt_column})
         except Exception as exc:  # noqa: BLE001 - said with the server's address
-            raise RolloutError(f"the OpenEnv server at {self.url} did not answer reset: {type(exc).__name__}: "
-                               f"{exc}; start it, or fix rollout.kwargs.url") from exc
+            raise RolloutError(f"the OpenEnv server at {self.url} did not take the session: {type(exc).__name__}: "
+                               f"{exc}; " + (CAPACITY_FIX if _at_capacity(exc) else
+                                             "start it, or fix rollout.kwargs.url")) from exc
+        columns = {k: v for k, v in row.items() if k != self.prompt_column}
+        try:
+            result = self.env.reset(**columns)
+        except Exception as exc:  # noqa: BLE001 - the server answered with an error, or closed the session
+            fix = CAPACITY_FIX if _at_capacity(exc) else (
+                f"the row's columns ({', '.join(columns) or 'none'}) are reset's keyword arguments: make the "
+                "server's reset accept them")
+            raise RolloutError(f"the OpenEnv server at {self.url} refused reset: {type(exc).__name__}: {exc}; "
+                               f"{fix}") from exc
         text = self._text(result.observation)
         prompt = row.get(self.prompt_column)
         if prompt is None:
@@ -87,6 +106,9 @@ class _Episode:
         except Exception as exc:
             raise RolloutError(f"the action function {describe(self.to_action)} raised {type(exc).__name__}: "
                                f"{exc}{raised_at(exc)}") from exc
+        if not isinstance(action, dict) and not hasattr(action, "model_dump"):
+            raise RolloutError(f"the action function {describe(self.to_action)} returned a {type(action).__name__} "
+                               f"({str(action)[:40]!r}); it must return the action as a dict (or an OpenEnv Action)")
         try:
             result = self.env.step(action)
         except Exception as exc:  # noqa: BLE001 - said with the server's address
@@ -192,6 +214,9 @@ def serve_app(spec: str, base_dir: Optional[Path] = None, timeout_s: float = 60.
         if spec in _SERVED:
             return _SERVED[spec][0]
         app = _function(spec, "server", base_dir)
+        if inspect.isclass(app) or not hasattr(app, "routes"):
+            raise RolloutError(f"rollout.kwargs.server {spec} is a {type(app).__name__}, not an OpenEnv app (name the "
+                               "app that create_app(...) returned)")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -241,13 +266,21 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
     for key in ("action", "observation", "server"):
         if kwargs.get(key):
             try:
-                _function(kwargs[key], key, base_dir)
+                found = _function(kwargs[key], key, base_dir)
             except RolloutError as exc:
                 problems.append((f"rollout.kwargs.{key}", str(exc), "name it as package.module:name or "
                                                                      "path/file.py:name"))
+                continue
+            if key == "server" and (inspect.isclass(found) or not hasattr(found, "routes")):
+                problems.append(("rollout.kwargs.server", f"{kwargs[key]} is a {type(found).__name__}, not an "
+                                 "OpenEnv app", "name the app: app = create_app(MyEnvironment, MyAction, "
+                                                "MyObservation), then server: path/server.py:app"))
     if bool(kwargs.get("url")) == bool(kwargs.get("server")):
         problems.append(("rollout.kwargs.url", "give either url (a running OpenEnv server) or server (module:app)",
                          "url: http://127.0.0.1:8000"))
+    elif not str(kwargs.get("url") or "http://").startswith(("http://", "https://")):
+        problems.append(("rollout.kwargs.url", f"must start with http:// or https://, got {kwargs['url']!r}",
+                         f"url: http://{kwargs['url']}"))
     elif kwargs.get("url"):
         problems += _url_problems(str(kwargs["url"]))
     return problems

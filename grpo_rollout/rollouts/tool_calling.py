@@ -175,7 +175,7 @@ def _load_tools(tools: Sequence[Any], base_dir: Optional[Path],
         functions = load_tools(tools or [], base_dir)
     except ToolError as exc:
         raise RolloutError(str(exc)) from exc
-    served = mcp_tools(mcp_servers) if mcp_servers else {}
+    served = mcp_tools(mcp_servers, base_dir) if mcp_servers else {}
     clash = sorted(set(served) & set(functions))
     if clash:
         raise RolloutError(f"an MCP server has a tool named {clash[0]!r}, as rollout.kwargs.tools has; rename one")
@@ -213,9 +213,9 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
     problems += check_bool(kwargs, "parallel_tool_calls")
     tools, factory, servers = kwargs.get("tools"), kwargs.get("environment_factory"), kwargs.get("mcp_servers")
     if factory is not None:
-        problems += factory_problems(factory, base_dir)
+        problems += factory_problems(factory, base_dir, has_tools=bool(tools or servers))
     if servers is not None:
-        problems += mcp_problems(servers)
+        problems += mcp_problems(servers, base_dir)
     if not tools:
         if factory is None and not servers:
             problems.append(("rollout.kwargs.tools", "no tools configured",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from .tool_examples import example_arguments, example_call  # noqa: F401 - re-exported: the tool API
+from .contract import RolloutError
 from .tool_parsing import ToolCall
 
 ToolSpec = Union[str, Callable]
@@ -242,7 +243,8 @@ def _safe_str(exc: BaseException) -> str:
 
 
 async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s: Optional[float] = 10.0) -> ToolResult:
-    """Run one parsed call. Never raises (except ``asyncio.CancelledError``).
+    """Run one parsed call. Never raises, except ``asyncio.CancelledError`` and a
+    :class:`~.contract.RolloutError` a tool raises to stop the run (an MCP server that stopped).
 
     Args:
         call: from :func:`~grpo_rollout.rollouts.tool_parsing.parse_tool_calls`.
@@ -274,6 +276,8 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
     except asyncio.TimeoutError:
         return ToolResult(call.name, call.arguments, f"Error: {call.name} timed out after {timeout_s:g} s",
                           "timeout", loop.time() - start)
+    except RolloutError:  # not the tool's answer: the run cannot go on (an MCP server that stopped)
+        raise
     except Exception as exc:  # the tool's own failure is an answer for the model, not a crash of the run
         return ToolResult(call.name, call.arguments, f"Error: {call.name} raised {type(exc).__name__}: "
                           f"{_safe_str(exc)}", "exception", loop.time() - start)

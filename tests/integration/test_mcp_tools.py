@@ -193,7 +193,7 @@ def test_validate_config_names_a_server_that_does_not_start(tmp_path):
     cfg = _config(tmp_path, tmp_path / "model", [{"command": sys.executable, "args": [str(tmp_path / "nope.py")]}])
     (tmp_path / "config.yaml").write_text(to_yaml(cfg))
     _, problems = check_config(tmp_path / "config.yaml", load_data=False)
-    [p] = [p for p in problems if p.key == "rollout.kwargs.mcp_servers"]
+    [p] = [p for p in problems if p.key == "rollout.kwargs.mcp_servers[0]"]  # the entry that failed
     assert "nope.py` failed to start" in p.message and "speak MCP over stdin/stdout" in p.fix
 
 
@@ -208,3 +208,59 @@ def test_validate_config_says_how_to_install_a_missing_package(monkeypatch):
     [(key, message, fix)] = [p for p in oe.validate_kwargs({"url": "http://x", "action": "a:b"})
                              if p[0] == "rollout.function"]
     assert "openenv-core is not installed" in message and "pip install openenv-core" in fix
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/status").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_a_server_that_hangs_at_start_is_named_and_stopped(tmp_path):
+    """Found by a trial user: the server was left running after validate-config gave up, named by nothing."""
+    from helpers import wait_until
+
+    (tmp_path / "hangs.py").write_text("import os, time, pathlib\npathlib.Path(__file__).with_suffix('.pid')"
+                                       ".write_text(str(os.getpid()))\ntime.sleep(600)\n")
+    with pytest.raises(RolloutError, match=r"the MCP server `python .*hangs\.py` did not start or list its tools "
+                                           r"within 2 s \(its startup_timeout_s\)"):
+        mcp.mcp_tools([{"command": "python", "args": [str(tmp_path / "hangs.py")], "startup_timeout_s": 2}])
+    pid = int((tmp_path / "hangs.pid").read_text())
+    assert wait_until(lambda: not _alive(pid), 10), "the hanging server was left running"
+
+
+@pytest.mark.model
+def test_a_server_that_dies_mid_run_stops_the_run_naming_it(tmp_path, tiny_model):
+    (tmp_path / "dies.py").write_text(SERVER.replace('''def fail(x: str) -> str:
+    """Always fails."""
+    raise ValueError("nope " + x)''', '''def fail(x: str) -> str:
+    """Ends the server."""
+    import os
+    os._exit(1)'''))
+    specs = [{"command": sys.executable, "args": [str(tmp_path / "dies.py")]}]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    dying = '<tool_call>{"name": "fail", "arguments": {"x": "y"}}</tool_call>'
+    try:
+        with pytest.raises(RolloutError, match=r"the MCP server `.*dies\.py` stopped during the run \(calling fail\)"):
+            tool_calling_rollout(["Stop it."], client=ScriptedClient(tokenizer, lambda text: (dying, False)),
+                                 tokenizer=tokenizer, n=1, max_completion_length=96, mcp_servers=specs)
+    finally:
+        mcp.close_mcp_servers()
+
+
+def test_entries_are_checked_and_relative_paths_found_in_the_configs_folder(tmp_path, monkeypatch):
+    problems = mcp.mcp_problems([{"command": "python", "args": ["s.py"], "env": {"N": 5}},
+                                        {"url": "127.0.0.1:8000/mcp"}])
+    assert [p[0] for p in problems] == ["rollout.kwargs.mcp_servers[0]", "rollout.kwargs.mcp_servers[1]"]
+    assert "`env` must map names to strings, got N: 5 (quote the value" in problems[0][1]
+    assert "`url` must start with http:// or https://" in problems[1][1]
+    (tmp_path / "calc_server.py").write_text(SERVER)
+    monkeypatch.chdir("/")  # the server file is not in the current folder, but in the config's
+    try:
+        assert mcp.mcp_problems([{"command": "python", "args": ["calc_server.py"]}], base_dir=tmp_path) == []
+    finally:
+        mcp.close_mcp_servers()

@@ -106,7 +106,7 @@ def test_episodes_play_on_the_server_each_in_its_own_session(files, tiny_model, 
 
 @pytest.mark.model
 def test_faults_name_the_server_or_the_function(files, tiny_model):
-    with pytest.raises(RolloutError, match=r"the OpenEnv server at http://127\.0\.0\.1:9 did not answer reset.*"
+    with pytest.raises(RolloutError, match=r"the OpenEnv server at http://127\.0\.0\.1:9 did not take the session.*"
                                            r"rollout\.kwargs\.url"):
         _play(files, tiny_model, [{"prompt": "x", "upto": 2}], url="http://127.0.0.1:9")
     (files / "broken_play.py").write_text(PLAY.replace("int(re.search", "int(re.searchh"))
@@ -114,6 +114,16 @@ def test_faults_name_the_server_or_the_function(files, tiny_model):
                                            r"broken_play\.py:\d+"):
         _play(files, tiny_model, [{"prompt": "x", "upto": 2}], server=f"{files}/count_server.py:app",
               action=f"{files}/broken_play.py:to_action")
+    # found by a trial user: an action of the wrong type was blamed on the server; a full server on the url
+    (files / "odd_play.py").write_text("def to_action(text):\n    return 12345\n")
+    with pytest.raises(RolloutError, match=r"the action function .*to_action returned a int \('12345'\); it must "
+                                           r"return the action as a dict"):
+        _play(files, tiny_model, [{"prompt": "x", "upto": 2}], server=f"{files}/count_server.py:app",
+              action=f"{files}/odd_play.py:to_action")
+    (files / "small_server.py").write_text(SERVER.replace("max_concurrent_envs=64", "max_concurrent_envs=1"))
+    with pytest.raises(RolloutError, match=r"(refused reset|did not take the session): .*at capacity.*"
+                                           r"max_concurrent_envs >= prompts_per_step × num_generations"):
+        _play(files, tiny_model, [{"prompt": "x", "upto": 2}], server=f"{files}/small_server.py:app")
     with pytest.raises(RolloutError, match="either rollout.kwargs.url"):
         _play(files, tiny_model, [{"prompt": "x", "upto": 2}])
 
@@ -132,6 +142,15 @@ def test_validate_config_checks_the_settings(files):
     assert "did you mean `max_turns`" in found["rollout.kwargs.max_turn"].fix
     assert "no action function" in found["rollout.kwargs.action"].message
     assert "appp" in found["rollout.kwargs.server"].message
+    for server, url, key, message in [(f"{files}/count_server.py:CountEnvironment", None, "rollout.kwargs.server",
+                                       "is a ABCMeta, not an OpenEnv app"),
+                                      (None, "127.0.0.1:8000", "rollout.kwargs.url", "must start with http://")]:
+        cfg.rollout.kwargs = {"action": f"{files}/play.py:to_action", **({"server": server} if server else {}),
+                              **({"url": url} if url else {})}
+        (files / "config.yaml").write_text(to_yaml(cfg))
+        _, problems = check_config(files / "config.yaml", load_data=False)
+        [p] = [p for p in problems if p.key == key]
+        assert message in p.message and p.is_error, (p.message, p.severity)
 
 
 @pytest.mark.model
