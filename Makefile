@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 # unit tests only: no vLLM server, no model, no torchrun, no GPU (markers: pyproject.toml, docs/development.md)
 test-fast: install
