@@ -56,3 +56,9 @@ def located(spec: Mapping[str, Any], base_dir: Optional[Path]) -> Dict[str, Any]
 def label(spec: Mapping[str, Any]) -> str:
     """How an entry is named in messages: its URL, or its command line."""
     return spec["url"] if spec.get("url") else " ".join([spec["command"], *spec.get("args", [])])
+
+
+def startup_timeout(spec: Mapping[str, Any]) -> float:
+    """Seconds an entry may take to start and list its tools: its ``startup_timeout_s``, else
+    :data:`STARTUP_TIMEOUT_S`."""
+    return float(spec.get("startup_timeout_s", STARTUP_TIMEOUT_S))

@@ -35,7 +35,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 
-from .mcp_checks import STARTUP_TIMEOUT_S, label, located, server_problem
+from .mcp_checks import label, located, server_problem, startup_timeout
 
 #: commands that start the interpreter running the training (so a Python server sees the same packages, also when
 #: the virtual environment is not activated)
@@ -95,13 +95,13 @@ class MCPHost:
             RolloutError: a server did not start or answer in time (its address or command named, and what it wrote;
                 it is stopped), or two tools share a name.
         """
-        timeout_s = sum(float(s.get("startup_timeout_s", STARTUP_TIMEOUT_S)) for s in self.specs)
+        timeout_s = sum(startup_timeout(s) for s in self.specs)
         if not self._ready.wait(timeout_s):
             spec = self.specs[min(len(self._clients), len(self.specs) - 1)]
             where = self._where()
             self.close()
             raise RolloutError(f"the MCP server `{label(spec)}` did not start or list its tools within "
-                               f"{float(spec.get('startup_timeout_s', STARTUP_TIMEOUT_S)):g} s (its startup_timeout_s)"
+                               f"{startup_timeout(spec):g} s (its startup_timeout_s)"
                                f"{where}")
         if self._error is not None:
             self.close()
@@ -248,7 +248,7 @@ atexit.register(close_mcp_servers)
 
 def mcp_problems(specs: Any, base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
     """validate-config's checks of ``rollout.kwargs.mcp_servers``: the ``mcp`` package is installed, each entry is well
-    formed, each server starts and lists its tools. ``(key, message, fix)`` per problem."""
+    formed, each server starts and lists its tools (then stops). ``(key, message, fix)`` per problem."""
     key = "rollout.kwargs.mcp_servers"
     try:
         import mcp  # noqa: F401
@@ -260,8 +260,8 @@ def mcp_problems(specs: Any, base_dir: Optional[Path] = None) -> List[Tuple[str,
                 for i, p in ((i, server_problem(s)) for i, s in enumerate(specs)) if p]
     if problems:
         return problems
-    try:
-        mcp_tools(specs, base_dir)
+    try:  # started, listed and stopped again: a check leaves no process behind (the run starts its own)
+        MCPHost([located(spec, base_dir) for spec in specs]).start().close()
     except RolloutError as exc:
         message = str(exc)
         index = next((i for i, spec in enumerate(specs) if f"`{label(located(spec, base_dir))}`" in message), None)
