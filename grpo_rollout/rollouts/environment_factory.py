@@ -99,9 +99,8 @@ def environment_tools(env: Any) -> Dict[str, Callable]:
     for name in dir(type(env)):
         if name.startswith("_") or name in RESERVED:
             continue
-        member = getattr(env, name, None)
-        if inspect.ismethod(member):
-            tools[name] = member
+        if inspect.isfunction(inspect.getattr_static(env, name, None)):  # a plain method; a property is not read
+            tools[name] = getattr(env, name)
     return tools
 
 

@@ -105,3 +105,25 @@ class OnlyReset:
     said = [p.message for p in problems if p.key.startswith("rollout.kwargs.environment_factory")]
     assert any("dataset row 1 has environment='chess', which it does not name" in m for m in said), said
     assert any("OnlyReset has no public methods: the model would have no tools" in m for m in said), said
+
+
+def test_properties_are_not_tools_and_are_not_read():
+    from grpo_rollout.rollouts.environment_factory import environment_tools
+
+    class Env:
+        def reset(self, **kwargs):
+            pass
+
+        @property
+        def broken(self):
+            raise RuntimeError("read too early")
+
+        def move(self, x: int) -> int:
+            """Move.
+
+            Args:
+                x: how far
+            """
+            return x
+
+    assert list(environment_tools(Env())) == ["move"]
