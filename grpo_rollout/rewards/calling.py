@@ -74,20 +74,22 @@ class RewardResult:
 
 def implied_rewards(rollout_fn: Callable, rollout_kwargs: Mapping[str, Any], base_dir: Any = None,
                     taken: Collection[str] = ()) -> List[RewardFunction]:
-    """The reward functions a rollout adds to the configured ones, each of weight 1: what its optional hook
-    ``rollout_fn.implied_rewards(kwargs, base_dir) -> [(name, function), ...]`` returns (the tool-calling rollout's:
-    one per TRL environment class with a ``get_reward`` method). A name already ``taken`` gets a ``_2`` suffix.
+    """The reward functions a rollout adds to the configured ones: what its optional hook
+    ``rollout_fn.implied_rewards(kwargs, base_dir) -> [(name, function) or (name, function, weight), ...]`` returns
+    (weight 1 when not given). The tool-calling rollout's: one per TRL environment class with a ``get_reward`` method;
+    the verifiers rollout's: one per rubric function, with the rubric's weight. A name already ``taken`` gets a ``_2``
+    suffix.
 
     Raises:
         RolloutError: the hook could not load what the kwargs name.
     """
     hook = getattr(rollout_fn, "implied_rewards", None)
     out, names = [], set(taken)
-    for name, fn in (hook(dict(rollout_kwargs), base_dir) if callable(hook) else []):
+    for name, fn, *weight in (hook(dict(rollout_kwargs), base_dir) if callable(hook) else []):
         unique = name if name not in names else next(f"{name}_{i}" for i in range(2, len(names) + 3)
                                                      if f"{name}_{i}" not in names)
         names.add(unique)
-        out.append(RewardFunction(unique, fn))
+        out.append(RewardFunction(unique, fn, *weight))
     return out
 
 

@@ -34,8 +34,8 @@ class DryRunResult:
     """What a dry run saw.
 
     Attributes:
-        backend: ``transformers`` or the attached server's URL. num_prompts, num_completions: what the rollout got and
-        returned. seconds: ``load`` (model and tokenizer), ``rollout``, ``rewards`` (wall-clock seconds).
+        backend: ``transformers``, the attached server's URL, or ``vLLM (spawned)`` (for a rollout that
+        ``needs_server``). num_prompts, num_completions: what the rollout got and returned. seconds: ``load`` (model and tokenizer), ``rollout``, ``rewards`` (wall-clock seconds).
         sample: the first completion (its prompt, completion, reward, rewards per function and extras; no
         advantage). prompt_text: its prompt ids decoded (what the model saw). completion_tokens, trained_tokens: its
         completion's tokens, and those of them trained (the rest: tool or environment tokens).
@@ -93,7 +93,8 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
                                                              m.trust_remote_code, progress=say)
         lm.eval()
         vocab_size = lm.get_input_embeddings().num_embeddings
-        client, backend = _generation_client(cfg, lm, tokenizer, model_path, Path(tmp), vocab_size, say)
+        client, backend = _generation_client(cfg, lm, tokenizer, model_path, Path(tmp), vocab_size, say,
+                                             getattr(stage.rollout_fn, "needs_server", False))
         stage.connect(client, tokenizer, eos_token_ids(lm, tokenizer), vocab_size)
         t1 = time.perf_counter()
         try:
@@ -121,10 +122,11 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
 
 
 def _generation_client(cfg: Config, lm: Any, tokenizer: Any, model_path: Any, tmp: Path, vocab_size: int,
-                       say: Callable[[str], None]) -> Tuple[Any, str]:
+                       say: Callable[[str], None], needs_server: bool = False) -> Tuple[Any, str]:
     """The client the dry run generates with, and its name for the report: the attached server(s) when they answer
     and pass the checks training makes, else transformers in this process (``cfg.vllm.mode`` becomes ``off``; no
-    server is spawned). Raises BackendError: an attached server answers but training would refuse it."""
+    server is spawned unless the rollout ``needs_server``: it calls the server's own routes, e.g. verifiers
+    environments, and then one is). Raises BackendError: an attached server answers but training would refuse it."""
     from ..generation.backend import attach_urls, check_server, connect, open_backend, prompt_limit
     from ..generation.backend import BackendError
     from ..generation.vllm_client import ServerError
@@ -141,6 +143,10 @@ def _generation_client(cfg: Config, lm: Any, tokenizer: Any, model_path: Any, tm
             if not isinstance(exc.__cause__, ServerError):  # it answers, and is the wrong server for this config
                 raise
             say(f"vLLM at {', '.join(attach_urls(cfg))} is not reachable ({exc}); generating with transformers")
+    elif cfg.vllm.mode == "spawn" and needs_server:
+        say("the rollout calls the vLLM server's own routes: the dry run starts one")
+        cfg.vllm.num_servers = 1
+        return open_backend(cfg, lm, tokenizer, model_path, tmp, say=say), "vLLM (spawned)"
     elif cfg.vllm.mode == "spawn":
         say("vllm.mode is spawn: the dry run generates with transformers here instead of starting a server")
     cfg.vllm.mode = "off"
