@@ -49,7 +49,7 @@ from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
 from ..runs.completion import CompletionRecord
 from ..runs.names import CONFIG_FILE
-from .update.objective import group_advantages
+from .update.advantages import group_advantages
 from .batch import CompletionScores, ScoredBatch, StepTimes, StreamStats
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist

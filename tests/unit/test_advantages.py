@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grpo_rollout.trainer.update.objective import group_advantages, zero_std_fraction
+from grpo_rollout.trainer.update.advantages import group_advantages, zero_std_fraction
 
 # Two groups of G = 4.
 REWARDS = [1.0, 0.0, 0.0, 0.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_rollout.trainer.update.objective import group_advantages
+from grpo_rollout.trainer.update.advantages import group_advantages
 from grpo_rollout.trainer.update.objective import LOSS_TYPES, aggregate, per_token_loss
 from loss_helpers import EPS, EPS_HIGH, _random_batch, _totals
 

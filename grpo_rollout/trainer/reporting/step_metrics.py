@@ -11,7 +11,7 @@ import torch
 
 from ...runs import names as rn
 from ...rewards.scores import mean_std
-from ..update.objective import zero_std_fraction
+from ..update.advantages import zero_std_fraction
 from ..batch import CompletionScores, StepTimes
 from ...runs.completion import CompletionRecord
 from ...runs.rollouts import RolloutRecord, write_rollouts
