@@ -9,7 +9,7 @@ from pydantic import AfterValidator, model_validator
 from pydantic_core import PydanticCustomError
 
 from .fields import Section, section, setting
-from .values import Device, ImportanceLevel, LossType, SamplerCorrection, ScaleRewards, _save_rollouts
+from .values import Advantage, Device, ImportanceLevel, LossType, SamplerCorrection, ScaleRewards, _save_rollouts
 
 
 class DynamicSamplingConfig(Section):
@@ -53,8 +53,14 @@ class TrainingConfig(Section):
     dynamic_sampling: DynamicSamplingConfig = section(DynamicSamplingConfig, "DAPO's dynamic sampling")
     num_iterations: int = setting(1, "Optimizer updates on each rollout batch (> 1: clipped off-policy updates)",
                                   ge=1, fix="1 = one update per generation batch")
-    scale_rewards: ScaleRewards = setting("group", "Divide advantages by the reward std of the group, of the batch, "
-                                          "or not at all (Dr. GRPO)")
+    advantage: Advantage = setting("grpo", "The baseline: grpo (the group's mean reward, scaled by scale_rewards), "
+                                   "rloo (the mean of the group's other completions; Ahmadian et al. 2024), "
+                                   "reinforce_pp (the batch's mean, over the batch's std; REINFORCE++, Hu et al. 2025)")
+    advantage_function: str = setting("", "Your own advantages instead: path/file.py:function or module:function, "
+                                      "called as fn(rewards, num_generations) with the step's (N,) rewards; returns "
+                                      "(N,) advantages")
+    scale_rewards: ScaleRewards = setting("group", "With advantage grpo: divide advantages by the reward std of the "
+                                          "group, of the batch, or not at all (Dr. GRPO)")
     mask_truncated_completions: bool = setting(False, "Leave completions cut by max_completion_length out of the loss")
     sampler_correction: SamplerCorrection = setting("token_truncate", "Weights for the sampler's log-probs differing "
                                                     "from the trainer's: capped or masked, per token or sequence")
@@ -108,6 +114,20 @@ class TrainingConfig(Section):
                                           "key": "max_staleness", "depends_on": ("async_generation", "max_staleness"),
                                           "fix": "keep one: max_staleness (any bound) or async_generation: true "
                                                  "(the bound 1)"})
+        return self
+
+    @model_validator(mode="after")
+    def _one_baseline(self) -> "TrainingConfig":
+        if self.scale_rewards != "group" and (self.advantage != "grpo" or self.advantage_function):
+            chosen = "advantage_function" if self.advantage_function else f"advantage: {self.advantage}"
+            raise PydanticCustomError("cross_key", f"applies to advantage: grpo only, and training.{chosen} is set", {
+                "key": "scale_rewards", "depends_on": ("advantage", "advantage_function", "scale_rewards"),
+                "fix": "remove training.scale_rewards (rloo divides by no std, reinforce_pp by the batch's; your "
+                       "function scales as it likes)"})
+        if self.advantage_function and self.advantage != "grpo":
+            raise PydanticCustomError("cross_key", "is set together with training.advantage_function, which replaces it",
+                                      {"key": "advantage", "depends_on": ("advantage", "advantage_function"),
+                                       "fix": "keep one: a built-in advantage or your advantage_function"})
         return self
 
     @model_validator(mode="after")

@@ -15,14 +15,15 @@ DType = Literal["float32", "bfloat16", "float16"]
 LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
 ImportanceLevel = Literal["token", "sequence"]
 ScaleRewards = Literal["group", "batch", "none"]
+Advantage = Literal["grpo", "rloo", "reinforce_pp"]
 VllmMode = Literal["spawn", "attach", "off"]
 WeightTransfer = Literal["auto", "folder", "http", "nccl"]
 SamplerCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 Device = Literal["auto", "cpu", "cuda"]
 Logger = Literal["jsonl", "trackio", "wandb"]
 DTYPES, LOSS_TYPES, IMPORTANCE_LEVELS, SCALE_REWARDS, VLLM_MODES, WEIGHT_TRANSFERS, SAMPLER_CORRECTIONS, DEVICES, \
-    REPORT_TO = (typing.get_args(t) for t in (DType, LossType, ImportanceLevel, ScaleRewards, VllmMode, WeightTransfer,
-                                               SamplerCorrection, Device, Logger))
+    REPORT_TO, ADVANTAGES = (typing.get_args(t) for t in (DType, LossType, ImportanceLevel, ScaleRewards, VllmMode,
+                                                          WeightTransfer, SamplerCorrection, Device, Logger, Advantage))
 
 
 def _top_k(value: int) -> int:

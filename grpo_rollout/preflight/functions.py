@@ -177,3 +177,20 @@ def did_you_mean(unknown: List[str], known: List[str]) -> str:
     pairs = [(u, difflib.get_close_matches(u, known, n=1)) for u in unknown]
     hints = [f"`{m[0]}` (for `{u}`)" for u, m in pairs if m]
     return f"did you mean {', '.join(hints)}? Otherwise " if hints else ""
+
+
+def check_advantage_function(config: Config, problems: List[Problem], base_dir: Path) -> None:
+    """``training.advantage_function`` imports and can be called as ``fn(rewards, num_generations)``."""
+    spec = config.training.advantage_function
+    fn = _resolve(spec, "training.advantage_function", base_dir, problems) if spec else None
+    if fn is None:
+        return
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(None, 0)
+    except TypeError as exc:
+        _err(problems, "training.advantage_function", spec, f"cannot be called as fn(rewards, num_generations): {exc}",
+             "def my_advantages(rewards, num_generations): ... return advantages  # (N,) each")
+    except ValueError:  # no signature (a builtin): called as it is
+        pass

@@ -25,8 +25,8 @@ rewards are the user's, behind their contracts):
 1. :meth:`GRPORecipe.collect` → :meth:`.rollout.stage.RolloutStage.collect` (this rank's rows of the step)
 2. :meth:`.rollout.stage.RolloutStage.generate_and_score`: the rollout (``call_rollout``) and its rewards
    (``compute_rewards``) → a :class:`.batch.ScoredBatch`, to which ``collect`` adds its ``sampler_lag``
-3. back in :meth:`GRPORecipe.collect`: group-relative advantages over the whole step (``group_advantages``,
-   :mod:`.update.objective`) → :meth:`.batch.ScoredBatch.with_advantages`
+3. back in :meth:`GRPORecipe.collect`: advantages over the whole step (``training.advantage``,
+   :mod:`.update.advantages`) → :meth:`.batch.ScoredBatch.with_advantages`
 4. :meth:`GRPORecipe.update` → :meth:`.update.policy_update.PolicyUpdate.update` (the batch, whole)
 5. :meth:`.update.policy_update.PolicyUpdate.micro_batches` → ``build_micro_batches`` (:mod:`.update.logprobs`)
 6. :meth:`.update.policy_update.PolicyUpdate.backward` → ``completion_logprobs`` (:mod:`.update.logprobs`)
@@ -49,7 +49,7 @@ from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
 from ..runs.completion import CompletionRecord
 from ..runs.names import CONFIG_FILE
-from .update.advantages import group_advantages
+from .update.advantages import step_advantages
 from .batch import CompletionScores, ScoredBatch, StepTimes, StreamStats
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist
@@ -83,6 +83,7 @@ class GRPORecipe:
         random.seed(t.seed)
         torch.manual_seed(t.seed)
         self.rollouts = RolloutStage(config, base_dir, dist)  # data and functions first: no model for a bad config
+        self.advantages = step_advantages(t, s.num_generations, base_dir)
         self.evaluator = Evaluator(config, base_dir, dist, self.rollouts) if evaluation_on(config) else None
         if t.async_generation:
             reporter.message("training.async_generation streams rollouts with training.max_staleness: 1 (each group "
@@ -171,8 +172,7 @@ class GRPORecipe:
             batch, counts = even_out_groups(dist, step, batch, first, counts,
                                             cfg.training.dynamic_sampling.max_rounds, self.reporter.message)
         everyone = [r for rewards in dist.gather(batch.scores.rewards) for r in rewards]
-        advantages = group_advantages(torch.tensor(everyone, dtype=torch.float32), cfg.sampling.num_generations,
-                                      cfg.training.scale_rewards)
+        advantages = self.advantages(torch.tensor(everyone, dtype=torch.float32))
         times.scored = time.perf_counter()
         return batch.with_advantages(advantages[dist.rank * len(batch):(dist.rank + 1) * len(batch)], advantages), \
             counts

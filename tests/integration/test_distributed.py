@@ -50,6 +50,7 @@ VARIANTS = {
     "bnpo": {"loss_type": "bnpo"},
     "kl_iterations_batch": {"loss_type": "dapo", "beta": 0.1, "num_iterations": 2, "scale_rewards": "batch",
                             "max_grad_norm": 0.5},
+    "reinforce_pp": {"loss_type": "dapo", "advantage": "reinforce_pp"},  # the baseline is every rank's rewards' mean
     # every group has reward variance here, so dynamic sampling keeps the first round on every rank
     "dynamic_sampling_rollouts": {"loss_type": "dapo", "save_rollouts": "every",
                                   "dynamic_sampling": {"enabled": True, "max_rounds": 2}},
