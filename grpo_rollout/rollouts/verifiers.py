@@ -13,40 +13,41 @@ One step, as verifiers' own ``run_group`` plays it (an environment written for p
 
 - the environment is loaded once per process: ``env`` as ``module:function`` / ``path/file.py:function`` is called
   with ``env_args``, anything else is an installed environment's id (``verifiers.load_environment``);
-- each dataset row is one ``RolloutInput`` (its ``prompt``, and ``answer``, ``task``, ``info`` when the row has
-  them); its ``n`` episodes run concurrently through ``env.rollout`` against the run's vLLM server(s), over their
-  OpenAI-compatible ``/v1/chat/completions`` route (``/v1/completions`` for a completion-format environment), each
-  group on one server;
+- each dataset row is one ``RolloutInput`` (all its columns: ``prompt``, and ``answer``, ``info``, ``task`` and the
+  rest reach the rubric as in verifiers); its ``n`` episodes run concurrently through ``env.rollout`` against the
+  run's vLLM server(s), over their OpenAI-compatible ``/v1/chat/completions`` route (``/v1/completions`` for a
+  completion-format environment), each group on one server (:mod:`.verifiers_play`);
 - the server answers with the token ids it sampled and their log-probs (``return_token_ids``, ``logprobs``); they are
-  the completion, never re-tokenized. Turn ``k``'s prompt must extend turn ``k-1``'s prompt and completion (the chat
-  template renders the conversation so far the same way); the tokens it adds (the environment's answer) are masked
-  (``completion_mask`` 0). An episode longer than ``max_completion_length`` is cut there (``truncated``);
-- the group is scored by the environment's rubric (``rubric.score_group``). Each rubric function becomes one of this
-  run's reward functions with the rubric's weight, so ``rewards/<name>`` logs its score and the step's reward is the
-  rubric's weighted sum, as verifiers computes it (extra ``verifiers_reward``).
+  the completion, never re-tokenized (:func:`episode_tokens`): the tokens a later turn's prompt adds (the
+  environment's answer) are masked (``completion_mask`` 0). Each turn may use what is left of
+  ``max_completion_length``, and an episode still longer is cut there (``truncated``);
+- the group is scored by the environment's rubric (``rubric.score_group``): the reward function ``rubric`` is the
+  weighted sum verifiers computed (extra ``verifiers_reward``), and each rubric function is logged as
+  ``rewards/<name>`` (a reward function of weight 0).
 
-Sampling: the config's ``sampling`` settings; each episode has its own seed (the step's seed, the prompt and the
-sample's index, :func:`~grpo_rollout.generation.seeds.derive_seed`). What this does not do: verifiers' own server
-mode (``env_client``), its environment groups' advantages (``provides_advantages``), vision inputs; the v1 API of
+Sampling: the config's ``sampling`` settings over the environment's own ``sampling_args``; each episode, and each
+turn of it, has its own seed (the step's seed, the prompt, the sample's index and the turn,
+:func:`~grpo_rollout.generation.seeds.derive_seed`). What this does not do: verifiers' own server mode
+(``env_client``), its environment groups' advantages (``provides_advantages``), vision inputs; the v1 API of
 verifiers 0.4 (``verifiers.v1``) is a different interface and is not supported.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..generation.seeds import derive_seed
 from ..runs import names as rn
-from ..user_code.coroutines import run_coroutine
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .conversation import as_messages
 from .verifiers_loading import env_problems, load_env
+from .verifiers_play import play_groups, run_on_loop
 
 VERIFIERS_REWARD = "verifiers_reward"   # extra: the rubric's weighted sum, per completion
 VERIFIERS_SCORES = "verifiers_scores"   # extra: {rubric function name: score}, per completion
+REBASED_TURNS = "rebased_turns"         # extra: turns whose prompt re-rendered earlier turns (episode_tokens)
+RUBRIC_REWARD = "rubric"                # the reward function that is the rubric's weighted sum
 
 
 
@@ -82,39 +83,72 @@ def served_model(url: str, api_key: Optional[str]) -> str:
 
 
 def _input(row: Dict[str, Any], prompt: Any, index: int, system_prompt: Optional[str]) -> Dict[str, Any]:
-    """A verifiers ``RolloutInput`` from a dataset row: its prompt as chat messages (the environment's system prompt
-    first when the row's prompt has none), ``answer``, ``info``, ``example_id`` and (a mapping) ``task``."""
-    messages = [dict(m) for m in as_messages(prompt)]
+    """A verifiers ``RolloutInput`` from a dataset row: all its columns (they reach the rubric's functions as
+    keyword arguments, as in verifiers), its prompt as chat messages (the environment's system prompt first when the
+    prompt has none), ``answer``, ``info`` (a JSON text parsed), ``example_id``; a ``task`` that is not a mapping is
+    left out (verifiers 0.2 refuses one).
+
+    Raises:
+        RolloutError: the prompt is empty, or ``info`` is text that is not a JSON object.
+    """
+    messages = [dict(m) for m in as_messages(prompt)] if prompt else []
+    if not messages:
+        raise RolloutError(f"dataset row {index} has an empty prompt; every row needs one")
     if system_prompt and messages[0].get("role") != "system":
         messages = [{"role": "system", "content": system_prompt}] + messages
-    out = {"prompt": messages, "answer": row.get("answer", ""), "example_id": row.get("example_id", index)}
-    if isinstance(row.get("task"), dict):
-        out["task"] = row["task"]
+    out = {**row, "prompt": messages, "answer": row.get("answer", ""), "example_id": row.get("example_id", index)}
+    if not isinstance(row.get("task", {}), dict):
+        del out["task"]
     info = row.get("info")
-    out["info"] = json.loads(info) if isinstance(info, str) and info.startswith("{") else (info or {})
+    if isinstance(info, str):
+        try:
+            info = json.loads(info)
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            raise RolloutError(f"dataset row {index}: its `info` column is text but not a JSON object "
+                               f"({row['info'][:60]!r}); verifiers reads it as one")
+    out["info"] = info or {}
     return out
 
 
-def episode_tokens(state: Dict[str, Any], where: str) -> Tuple[List[int], List[int], List[float], List[int]]:
-    """One episode's ``prompt_ids`` and ``completion_ids``, ``logprobs`` and ``completion_mask`` (each
-    ``(completion_len,)``), from the token ids the server returned for each turn (``state["trajectory"]``).
+class EpisodeTokens(NamedTuple):
+    """One episode as one completion: ``prompt_ids``; ``completion_ids``, ``logprobs``, ``completion_mask`` (each
+    ``(completion_len,)``); ``rebased``: turns whose prompt did not extend the turns before (see
+    :func:`episode_tokens`)."""
 
-    Turn ``k``'s completion is trained on (mask 1, the sampler's log-probs); the tokens its prompt adds after turn
-    ``k-1``'s prompt and completion (the environment's answer, the template's turn markers) are masked (0, log-prob
-    0.0 as a placeholder).
+    prompt_ids: List[int]
+    completion_ids: List[int]
+    logprobs: List[float]
+    completion_mask: List[int]
+    rebased: int
+
+
+def episode_tokens(state: Dict[str, Any], where: str) -> EpisodeTokens:
+    """One episode's tokens, from the token ids the server returned for each turn (``state["trajectory"]``).
+
+    Turn ``k``'s completion is trained on (mask 1, or the turn's own ``completion_mask``; the sampler's log-probs);
+    the tokens its prompt adds after turn ``k-1``'s prompt and completion (the environment's answer, the template's
+    turn markers) are masked (0, log-prob 0.0 as a placeholder). A turn whose prompt does not extend the turns before
+    it (the chat template re-rendered an earlier turn otherwise than it was sampled: trimmed, re-spaced tool-call JSON,
+    another end-of-turn token) is *rebased*: the completion restarts from its prompt, the earlier turns kept only as
+    masked context (their sampled tokens are not trained), and ``rebased`` counts it.
 
     Raises:
-        RolloutError: a turn has no token ids (the server is not vLLM, or did not honour ``return_token_ids``), or a
-            turn's prompt does not extend the previous turn's prompt and completion (the chat template rewrites
-            earlier turns, e.g. drops reasoning).
+        RolloutError: the episode has no turn (the first prompt did not fit the server), a turn has no token ids (the
+            server is not vLLM, or did not honour ``return_token_ids``), or a turn's prompt does not even start with
+            the episode's first prompt.
     """
     steps = state.get("trajectory") or []
     if not steps:
-        raise RolloutError(f"{where}: the environment's episode sampled no turn")
+        why = ("its first prompt is longer than the server takes (vllm.max_model_len; shorten the prompts or raise "
+               "it)" if state.get("prompt_too_long") else "the environment ended it before the model's first turn")
+        raise RolloutError(f"{where}: the episode sampled no turn: {why}")
     prompt_ids: List[int] = []
     ids: List[int] = []
     logprobs: List[float] = []
     mask: List[int] = []
+    rebased = 0
     for k, step in enumerate(steps):
         tokens = step.get("tokens")
         if not tokens or tokens.get("completion_logprobs") is None:
@@ -127,57 +161,22 @@ def episode_tokens(state: Dict[str, Any], where: str) -> Tuple[List[int], List[i
         else:
             so_far = prompt_ids + ids
             if turn_prompt[:len(so_far)] != so_far:
-                at = next((i for i, (a, b) in enumerate(zip(turn_prompt, so_far)) if a != b),
-                          min(len(turn_prompt), len(so_far)))
-                raise RolloutError(f"{where}, turn {k + 1}: its prompt ({len(turn_prompt)} tokens) does not extend the "
-                                   f"previous turns ({len(so_far)} tokens; they differ from token {at}): the chat "
-                                   "template renders earlier turns differently once the conversation goes on (e.g. "
-                                   "it drops reasoning), so the episode is not one token sequence. Use a template "
-                                   "that keeps earlier turns as they were sampled")
+                if turn_prompt[:len(prompt_ids)] != prompt_ids:
+                    raise RolloutError(f"{where}, turn {k + 1}: its prompt does not start with the episode's first "
+                                       "prompt: the environment rewrote the conversation, which cannot be trained as "
+                                       "one completion")
+                rebased += 1
+                so_far, ids, logprobs, mask = prompt_ids, [], [], []
             added = turn_prompt[len(so_far):]
             ids += added
             logprobs += [0.0] * len(added)
             mask += [0] * len(added)
         ids += turn_ids
         logprobs += [float(x) for x in tokens["completion_logprobs"]]
-        mask += [1] * len(turn_ids)
-    return prompt_ids, ids, logprobs, mask
-
-
-async def _play(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints: List[Tuple[str, Optional[str]]],
-                models: List[str], sampling: Dict[str, Any], seed: Optional[int]) -> List[List[Any]]:
-    """Play ``n`` episodes of each input, each group on one server, and score each group with the rubric."""
-    from openai import AsyncOpenAI
-    from verifiers.clients import OpenAIChatCompletionsClient, OpenAICompletionsClient
-
-    kind = OpenAICompletionsClient if getattr(env, "message_type", "chat") == "completion" else \
-        OpenAIChatCompletionsClient
-    clients = [kind(AsyncOpenAI(base_url=url + "/v1", api_key=key or "EMPTY", max_retries=0, timeout=3600))
-               for url, key in endpoints]
-
-    def args(g: int, j: int) -> Dict[str, Any]:
-        out = dict(sampling, extra_body=dict(sampling["extra_body"]))
-        if seed is not None:
-            out["seed"] = derive_seed(seed, repr(inputs[g]["prompt"]), g, j)
-        return out
-
-    async def group(g: int) -> List[Any]:
-        server = g % len(clients)
-        states = await asyncio.gather(*(env.rollout(json.loads(json.dumps(inputs[g], default=str)), clients[server],
-                                                    models[server], args(g, j)) for j in range(n)))
-        if getattr(env, "score_rollouts", True):
-            await env.rubric.score_group(list(states))
-        else:
-            await env.rubric.dummy_score_group(list(states))
-        for state in states:
-            await env.rubric.cleanup(state)
-        return list(states)
-
-    try:
-        return list(await asyncio.gather(*(group(g) for g in range(len(inputs)))))
-    finally:
-        for c in clients:
-            await c.client.close()
+        turn_mask = tokens.get("completion_mask")
+        mask += [int(bool(x)) for x in turn_mask] if turn_mask and len(turn_mask) == len(turn_ids) else \
+            [1] * len(turn_ids)
+    return EpisodeTokens(prompt_ids, ids, logprobs, mask, rebased)
 
 
 def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dict[str, Any]], n: int,
@@ -210,19 +209,20 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
     models = [served_model(url, key) for url, key in endpoints]
     system_prompt = getattr(environment, "system_prompt", None)
     inputs = [_input(dict(row or {}), prompt, i, system_prompt) for i, (row, prompt) in enumerate(zip(rows, prompts))]
-    sampling = {"temperature": temperature, "top_p": top_p, "max_tokens": max_completion_length, "logprobs": True,
-                "extra_body": {"top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty,
-                               "return_token_ids": True}}
-    groups = run_coroutine(_play(environment, inputs, n, endpoints, models, sampling, seed), shared=True)
+    own = dict(getattr(environment, "sampling_args", None) or {})  # the environment's (stop, chat_template_kwargs)
+    sampling = {**own, "temperature": temperature, "top_p": top_p, "max_tokens": max_completion_length,
+                "logprobs": True, "extra_body": {**(own.get("extra_body") or {}), "top_k": top_k, "min_p": min_p,
+                                                 "repetition_penalty": repetition_penalty, "return_token_ids": True}}
+    groups = run_on_loop(play_groups(environment, inputs, n, endpoints, models, sampling, seed,
+                                     max_completion_length))
     out: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "completion_mask",
-                                                  VERIFIERS_REWARD, VERIFIERS_SCORES, rn.NUM_TURNS_EXTRA,
-                                                  rn.TRUNCATED_EXTRA)}
+                                                  *verifiers_rollout.extras)}
     for g, states in enumerate(groups):
         for j, state in enumerate(states):
             where = f"prompt {g}, episode {j} of {env}"
             if state.get("error") is not None:
                 raise RolloutError(f"{where} failed in the environment: {error_text(state['error'])}")
-            prompt_ids, ids, logprobs, mask = episode_tokens(state, where)
+            prompt_ids, ids, logprobs, mask, rebased = episode_tokens(state, where)
             cut = len(ids) > max_completion_length
             out["prompt_ids"].append(prompt_ids)
             out["completion_ids"].append(ids[:max_completion_length])
@@ -232,6 +232,7 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
             out[VERIFIERS_SCORES].append({k: float(v) for k, v in (state.get("metrics") or {}).items()})
             out[rn.NUM_TURNS_EXTRA].append(len(state.get("trajectory") or []))
             out[rn.TRUNCATED_EXTRA].append(bool(cut or state.get("is_truncated")))
+            out[REBASED_TURNS].append(rebased)
     return out
 
 
@@ -252,24 +253,27 @@ def error_text(error: BaseException) -> str:
     return text + (f"; {TOOL_FLAGS_FIX}" if "tool-call-parser" in text else "")
 
 
-def _score_reader(name: str) -> Callable:
-    def score(completions: Sequence[Any], verifiers_scores: Sequence[Dict[str, float]], **_: Any) -> List[Any]:
-        return [s.get(name) for s in verifiers_scores]
+def _score_reader(name: str, key: str = VERIFIERS_SCORES) -> Callable:
+    def score(completions: Sequence[Any], **extras: Any) -> List[Any]:
+        values = extras[key]
+        return [v.get(name) if isinstance(v, dict) else v for v in values]
 
     score.__name__ = score.__qualname__ = name
     return score
 
 
 def rubric_rewards(kwargs: Dict[str, Any], base_dir: Any = None) -> List[Tuple[str, Callable, float]]:
-    """The environment's rubric as this run's reward functions: ``(name, reader, weight)`` per rubric function, the
-    reader returning the score the rubric gave each completion (``verifiers_scores``)."""
+    """The environment's rubric as this run's reward functions: ``rubric`` (weight 1), the weighted sum verifiers
+    computed for each episode (``state["reward"]``), and one weight-0 function per rubric function returning its score
+    (logged as ``rewards/<name>``; a name repeated in the rubric is logged once: verifiers keeps one score per name)."""
     environment = load_env(kwargs.get("env"), kwargs.get("env_args"), Path(base_dir) if base_dir else None)
-    rubric = environment.rubric
-    names, weights = rubric._get_reward_func_names(), rubric._get_reward_weights()
-    return [(name, _score_reader(name), float(w)) for name, w in zip(names, weights)]
+    names = list(dict.fromkeys(str(n) for n in environment.rubric._get_reward_func_names()))
+    return [(RUBRIC_REWARD, _score_reader(RUBRIC_REWARD, VERIFIERS_REWARD), 1.0)] + \
+        [(name, _score_reader(name), 0.0) for name in names]
 
 
-verifiers_rollout.extras = (VERIFIERS_REWARD, VERIFIERS_SCORES, rn.NUM_TURNS_EXTRA, rn.TRUNCATED_EXTRA)
+verifiers_rollout.extras = (VERIFIERS_REWARD, VERIFIERS_SCORES, rn.NUM_TURNS_EXTRA, rn.TRUNCATED_EXTRA,
+                            REBASED_TURNS)
 verifiers_rollout.implied_rewards = rubric_rewards
 verifiers_rollout.needs_server = True  # the environment calls the server's OpenAI routes (a dry run starts one)
 

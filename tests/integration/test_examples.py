@@ -157,7 +157,7 @@ def test_verifiers_sums_trains_two_steps_with_vllm(tmp_path, monkeypatch, server
     for m in result.history:
         assert m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
         assert m["reward"] == pytest.approx(m["rewards/correct_answer/mean"] + 0.2 * m["rewards/short_reply/mean"])
-        assert m["reward"] == pytest.approx(m["extras/verifiers_reward"])
+        assert m["reward"] == pytest.approx(m["extras/verifiers_reward"]) == pytest.approx(m["rewards/rubric/mean"])
         assert 1 <= m["extras/num_turns"] <= 2
 
 

@@ -25,17 +25,32 @@ def _turn(prompt_ids, completion_ids, logprobs):
 def test_a_two_turn_episode_is_one_completion_with_the_environments_tokens_masked():
     state = {"trajectory": [_turn([1, 2, 3], [10, 11], [-0.5, -0.25]),
                             _turn([1, 2, 3, 10, 11, 20, 21, 22], [12], [-1.0])]}
-    prompt_ids, ids, logprobs, mask = episode_tokens(state, "episode")
+    prompt_ids, ids, logprobs, mask, rebased = episode_tokens(state, "episode")
     assert prompt_ids == [1, 2, 3]
     assert ids == [10, 11, 20, 21, 22, 12]
     assert mask == [1, 1, 0, 0, 0, 1]
     assert logprobs == [-0.5, -0.25, 0.0, 0.0, 0.0, -1.0]
+    assert rebased == 0
+    state["trajectory"][1]["tokens"]["completion_mask"] = [0]  # an environment may leave a turn untrained
+    assert episode_tokens(state, "episode").completion_mask == [1, 1, 0, 0, 0, 0]
 
 
-def test_a_turn_that_rewrites_earlier_turns_is_refused_naming_the_turn():
+def test_a_turn_that_re_renders_earlier_turns_is_rebased_and_counted():
+    """Found in review: a template that trims or re-spaces an earlier turn stopped the whole run; now the episode
+    restarts from that turn's prompt, the earlier turns kept as masked context."""
     state = {"trajectory": [_turn([1, 2, 3], [10, 11], [-0.5, -0.25]), _turn([1, 2, 3, 10, 99, 20], [12], [-1.0])]}
-    with pytest.raises(RolloutError, match=r"turn 2: .*does not extend .*differ from token 4"):
+    tokens = episode_tokens(state, "episode")
+    assert tokens.prompt_ids == [1, 2, 3] and tokens.rebased == 1
+    assert tokens.completion_ids == [10, 99, 20, 12] and tokens.completion_mask == [0, 0, 0, 1]
+    assert tokens.logprobs == [0.0, 0.0, 0.0, -1.0]
+    state["trajectory"][1]["tokens"]["prompt_ids"] = [7, 2, 3, 10, 11]
+    with pytest.raises(RolloutError, match="turn 2: its prompt does not start with the episode's first prompt"):
         episode_tokens(state, "episode")
+
+
+def test_an_episode_without_a_turn_says_why():
+    with pytest.raises(RolloutError, match="sampled no turn: its first prompt is longer than the server takes"):
+        episode_tokens({"trajectory": [], "prompt_too_long": True}, "episode")
 
 
 def test_an_answer_without_token_ids_names_the_server_to_use():
@@ -83,12 +98,17 @@ def test_a_missing_package_says_what_to_install(monkeypatch):
     assert [p[0] for p in problems] == ["rollout.function"]
 
 
-def test_the_rubric_becomes_reward_functions_with_its_weights(monkeypatch):
+def test_the_rubric_is_the_reward_and_each_function_is_logged(monkeypatch):
+    """Found in review: one reward function per rubric function with the rubric's weight gave the wrong sum when
+    two had one name (verifiers keeps one score per name) and none for an EnvGroup; the trained reward is now the sum
+    verifiers computed, the functions weight-0 loggers."""
     monkeypatch.chdir(REPO)
     rewards = rubric_rewards({"env": EXAMPLE, "env_args": {"max_turns": 1}}, REPO)
-    assert [(name, weight) for name, _, weight in rewards][:2] == [("correct_answer", 1.0), ("short_reply", 0.2)]
-    reader = rewards[1][1]
-    assert reader(["a", "b"], verifiers_scores=[{"short_reply": 1.0}, {"short_reply": 0.0}]) == [1.0, 0.0]
+    assert [(name, weight) for name, _, weight in rewards][:3] == [("rubric", 1.0), ("correct_answer", 0.0),
+                                                                   ("short_reply", 0.0)]
+    scores = [{"short_reply": 1.0, "correct_answer": 1.0}, {"short_reply": 0.0, "correct_answer": 1.0}]
+    assert rewards[0][1](["a", "b"], verifiers_reward=[1.2, 1.0], verifiers_scores=scores) == [1.2, 1.0]
+    assert rewards[2][1](["a", "b"], verifiers_reward=[1.2, 1.0], verifiers_scores=scores) == [1.0, 0.0]
 
 
 def test_validate_config_reports_env_args_and_unknown_settings(project, errs):
@@ -118,3 +138,76 @@ def test_building_an_environment_keeps_the_runs_signal_handlers_and_works_off_th
     assert len(env.get_dataset()) == 3
     load_env(EXAMPLE, {"num_examples": 3, "seed": 12})  # and on the main thread
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_row_reaches_the_environment_with_all_its_columns():
+    from grpo_rollout.rollouts.verifiers import _input
+
+    row = {"prompt": "2+2?", "answer": "4", "question": "2+2?", "info": '{"level": 1}', "task": "arith"}
+    out = _input(row, row["prompt"], 3, "Be brief.")
+    assert out["question"] == "2+2?" and out["info"] == {"level": 1} and "task" not in out
+    assert out["prompt"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    assert out["example_id"] == 3
+    with pytest.raises(RolloutError, match="row 5 has an empty prompt"):
+        _input({"prompt": []}, [], 5, None)
+    with pytest.raises(RolloutError, match="row 2: its `info` column is text but not a JSON object"):
+        _input({"info": "easy"}, "hi", 2, None)
+
+
+def _answer(content):
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion.model_validate({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]})
+
+
+def test_the_training_client_keeps_an_empty_answer_and_gives_each_turn_its_seed_and_what_is_left_of_the_budget():
+    """Found in review: an answer of only the end-of-sequence token failed the episode (and the run); every turn drew
+    with one seed; a 10-turn episode could sample 10 × max_completion_length."""
+    import asyncio
+
+    import verifiers as vf
+
+    from grpo_rollout.rollouts.verifiers_play import training_client
+
+    client = training_client("chat", object(), budget=20)
+    sent = []
+
+    async def native(prompt, model, sampling_args, tools=None, **kwargs):
+        sent.append(dict(sampling_args))
+        return _answer("")
+
+    client.get_native_response = native
+    state = {"trajectory": [_turn([1, 2, 3], [4] * 8, [-0.1] * 8)]}  # 8 tokens used: 12 left
+    prompt = [vf.UserMessage(content="hi")]
+    answer = asyncio.run(client.get_response(prompt, "m", {"seed": 5, "max_tokens": 20}, state=state))
+    asyncio.run(client.get_response(prompt, "m", {"seed": 5, "max_tokens": 20}, state={"trajectory": []}))
+    assert answer.message.content in ("", None)
+    assert sent[0]["max_tokens"] == 12 and sent[1]["max_tokens"] == 20
+    assert sent[1]["seed"] == 5 and sent[0]["seed"] not in (5, 6)  # turn 2 draws from its own seed
+
+
+def test_an_environment_that_raises_is_named_and_the_loop_is_one_for_the_process(tmp_path):
+    import asyncio
+
+    import verifiers as vf
+    from datasets import Dataset
+
+    from grpo_rollout.rollouts.verifiers_play import play_groups, run_on_loop
+
+    class Broken(vf.SingleTurnEnv):
+        async def setup_state(self, state):
+            return state["input"]["missing"]
+
+    env = Broken(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]), rubric=vf.Rubric(funcs=[]))
+    inputs = [{"prompt": [{"role": "user", "content": "q"}], "answer": "a", "example_id": 0, "info": {}}]
+    sampling = {"max_tokens": 4, "extra_body": {}}
+    with pytest.raises(RolloutError, match=r"prompt 0, episode \d: the environment raised KeyError: 'missing' "
+                                           r"\(at .*test_verifiers_rollout.py:\d+\)"):
+        run_on_loop(play_groups(env, inputs, 2, [("http://127.0.0.1:9", None)], ["m"], sampling, 1, 8))
+
+    async def loop():
+        return asyncio.get_running_loop()
+
+    assert run_on_loop(loop()) is run_on_loop(loop())  # an environment's async clients stay on their loop
