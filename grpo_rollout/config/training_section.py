@@ -42,6 +42,9 @@ class TrainingConfig(Section):
     max_grad_norm: float = setting(1.0, "Clip the gradient's global L2 norm to this; 0 = no clipping", ge=0)
     loss_type: LossType = setting("dapo", "How token losses are averaged: per sequence (grpo), over the step's "
                                   "tokens (dapo), per micro-batch (bnpo), by a constant (dr_grpo)")
+    entropy_coef: float = setting(0.0, "Entropy bonus: the loss subtracts this × each trained token's policy "
+                                  "entropy (nats); 0 = off (the entropy is logged either way)", ge=0, le=1,
+                                  fix="e.g. 0.001; 0 = off")
     beta: float = setting(0.0, "KL coefficient against a frozen reference model (loaded only when > 0)", ge=0,
                           fix="e.g. 0.0 or 0.04")
     epsilon: float = setting(0.2, "Clip range: the importance ratio is clipped to [1 - epsilon, 1 + epsilon_high]",

@@ -59,6 +59,9 @@ def reward_fn_of_mean(key: str):
 LOSS = "loss"
 GRAD_NORM = "grad_norm"
 KL = "kl"
+ENTROPY = "entropy"                  # the policy's mean entropy per trained token (nats), first iteration
+ENTROPY_SEQ_MIN = "entropy/seq_min"  # the lowest / highest mean entropy of one sequence's trained tokens
+ENTROPY_SEQ_MAX = "entropy/seq_max"
 CLIP_LOW = "clip_ratio/low"
 CLIP_HIGH = "clip_ratio/high"
 CLIP_REGION = "clip_ratio/region"

@@ -88,6 +88,8 @@ DEFAULT_PANELS: List[Panel] = [
           fixed(rn.TRUNCATED_FRACTION), ylim=(-0.03, 1.03)),
     Panel("KL to the reference model", rn.KL, fixed(rn.KL),
           zero_note="kl is 0 at every step: it is only computed when training.beta > 0"),
+    Panel("Policy entropy per trained token: mean, and the lowest and highest sequence's mean", "entropy (nats)",
+          fixed(rn.ENTROPY, rn.ENTROPY_SEQ_MIN, rn.ENTROPY_SEQ_MAX)),
     Panel("Clipped tokens (importance ratio outside 1 ± epsilon)", rn.CLIP_REGION, fixed(rn.CLIP_REGION),
           zero_note="no token was clipped (with training.num_iterations = 1 the ratio is always 1)"),
     Panel("Sampler vs trainer log-probs: mean |Δlogp| per token", f"{rn.SAMPLER_LOGPROB_ABS_DIFF} (nats)",

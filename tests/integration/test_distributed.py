@@ -137,7 +137,7 @@ def test_two_processes_update_like_one(tmp_path, tiny_model):
         ma, mb = _metrics(a), _metrics(b)
         assert [m["step"] for m in ma] == [1, 2]  # one line per step: rank 1 wrote nothing
         for x, y in zip(ma, mb):
-            for key in ("reward", "reward_std", "rewards/score/mean", "loss", "grad_norm", "kl", "num_tokens",
+            for key in ("reward", "reward_std", "rewards/score/mean", "loss", "grad_norm", "kl", "entropy", "num_tokens",
                         "clip_ratio/region", "ratio/max", "completions/mean_length", "frac_reward_zero_std"):
                 assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), (name, key)
         lines = (a.parent / "out" / "completions.jsonl").read_text().splitlines()

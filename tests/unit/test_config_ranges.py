@@ -48,6 +48,7 @@ RANGE_CASES = {
     "training.beta": ([-0.01], [0.0, 0.04]),
     "training.epsilon": ([0.0, 1.0], [0.2, 0.99]),
     "training.epsilon_high": ([0.0, -0.3], [None, 0.28]),
+    "training.entropy_coef": ([-0.01, 1.5, math.nan], [0.0, 0.001, 1.0]),
     "training.num_iterations": ([0], [1, 4]),
     "training.save_steps": ([-1], [0, 50]),
     "training.save_total_limit": ([0, -2], [None, 1, 3]),

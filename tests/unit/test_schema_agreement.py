@@ -39,6 +39,7 @@ EXPECTED_RANGES: Dict[str, Dict[str, float]] = {
     "training.warmup_steps": {"ge": 0},
     "training.max_grad_norm": {"ge": 0},
     "training.beta": {"ge": 0},
+    "training.entropy_coef": {"ge": 0, "le": 1},
     "training.epsilon": {"gt": 0, "lt": 1},
     "training.epsilon_high": {"gt": 0},
     "training.dynamic_sampling.max_rounds": {"ge": 1},

@@ -22,7 +22,8 @@ from .notebook_display import NotebookDisplay
 # (metric key, column header, format)
 COLUMNS = [
     (rn.REWARD, "reward", "{:.3f}"), (rn.REWARD_STD, "±std", "{:.3f}"), (rn.KL, "KL", "{:.4f}"),
-    (rn.CLIP_REGION, "clip", "{:.3f}"), (rn.MEAN_LENGTH, "len", "{:.0f}"), (rn.MAX_LENGTH, "max", "{:.0f}"),
+    (rn.ENTROPY, "entropy", "{:.3f}"), (rn.CLIP_REGION, "clip", "{:.3f}"), (rn.MEAN_LENGTH, "len", "{:.0f}"),
+    (rn.MAX_LENGTH, "max", "{:.0f}"),
     (rn.TRUNCATED_FRACTION, "trunc", "{:.2f}"), (rn.GRAD_NORM, "|g|", "{:.3f}"), (rn.LEARNING_RATE, "lr", "{:.1e}"),
     (rn.TIME_GENERATION, "gen s", "{:.1f}"), (rn.TIME_REWARDS, "rew s", "{:.2f}"),
     (rn.TIME_TRAINING, "train s", "{:.1f}"),

@@ -12,7 +12,7 @@ never holds a ``(B, T, vocab)`` tensor (32 × 128 × 49152 fp32 would be 0.8 GB)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import torch
 
@@ -147,15 +147,22 @@ class CompletionLogprobs(torch.nn.Module):
         self.lm = lm
 
     def forward(self, batch: PackedBatch, temperature: float = 1.0, chunk_size: int = 1024, top_k: int = -1,
-                top_p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
-        """``(B, C)`` log-probs of ``batch``'s completion tokens (0 at padding); see :func:`completion_logprobs`."""
-        return _completion_logprobs(self.lm, batch, temperature, chunk_size, top_k, top_p, min_p)
+                top_p: float = 1.0, min_p: float = 0.0, entropy: Optional[str] = None) -> Any:
+        """``(B, C)`` log-probs of ``batch``'s completion tokens (0 at padding), and with ``entropy`` their
+        distributions' entropies; see :func:`completion_logprobs`."""
+        return _completion_logprobs(self.lm, batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
 
 
 def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0,
                         chunk_size: int = 1024, top_k: int = -1, top_p: float = 1.0,
-                        min_p: float = 0.0) -> torch.Tensor:
+                        min_p: float = 0.0, entropy: Optional[str] = None) -> Any:
     """Log-probabilities of each completion token, ``(B, C)`` (0 at padding), differentiable w.r.t. the model.
+
+    With ``entropy`` (``"measure"``: without gradient; ``"train"``: differentiable, for an entropy bonus) it returns
+    ``(logprobs, entropy)``, both ``(B, C)``: ``entropy`` is the entropy in nats of the distribution each completion
+    token was drawn from, ``H = -Σ_v p_v log p_v`` (the same temperature and filtering; a filtered-out token has
+    ``p = 0`` and adds 0), computed chunk by chunk from the same logits, so no ``(B, C, vocab)`` tensor exists either
+    (``"train"`` keeps one ``(chunk_size, vocab)`` float32 tensor more per chunk for the backward pass).
 
     Logits are divided by ``temperature`` and filtered like the sampler filtered them (``min_p``, ``top_k``,
     ``top_p``, in vLLM's order; see :func:`~grpo_rollout.generation.sampling_filter.filter_logits`) before the
@@ -167,12 +174,19 @@ def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature:
         TypeError: the model has no separate decoder / output projection.
     """
     if isinstance(model, CompletionLogprobs):
-        return model(batch, temperature, chunk_size, top_k, top_p, min_p)
-    return _completion_logprobs(model, batch, temperature, chunk_size, top_k, top_p, min_p)
+        return model(batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
+    return _completion_logprobs(model, batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
+
+
+def token_entropy(log_probs: torch.Tensor, filtered: bool = True) -> torch.Tensor:
+    """``(rows,)`` entropies (nats) of ``(rows, vocab)`` log-probabilities; ``-inf`` entries (filtered-out tokens)
+    add exactly 0, in value and gradient (``filtered`` false: there are none, two passes over the vocabulary less)."""
+    finite = log_probs.masked_fill(~torch.isfinite(log_probs), 0.0) if filtered else log_probs
+    return -(log_probs.exp() * finite).sum(-1)
 
 
 def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float, chunk_size: int,
-                         top_k: int, top_p: float, min_p: float) -> torch.Tensor:
+                         top_k: int, top_p: float, min_p: float, entropy: Optional[str] = None) -> Any:
     cut = filtering(top_k, top_p, min_p)
     decoder, head = _decoder_and_head(model)
     device = next(model.parameters()).device
@@ -189,18 +203,29 @@ def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature
     cols = positions[valid]
     targets = batch.completion_ids[valid].to(device)
     flat: List[torch.Tensor] = []
+    flat_entropy: List[torch.Tensor] = []
     for s in range(0, rows.numel(), chunk_size):
         h = hidden[rows[s:s + chunk_size].to(device), cols[s:s + chunk_size].to(device)]
         logits = head(h).float() / temperature
         chunk_targets = targets[s:s + chunk_size]
         if cut:
             logits = filter_logits(logits, chunk_targets, top_k, top_p, min_p)
-        flat.append(logits.log_softmax(-1).gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
-    out = torch.zeros((b, c), dtype=torch.float32, device=device)
-    if flat:
-        where = torch.nonzero(valid)
-        out = out.index_put((where[:, 0].to(device), where[:, 1].to(device)), torch.cat(flat))
-    return out
+        log_probs = logits.log_softmax(-1)
+        flat.append(log_probs.gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
+        if entropy == "train":
+            flat_entropy.append(token_entropy(log_probs, cut))
+        elif entropy:
+            with torch.no_grad():
+                flat_entropy.append(token_entropy(log_probs.detach(), cut))
+    where = torch.nonzero(valid)
+
+    def scattered(values: List[torch.Tensor]) -> torch.Tensor:
+        out = torch.zeros((b, c), dtype=torch.float32, device=device)
+        if values:
+            out = out.index_put((where[:, 0].to(device), where[:, 1].to(device)), torch.cat(values))
+        return out
+
+    return (scattered(flat), scattered(flat_entropy)) if entropy else scattered(flat)
 
 
 # --- micro-batches ----------------------------------------------------------------------------------------------------

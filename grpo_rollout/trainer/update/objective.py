@@ -7,6 +7,8 @@ aggregations, and the weights that correct for the sampler/trainer mismatch (the
     l_it     = -min(ratio_it · A_i, clip(ratio_it, 1 - epsilon, 1 + epsilon_high) · A_i) + beta · KL_it
     KL_it    = exp(ref_it - logp_it) - (ref_it - logp_it) - 1         (the "k3" estimator, Schulman 2020)
 
+minus ``entropy_coef · H_it`` with ``training.entropy_coef > 0`` (``H_it``: the policy's entropy at the token, nats).
+
 (PPO: Schulman et al. 2017; GRPO: Shao et al. 2024, arXiv:2402.03300 eq. 3; clip-higher ``epsilon_high``: DAPO, Yu et
 al. 2025, arXiv:2503.14476.) ``importance_level: sequence`` (GSPO, Zheng et al. 2025, arXiv:2507.18071) replaces the
 ratio by one per sequence, the geometric mean of its token ratios over its ``n_i`` trained tokens (mean, not sum)::
@@ -93,7 +95,8 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
                    epsilon_high: Optional[float] = None, beta: float = 0.0,
                    ref_logps: Optional[torch.Tensor] = None,
                    token_weights: Optional[torch.Tensor] = None, importance_level: str = "token",
-                   mask: Optional[torch.Tensor] = None) -> "TokenLosses":
+                   mask: Optional[torch.Tensor] = None, entropy: Optional[torch.Tensor] = None,
+                   entropy_coef: float = 0.0) -> "TokenLosses":
     """Clipped-surrogate (+ KL) loss of every completion token (formulas: the module docstring).
 
     Args:
@@ -108,12 +111,15 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
             sequence ``i``, with each token's own gradient).
         mask: ``(B, C)`` 1 on trained tokens; required by ``sequence``, whose mean runs over them alone (other
             positions never enter the arithmetic: they may hold ``±inf``/``nan`` placeholders).
+        entropy, entropy_coef: ``(B, C)`` each token's policy entropy (nats, with grad) and the bonus's weight: the
+            loss is ``l_it - entropy_coef · H_it`` (an entropy bonus, as in PPO: Schulman et al. 2017, eq. 9).
 
     Returns:
         :class:`TokenLosses`, every field ``(B, C)``.
 
     Raises:
-        ValueError: ``beta > 0`` without ``ref_logps``; unknown ``importance_level``; ``sequence`` without ``mask``.
+        ValueError: ``beta > 0`` without ``ref_logps``; unknown ``importance_level``; ``sequence`` without ``mask``;
+            ``entropy_coef`` without ``entropy``.
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if importance_level == "token":
@@ -144,6 +150,10 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
         loss = loss + beta * kl
     else:
         kl = torch.zeros_like(logps)
+    if entropy_coef:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the tokens' entropy")
+        loss = loss - entropy_coef * entropy
     return TokenLosses(loss=loss, ratio=ratio, kl=kl, clipped_low=(ratio < 1 - epsilon) & (adv < 0),
                        clipped_high=(ratio > 1 + eps_high) & (adv > 0))
 

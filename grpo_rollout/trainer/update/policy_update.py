@@ -41,6 +41,9 @@ class UpdateStats:
     """
 
     kl: float = 0.0
+    entropy: float = 0.0  # summed over the first iteration's trained tokens
+    entropy_seq_min: float = math.inf  # over sequences with trained tokens: each one's mean entropy
+    entropy_seq_max: float = -math.inf
     clip_low: float = 0.0
     clip_high: float = 0.0
     ratio_max: float = 0.0
@@ -54,10 +57,19 @@ class UpdateStats:
     learning_rate: float = float("nan")  # what the step's (first) optimizer update used
     no_signal: bool = False  # every advantage 0 and no KL term: no optimizer update at all
 
-    def add(self, result: TokenLosses, mb: MicroBatch, old: torch.Tensor, first_iteration: bool) -> None:
-        """Add one micro-batch's :func:`~.objective.per_token_loss` result. Indexing by the mask (not multiplying):
-        placeholders on untrained tokens may be ``-inf``."""
+    def add(self, result: TokenLosses, mb: MicroBatch, old: torch.Tensor, first_iteration: bool,
+            entropy: Optional[torch.Tensor] = None) -> None:
+        """Add one micro-batch's :func:`~.objective.per_token_loss` result (and its tokens' ``(B, C)`` entropy, first
+        iteration). Indexing by the mask (not multiplying): placeholders on untrained tokens may be ``-inf``."""
         m = mb.mask.bool()
+        if entropy is not None:
+            ent = torch.where(m, entropy.detach(), torch.zeros_like(entropy))
+            self.entropy += ent.sum().item()
+            counts = m.sum(dim=1)
+            per_seq = (ent.sum(dim=1) / counts.clamp(min=1))[counts > 0]
+            if per_seq.numel():
+                self.entropy_seq_min = min(self.entropy_seq_min, per_seq.min().item())
+                self.entropy_seq_max = max(self.entropy_seq_max, per_seq.max().item())
         ratio = result.ratio.detach()[m]
         self.kl += result.kl.detach()[m].sum().item()
         self.clip_low += result.clipped_low[m].sum().item()
@@ -73,12 +85,13 @@ class UpdateStats:
 
     def reduce(self, dist: Dist) -> "UpdateStats":
         """The same sums over every rank's micro-batches (``loss``, ``grad_norm``, ``skipped`` are global already)."""
-        kl, low, high, lp, weight_sum = dist.sum([self.kl, self.clip_low, self.clip_high, self.lp_diff,
-                                                  self.sampler_weight_sum])
-        ratio_max, weight_max = dist.max([self.ratio_max, self.sampler_weight_max])
-        [weight_min] = dist.min([self.sampler_weight_min])
+        kl, low, high, lp, weight_sum, entropy = dist.sum([self.kl, self.clip_low, self.clip_high, self.lp_diff,
+                                                           self.sampler_weight_sum, self.entropy])
+        ratio_max, weight_max, ent_max = dist.max([self.ratio_max, self.sampler_weight_max, self.entropy_seq_max])
+        weight_min, ent_min = dist.min([self.sampler_weight_min, self.entropy_seq_min])
         return replace(self, kl=kl, clip_low=low, clip_high=high, ratio_max=ratio_max, lp_diff=lp,
-                       sampler_weight_sum=weight_sum, sampler_weight_min=weight_min, sampler_weight_max=weight_max)
+                       sampler_weight_sum=weight_sum, sampler_weight_min=weight_min, sampler_weight_max=weight_max,
+                       entropy=entropy, entropy_seq_min=ent_min, entropy_seq_max=ent_max)
 
     def metrics(self, num_tokens: int, num_iterations: int, has_sampler_logprobs: bool) -> Dict[str, float]:
         """Per-token means under the logged names (``kl``, ``clip_ratio/*``, ``ratio/max``, ``sampler/*``, ...).
@@ -89,6 +102,8 @@ class UpdateStats:
         out = {rn.LOSS: _mean(self.losses), rn.GRAD_NORM: _mean(self.grad_norms), rn.KL: self.kl / measured,
                rn.CLIP_LOW: self.clip_low / measured, rn.CLIP_HIGH: self.clip_high / measured,
                rn.CLIP_REGION: (self.clip_low + self.clip_high) / measured,
+               rn.ENTROPY: self.entropy / tokens, rn.ENTROPY_SEQ_MIN: _finite_or_nan(self.entropy_seq_min),
+               rn.ENTROPY_SEQ_MAX: _finite_or_nan(self.entropy_seq_max),
                rn.RATIO_MAX: self.ratio_max, rn.NUM_TOKENS: num_tokens, rn.NONFINITE_SKIPPED: self.skipped,
                rn.NO_SIGNAL_SKIPPED: int(self.no_signal), rn.LEARNING_RATE: self.learning_rate}
         if len(self.losses) > 1:
@@ -162,12 +177,14 @@ class PolicyUpdate:
         # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
         self.sampling_filter = {name: getattr(s, name) for name in FILTER_SETTINGS}
 
-    def logprobs(self, model: CompletionLogprobs, mb: MicroBatch) -> torch.Tensor:
+    def logprobs(self, model: CompletionLogprobs, mb: MicroBatch, entropy: Optional[str] = None) -> Any:
         """``(B, C)`` log-probs of a micro-batch's completion tokens under ``model`` (sampler's temperature and
-        filtering), in the compute dtype."""
+        filtering), in the compute dtype; with ``entropy`` (``measure`` or ``train``) also their entropies
+        (:func:`~.logprobs.completion_logprobs`)."""
         s, t = self.cfg.sampling, self.cfg.training
         with self.precision.autocast():
-            return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter)
+            return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter,
+                                       entropy=entropy)
 
     def reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
         """``(B, C)`` log-probs under the reference model (for the KL term): the frozen copy, or, for a LoRA policy,
@@ -198,7 +215,8 @@ class PolicyUpdate:
         """One micro-batch's loss and backward pass; returns the loss, the log-probs the update started from and the
         micro-batch with its sampler-correction weights (computed once, from the first iteration's log-probs)."""
         t, dist = self.cfg.training, self.dist
-        logps = self.logprobs(self.policy, mb)
+        mode = "train" if t.entropy_coef > 0 else "measure" if first else None
+        logps, entropy = self.logprobs(self.policy, mb, mode) if mode else (self.logprobs(self.policy, mb), None)
         old = mb.old_logprobs if mb.old_logprobs is not None else logps.detach()
         if mb.sampler_logprobs is not None and mb.sampler_weights is None:
             mode = t.sampler_correction if self.compare_with_sampler else "none"
@@ -206,10 +224,11 @@ class PolicyUpdate:
                                                                 t.sampler_correction_cap))
         result = per_token_loss(logps, old, mb.advantages, epsilon=t.epsilon, epsilon_high=t.epsilon_high,
                                 beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.sampler_weights,
-                                importance_level=t.importance_level, mask=mb.mask)
+                                importance_level=t.importance_level, mask=mb.mask, entropy=entropy,
+                                entropy_coef=t.entropy_coef)
         loss = aggregate(result.loss, mb.mask, t.loss_type, totals)
         (loss * dist.world_size).backward()  # FSDP averages gradients over ranks: undo it, sums are wanted
-        stats.add(result, mb, old, first_iteration=first)
+        stats.add(result, mb, old, first_iteration=first, entropy=entropy if first else None)
         return loss.item(), old, mb
 
     def update(self, batch: ScoredBatch, keep_tokens: bool = False, signal: bool = True) -> UpdateResult:
