@@ -56,7 +56,7 @@ from .parallel.distributed import Dist
 from .rollout.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
 from .evaluation.held_out import EvalResult, Evaluator, evaluation_on, write_eval_records
 from .guards import NonFiniteGuard
-from .parallel.memory import memory_metrics, start_step
+from .parallel.memory import largest_rank_memory, start_step
 from .parallel.policy import full_state_dict, optimizer_state, whole_weights
 from .parallel.precision import Precision
 from .reporting.progress import RichReporter
@@ -223,7 +223,7 @@ class GRPORecipe:
             tokens = [r for part in dist.gather(result.token_records) for r in part]
             if dist.is_main:
                 save_rollouts(self.output_dir, step + 1, records, tokens, self.tokenizer, g)
-        memory = {k: max(v) for k, v in _by_key(dist.gather(memory_metrics(dist.device))).items()}  # the largest rank
+        memory = largest_rank_memory(dist)
         if batch.stream is not None:
             stream = StreamStats.merge(dist.gather(batch.stream))
             metrics.update(stream.metrics())
@@ -287,13 +287,4 @@ class GRPORecipe:
                     pass
             self.weights.close()
         self.rollouts.close()
-
-
-def _by_key(parts: List[Dict[str, float]]) -> Dict[str, List[float]]:
-    """Every rank's value of each key (a key only some ranks have keeps theirs)."""
-    out: Dict[str, List[float]] = {}
-    for part in parts:
-        for k, v in part.items():
-            out.setdefault(k, []).append(v)
-    return out
 

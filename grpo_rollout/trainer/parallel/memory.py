@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import resource
 import sys
-from typing import Dict
+from typing import Any, Dict
 
 import torch
 
@@ -34,4 +34,14 @@ def memory_metrics(device: torch.device) -> Dict[str, float]:
         pass
     if device.type == "cuda":
         out[rn.MEMORY_CUDA_PEAK] = torch.cuda.max_memory_allocated(device) / GIB
+    return out
+
+
+def largest_rank_memory(dist: Any) -> Dict[str, float]:
+    """:func:`memory_metrics` of every rank (a collective), each key's largest value (a key only some ranks have
+    keeps theirs)."""
+    out: Dict[str, float] = {}
+    for part in dist.gather(memory_metrics(dist.device)):
+        for k, v in part.items():
+            out[k] = max(out.get(k, v), v)
     return out
