@@ -41,7 +41,20 @@ class TrainingConfig(Section):
                                                                     "warm-up (linear and cosine decay to 0)")
     max_grad_norm: float = setting(1.0, "Clip the gradient's global L2 norm to this; 0 = no clipping", ge=0)
     loss_type: LossType = setting("dapo", "How token losses are averaged: per sequence (grpo), over the step's "
-                                  "tokens (dapo), per micro-batch (bnpo), by a constant (dr_grpo)")
+                                  "tokens (dapo), per micro-batch (bnpo), by a constant (dr_grpo); or another policy "
+                                  "term: cispo (clipped importance weights, MiniMax-M1), sapo (a soft gate, Gao et "
+                                  "al. 2025)")
+    cispo_epsilon_low: float = setting(1.0, "loss_type cispo: importance weights are clipped to [1 - this, 1 + "
+                                       "cispo_epsilon_high]; 1 = no lower bound (MiniMax-M1's choice)", ge=0, le=1)
+    cispo_epsilon_high: float = setting(5.0, "loss_type cispo: the upper bound of the importance weight is 1 + this",
+                                        gt=0, fix="e.g. 5 (SkyRL's CISPO example)")
+    sapo_tau_positive: float = setting(1.0, "loss_type sapo: the soft gate's temperature for positive advantages",
+                                       gt=0)
+    sapo_tau_negative: float = setting(1.05, "loss_type sapo: the soft gate's temperature for negative advantages "
+                                       "(higher: off-policy tokens fade faster)", gt=0)
+    loss_function: str = setting("", "Your own policy term instead: path/file.py:function called with LossInputs "
+                                 "(logps, old_logps, ratio, advantages, mask), returning (B, C) per-token losses, "
+                                 "averaged by loss_type (docs/grpo.md)")
     entropy_coef: float = setting(0.0, "Entropy bonus: the loss subtracts this × each trained token's policy "
                                   "entropy (nats); 0 = off (the entropy is logged either way)", ge=0, le=1,
                                   fix="e.g. 0.001; 0 = off")

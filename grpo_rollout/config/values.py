@@ -12,7 +12,7 @@ from pydantic_core import PydanticCustomError
 BUILTIN_MODEL_PREFIX = "builtin:"
 
 DType = Literal["float32", "bfloat16", "float16"]
-LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"]
 ImportanceLevel = Literal["token", "sequence"]
 ScaleRewards = Literal["group", "batch", "none"]
 Advantage = Literal["grpo", "rloo", "reinforce_pp"]

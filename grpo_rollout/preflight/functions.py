@@ -179,18 +179,23 @@ def did_you_mean(unknown: List[str], known: List[str]) -> str:
     return f"did you mean {', '.join(hints)}? Otherwise " if hints else ""
 
 
-def check_advantage_function(config: Config, problems: List[Problem], base_dir: Path) -> None:
-    """``training.advantage_function`` imports and can be called as ``fn(rewards, num_generations)``."""
-    spec = config.training.advantage_function
-    fn = _resolve(spec, "training.advantage_function", base_dir, problems) if spec else None
-    if fn is None:
-        return
+def check_training_functions(config: Config, problems: List[Problem], base_dir: Path) -> None:
+    """``training.advantage_function`` and ``training.loss_function`` import and can be called as the trainer calls
+    them: ``fn(rewards, num_generations)``, ``fn(inputs)``."""
     import inspect
 
-    try:
-        inspect.signature(fn).bind(None, 0)
-    except TypeError as exc:
-        _err(problems, "training.advantage_function", spec, f"cannot be called as fn(rewards, num_generations): {exc}",
-             "def my_advantages(rewards, num_generations): ... return advantages  # (N,) each")
-    except ValueError:  # no signature (a builtin): called as it is
-        pass
+    for key, args, call, fix in (
+            ("advantage_function", (None, 0), "fn(rewards, num_generations)",
+             "def my_advantages(rewards, num_generations): ... return advantages  # (N,) each"),
+            ("loss_function", (None,), "fn(inputs)",
+             "def my_loss(inputs): ... return per_token_losses  # (B, C), from inputs.logps or inputs.ratio")):
+        spec = getattr(config.training, key)
+        fn = _resolve(spec, f"training.{key}", base_dir, problems) if spec else None
+        if fn is None:
+            continue
+        try:
+            inspect.signature(fn).bind(*args)
+        except TypeError as exc:
+            _err(problems, f"training.{key}", spec, f"cannot be called as {call}: {exc}", fix)
+        except ValueError:  # no signature (a builtin): called as it is
+            pass

@@ -50,6 +50,7 @@ from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
 from ..runs.completion import CompletionRecord
 from ..runs.names import CONFIG_FILE
 from .update.advantages import step_advantages
+from .update.surrogates import policy_term
 from .batch import CompletionScores, ScoredBatch, StepTimes, StreamStats
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist
@@ -120,7 +121,8 @@ class GRPORecipe:
         self.optimizer, self.scheduler = build_optimizer(cfg, self.policy, dist)
         self.updater = PolicyUpdate(cfg, self.policy, self.ref, self.optimizer, self.scheduler,
                                     precision=self.precision, dist=dist, pad_id=self.tokenizer.pad_token_id,
-                                    padding_free=loaded.padding_free, compare_with_sampler=self.compare_with_sampler)
+                                    padding_free=loaded.padding_free, compare_with_sampler=self.compare_with_sampler,
+                                    surrogate=policy_term(cfg.training, self.base_dir))
         start = restore(loaded.state, self.policy, self.optimizer, self.scheduler, self.rollouts.prompt_order, cfg,
                         dist, say) if resume else 0
         client, nccl = open_clients(cfg, loaded, self.output_dir, dist, say, self.reporter.status)

@@ -49,6 +49,10 @@ RANGE_CASES = {
     "training.epsilon": ([0.0, 1.0], [0.2, 0.99]),
     "training.epsilon_high": ([0.0, -0.3], [None, 0.28]),
     "training.entropy_coef": ([-0.01, 1.5, math.nan], [0.0, 0.001, 1.0]),
+    "training.cispo_epsilon_low": ([-0.1, 1.1], [0.0, 0.2, 1.0]),
+    "training.cispo_epsilon_high": ([0.0, -1.0], [0.28, 5.0]),
+    "training.sapo_tau_positive": ([0.0, -1.0], [0.5, 1.0]),
+    "training.sapo_tau_negative": ([0.0], [1.05]),
     "training.num_iterations": ([0], [1, 4]),
     "training.save_steps": ([-1], [0, 50]),
     "training.save_total_limit": ([0, -2], [None, 1, 3]),
@@ -116,7 +120,7 @@ def test_loss_type_ppo_lists_the_loss_types(project, errs):
     cfg["training"]["loss_type"] = "ppo"
     [p] = errs(project.check(cfg))
     assert p.key == "training.loss_type"
-    assert p.message == "must be one of grpo, dr_grpo, dapo, bnpo"
+    assert p.message == "must be one of grpo, dr_grpo, dapo, bnpo, cispo, sapo"
 
 
 def test_unknown_logger():

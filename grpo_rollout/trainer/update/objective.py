@@ -49,12 +49,13 @@ above).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
 from ...config.schema import IMPORTANCE_LEVELS, LOSS_TYPES  # the one list of each
 from ...config.schema import SAMPLER_CORRECTIONS as MODES  # the one list of modes (the config's)
+from .surrogates import Surrogate, clip_surrogate
 
 
 # --- the loss ---------------------------------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
                    ref_logps: Optional[torch.Tensor] = None,
                    token_weights: Optional[torch.Tensor] = None, importance_level: str = "token",
                    mask: Optional[torch.Tensor] = None, entropy: Optional[torch.Tensor] = None,
-                   entropy_coef: float = 0.0) -> "TokenLosses":
+                   entropy_coef: float = 0.0, surrogate: Optional[Callable[..., Surrogate]] = None) -> "TokenLosses":
     """Clipped-surrogate (+ KL) loss of every completion token (formulas: the module docstring).
 
     Args:
@@ -111,6 +112,9 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
             sequence ``i``, with each token's own gradient).
         mask: ``(B, C)`` 1 on trained tokens; required by ``sequence``, whose mean runs over them alone (other
             positions never enter the arithmetic: they may hold ``±inf``/``nan`` placeholders).
+        surrogate: the policy term instead of PPO's clip (``epsilon`` then unused): called as
+            ``surrogate(ratio, logps, old_logps, advantages, mask)``, returning a :class:`~.surrogates.Surrogate`
+            (:func:`~.surrogates.policy_term` makes it from the config: CISPO, SAPO, a user's function).
         entropy, entropy_coef: ``(B, C)`` each token's policy entropy (nats, with grad) and the bonus's weight: the
             loss is ``l_it - entropy_coef · H_it`` (an entropy bonus, as in PPO: Schulman et al. 2017, eq. 9).
 
@@ -121,7 +125,6 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
         ValueError: ``beta > 0`` without ``ref_logps``; unknown ``importance_level``; ``sequence`` without ``mask``;
             ``entropy_coef`` without ``entropy``.
     """
-    eps_high = epsilon if epsilon_high is None else epsilon_high
     if importance_level == "token":
         ratio = torch.exp(logps - old_logps)
     elif importance_level == "sequence":
@@ -136,10 +139,9 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
         ratio = torch.exp(seq_log_ratio + own - own.detach())  # value s_i; d ratio_it / d logp_it = s_i
     else:
         raise ValueError(f"importance_level must be one of {', '.join(IMPORTANCE_LEVELS)}, got {importance_level!r}")
-    adv = advantages.unsqueeze(1)
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv
-    loss = -torch.min(unclipped, clipped)
+    term = clip_surrogate(ratio, advantages, epsilon, epsilon_high) if surrogate is None else \
+        surrogate(ratio, logps, old_logps, advantages, torch.ones_like(logps) if mask is None else mask)
+    loss = term.loss
     if token_weights is not None:
         loss = loss * token_weights
     if beta > 0:
@@ -154,8 +156,12 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
         if entropy is None:
             raise ValueError("entropy_coef > 0 needs the tokens' entropy")
         loss = loss - entropy_coef * entropy
-    return TokenLosses(loss=loss, ratio=ratio, kl=kl, clipped_low=(ratio < 1 - epsilon) & (adv < 0),
-                       clipped_high=(ratio > 1 + eps_high) & (adv > 0))
+    return TokenLosses(loss=loss, ratio=ratio, kl=kl, clipped_low=term.clipped_low, clipped_high=term.clipped_high)
+
+
+#: the loss types whose policy term is not PPO's clip, averaged like one that is: CISPO over the batch's tokens (its
+#: eq. 4 divides by the step's Σ|o_i|), SAPO per sequence then over sequences (GRPO's form, as its paper writes it)
+AGGREGATED_AS = {"cispo": "dapo", "sapo": "grpo"}
 
 
 def aggregate(token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str, totals: BatchTotals) -> torch.Tensor:
@@ -164,7 +170,7 @@ def aggregate(token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str, tota
 
     Args:
         token_loss: ``(B, C)`` from :func:`per_token_loss`. mask: ``(B, C)`` 1 for trained tokens, 0 otherwise.
-        loss_type: ``grpo``, ``dr_grpo``, ``dapo`` or ``bnpo``.
+        loss_type: ``grpo``, ``dr_grpo``, ``dapo`` or ``bnpo`` (``cispo``, ``sapo``: :data:`AGGREGATED_AS`).
         totals: sizes of the whole batch.
 
     Raises:
@@ -172,6 +178,7 @@ def aggregate(token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str, tota
     """
     mask = mask.to(token_loss.dtype)
     masked = torch.where(mask.bool(), token_loss, torch.zeros_like(token_loss))  # placeholders never reach the sum
+    loss_type = AGGREGATED_AS.get(loss_type, loss_type)
     if loss_type == "grpo":
         per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
         return per_seq.sum() / totals.num_sequences

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -165,12 +165,14 @@ class PolicyUpdate:
         precision: compute dtype (:mod:`..parallel.precision`). dist: the process group. pad_id: the tokenizer's
         padding id. padding_free: pack micro-batches without padding. compare_with_sampler: false with a repetition
         penalty (the trainer cannot reproduce the sampler's distribution: no correction, no stale-weights check).
+        surrogate: the loss's policy term (:func:`~.surrogates.policy_term`; ``None``: PPO's clip).
     """
 
     def __init__(self, config: Config, policy: CompletionLogprobs, ref: Optional[CompletionLogprobs],
                  optimizer: torch.optim.Optimizer, scheduler: Any, *, precision: Precision, dist: Dist, pad_id: int,
-                 padding_free: bool, compare_with_sampler: bool):
+                 padding_free: bool, compare_with_sampler: bool, surrogate: Optional[Callable] = None):
         self.cfg, self.policy, self.ref, self.optimizer, self.scheduler = config, policy, ref, optimizer, scheduler
+        self.surrogate = surrogate
         self.precision, self.dist, self.pad_id, self.padding_free = precision, dist, pad_id, padding_free
         self.compare_with_sampler = compare_with_sampler
         s = config.sampling
@@ -225,7 +227,7 @@ class PolicyUpdate:
         result = per_token_loss(logps, old, mb.advantages, epsilon=t.epsilon, epsilon_high=t.epsilon_high,
                                 beta=t.beta, ref_logps=mb.ref_logprobs, token_weights=mb.sampler_weights,
                                 importance_level=t.importance_level, mask=mb.mask, entropy=entropy,
-                                entropy_coef=t.entropy_coef)
+                                entropy_coef=t.entropy_coef, surrogate=self.surrogate)
         loss = aggregate(result.loss, mb.mask, t.loss_type, totals)
         (loss * dist.world_size).backward()  # FSDP averages gradients over ranks: undo it, sums are wanted
         stats.add(result, mb, old, first_iteration=first, entropy=entropy if first else None)
