@@ -47,7 +47,8 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
     """Warnings for settings that quietly turn part of the algorithm off: ``training.learning_rate: 0`` (a
     diagnostic run: rollouts, rewards, loss and gradients, but no weight changes) and ``sampling.repetition_penalty``
     other than 1 (the sampler correction and the stale-weights check are then off, see
-    :attr:`grpo_rollout.trainer.recipe.GRPORecipe.compare_with_sampler`)."""
+    :attr:`grpo_rollout.trainer.recipe.GRPORecipe.compare_with_sampler`); an error for an ``overlong_buffer`` as
+    long as the completions."""
     t, s = config.training, config.sampling
     if t.learning_rate == 0:
         add_warning(problems, "training.learning_rate", t.learning_rate,
@@ -62,6 +63,12 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                     "set sampling.repetition_penalty: 1.0 to keep both (penalise repetition with a reward instead), "
                     "or accept that a server on stale weights goes unnoticed",
                     depends_on=("sampling.repetition_penalty",))
+    if isinstance(t.overlong_buffer, int) and isinstance(s.max_completion_length, int) \
+            and t.overlong_buffer >= s.max_completion_length > 0:
+        add_error(problems, "training.overlong_buffer", t.overlong_buffer,
+                  f"is not below sampling.max_completion_length ({s.max_completion_length}): every completion would "
+                  "be in the penalised buffer", f"e.g. {max(1, s.max_completion_length // 4)} (a quarter of it)",
+                  depends_on=("training.overlong_buffer", "sampling.max_completion_length"))
 
 
 def check_precision(config: Config, problems: List[Problem]) -> None:

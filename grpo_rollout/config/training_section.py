@@ -77,6 +77,12 @@ class TrainingConfig(Section):
                                       "(N,) advantages")
     scale_rewards: ScaleRewards = setting("group", "With advantage grpo: divide advantages by the reward std of the "
                                           "group, of the batch, or not at all (Dr. GRPO)")
+    overlong_buffer: int = setting(0, "DAPO's soft overlong punishment: the last this many tokens before "
+                                   "max_completion_length are penalised linearly, from 0 to -overlong_penalty at the "
+                                   "limit (logged as rewards/overlong_penalty); 0 = off", ge=0,
+                                   fix="e.g. a quarter of sampling.max_completion_length (DAPO: 4096 of 20480)")
+    overlong_penalty: float = setting(1.0, "The overlong punishment's largest penalty (its weight in the reward sum)",
+                                      ge=0)
     mask_truncated_completions: bool = setting(False, "Leave completions cut by max_completion_length out of the loss")
     sampler_correction: SamplerCorrection = setting("token_truncate", "Weights for the sampler's log-probs differing "
                                                     "from the trainer's: capped or masked, per token or sequence")

@@ -39,3 +39,13 @@ def test_the_documented_loss_function_trains(tmp_path, tiny_gpt2):
     history = _train(tmp_path, tiny_gpt2, loss_function=str(REPO / "examples/custom_loss/loss.py") +
                      ":asymmetric_clip")
     assert len(history) == 2 and all(math.isfinite(m["loss"]) and m["grad_norm"] > 0 for m in history)
+
+
+def test_the_overlong_penalty_is_a_reward_of_its_own(tmp_path, tiny_model):
+    """Issue 32.4: completions of up to 8 tokens with a 4-token buffer and penalty 0.5: logged apart, and the step's
+    reward is the task's plus half the penalty."""
+    cfg = tiny_config(tmp_path, tiny_model, training={"max_steps": 2, "overlong_buffer": 4, "overlong_penalty": 0.5})
+    history = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True)).history
+    for m in history:
+        assert -1.0 <= m["rewards/overlong_penalty/mean"] < 0  # 8-token completions exist: each -1
+        assert m["reward"] == pytest.approx(m["rewards/even_ids/mean"] + 0.5 * m["rewards/overlong_penalty/mean"])

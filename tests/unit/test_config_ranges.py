@@ -53,6 +53,8 @@ RANGE_CASES = {
     "training.cispo_epsilon_high": ([0.0, -1.0], [0.28, 5.0]),
     "training.sapo_tau_positive": ([0.0, -1.0], [0.5, 1.0]),
     "training.sapo_tau_negative": ([0.0], [1.05]),
+    "training.overlong_buffer": ([-1], [0, 4]),
+    "training.overlong_penalty": ([-0.5, math.nan], [0.0, 1.0]),
     "training.num_iterations": ([0], [1, 4]),
     "training.save_steps": ([-1], [0, 50]),
     "training.save_total_limit": ([0, -2], [None, 1, 3]),

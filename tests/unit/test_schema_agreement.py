@@ -44,6 +44,8 @@ EXPECTED_RANGES: Dict[str, Dict[str, float]] = {
     "training.cispo_epsilon_high": {"gt": 0},
     "training.sapo_tau_positive": {"gt": 0},
     "training.sapo_tau_negative": {"gt": 0},
+    "training.overlong_buffer": {"ge": 0},
+    "training.overlong_penalty": {"ge": 0},
     "training.epsilon": {"gt": 0, "lt": 1},
     "training.epsilon_high": {"gt": 0},
     "training.dynamic_sampling.max_rounds": {"ge": 1},

@@ -25,6 +25,7 @@ from ...data import load_section
 from ...generation.seeds import derive_seed
 from ...generation.versions import record_versions
 from ...rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
+from ...rewards.overlong import overlong_reward
 from ...rollouts import builtin_rollout
 from ...rollouts.calling import call_rollout
 from ...rollouts.contract import SAMPLING_ARGS
@@ -62,6 +63,7 @@ class RolloutStage:
                         for name, fn, r in zip(unique_names(fns), fns, config.rewards)]
         self.rewards += implied_rewards(self.rollout_fn, dict(config.rollout.kwargs), base_dir,
                                         {r.name for r in self.rewards})
+        self.rewards += overlong_reward(config)  # DAPO's length shaping, when training.overlong_buffer > 0
         self.prompt_order = PromptOrder(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
