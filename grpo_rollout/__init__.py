@@ -22,7 +22,8 @@ from .preflight import check_config, validate  # noqa: E402
 if in_jupyter():  # before transformers or datasets import tqdm.auto and it warns into the user's cell
     import_tqdm_quietly()
 
-_LAZY = {"train": ("grpo_rollout.trainer", "train"), "TrainResult": ("grpo_rollout.trainer", "TrainResult")}
+_LAZY = {"train": ("grpo_rollout.trainer", "train"), "TrainResult": ("grpo_rollout.trainer", "TrainResult"),
+         "EpisodeFailure": ("grpo_rollout.rollouts.contract", "EpisodeFailure")}
 
 
 def __getattr__(name: str) -> Any:

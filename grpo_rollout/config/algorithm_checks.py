@@ -63,6 +63,10 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                     "set sampling.repetition_penalty: 1.0 to keep both (penalise repetition with a reward instead), "
                     "or accept that a server on stale weights goes unnoticed",
                     depends_on=("sampling.repetition_penalty",))
+    if config.rollout.on_error == "drop" and t.staleness() > 0:
+        add_error(problems, "rollout.on_error", "drop", "cannot leave a group out of a streamed step yet "
+                  f"(training.max_staleness {t.staleness()})", "use on_error: retry (a group that keeps failing then "
+                  "stops the run), or max_staleness: 0", depends_on=("rollout.on_error", "training.max_staleness"))
     if isinstance(t.overlong_buffer, int) and isinstance(s.max_completion_length, int) \
             and t.overlong_buffer >= s.max_completion_length > 0:
         add_error(problems, "training.overlong_buffer", t.overlong_buffer,

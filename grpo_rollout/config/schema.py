@@ -9,7 +9,7 @@ reference and the server's settings all read these fields.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import model_validator
 from pydantic_core import PydanticCustomError
@@ -74,6 +74,10 @@ class RolloutConfig(Section):
 
     function: str = setting("", "`pkg.module:function` or `path/file.py:function`; empty = built-in sampling")
     kwargs: Dict[str, Any] = setting({}, "Extra keyword arguments for the rollout, passed as written")
+    on_error: Literal["stop", "retry", "drop"] = setting(
+        "stop", "An episode failing outside the model (EpisodeFailure: a server gone, a sandbox crashed): stop the "
+        "run, play its group again (up to max_retries, then leave it out), or leave the group out of the step")
+    max_retries: int = setting(2, "With on_error retry: how many times a failed group is played again", ge=0, le=10)
 
 
 class RewardConfig(Section):

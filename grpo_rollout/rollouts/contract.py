@@ -60,6 +60,14 @@ class RolloutError(ValueError):
     """A rollout function returned something that breaks the contract (the message names key, sample and sizes)."""
 
 
+class EpisodeFailure(RolloutError):
+    """An episode failed for a reason outside the model and the user's code: an MCP server or an environment server
+    gone, a sandbox crashed, the server answering an environment's request with an error. Raise it from a rollout or
+    an environment of your own for such failures: with ``rollout.on_error: retry`` the failed groups are played again,
+    with ``drop`` they are left out of the step (never scored 0 into a group's baseline); ``stop`` (the default) stops
+    the run. A model's bad tool call is not one: the model is answered ``Error: ...`` and plays on."""
+
+
 @dataclass
 class RolloutOutput:
     """A checked rollout result, always per completion (``N = P × n`` rows, grouped by prompt).

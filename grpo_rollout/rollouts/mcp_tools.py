@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .contract import RolloutError
+from .contract import EpisodeFailure, RolloutError
 
 from .mcp_checks import label, located, server_problem, startup_timeout
 
@@ -46,8 +46,9 @@ class MCPToolError(RuntimeError):
     """An MCP server answered a call with an error (the model reads its text as the tool's answer)."""
 
 
-class MCPServerGone(RolloutError):
-    """An MCP server's connection closed during the run: the run stops (its tools would answer only errors)."""
+class MCPServerGone(EpisodeFailure):
+    """An MCP server's connection closed during the run: its tools would answer only errors, so the episode failed
+    (``rollout.on_error`` says whether the run stops, plays the group again or leaves it out)."""
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..user_code.signatures import describe, raised_at
-from .contract import SAMPLING_DEFAULTS as D, RolloutError
+from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
 from .environment import ENV_EXTRAS, environment_rollout
 from .kwargs_checks import type_problems, unknown_settings
@@ -80,8 +80,8 @@ class _Episode:
         self.env = GenericEnvClient(base_url=self.url).sync()
         try:
             self.env.connect()
-        except Exception as exc:  # noqa: BLE001 - said with the server's address
-            raise RolloutError(f"the OpenEnv server at {self.url} did not take the session: {type(exc).__name__}: "
+        except Exception as exc:  # noqa: BLE001 - said with the server's address; the environment's failure
+            raise EpisodeFailure(f"the OpenEnv server at {self.url} did not take the session: {type(exc).__name__}: "
                                f"{exc}; " + (CAPACITY_FIX if _at_capacity(exc) else
                                              "start it, or fix rollout.kwargs.url")) from exc
         columns = {k: v for k, v in row.items() if k != self.prompt_column}
@@ -111,8 +111,8 @@ class _Episode:
                                f"({str(action)[:40]!r}); it must return the action as a dict (or an OpenEnv Action)")
         try:
             result = self.env.step(action)
-        except Exception as exc:  # noqa: BLE001 - said with the server's address
-            raise RolloutError(f"the OpenEnv server at {self.url} failed step({str(action)[:80]}): "
+        except Exception as exc:  # noqa: BLE001 - said with the server's address; the environment's failure
+            raise EpisodeFailure(f"the OpenEnv server at {self.url} failed step({str(action)[:80]}): "
                                f"{type(exc).__name__}: {exc}") from exc
         return (None if result.done else self._text(result.observation)), result.reward, bool(result.done)
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..runs import names as rn
-from .contract import SAMPLING_DEFAULTS as D, RolloutError
+from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
 from .verifiers_loading import env_problems, load_env
 from .verifiers_play import play_groups, run_on_loop
@@ -220,8 +220,8 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
     for g, states in enumerate(groups):
         for j, state in enumerate(states):
             where = f"prompt {g}, episode {j} of {env}"
-            if state.get("error") is not None:
-                raise RolloutError(f"{where} failed in the environment: {error_text(state['error'])}")
+            if state.get("error") is not None:  # verifiers' own errors: the model server's, a sandbox's, a tool's
+                raise EpisodeFailure(f"{where} failed in the environment: {error_text(state['error'])}")
             prompt_ids, ids, logprobs, mask, rebased = episode_tokens(state, where)
             cut = len(ids) > max_completion_length
             out["prompt_ids"].append(prompt_ids)

@@ -123,6 +123,9 @@ def extra(name: str) -> str:
 NUM_TURNS = extra(NUM_TURNS_EXTRA)
 ENV_DONE = extra(ENV_DONE_EXTRA)           # older environment runs' "episode ended by done" share
 CUT_BY_BUDGET = "episodes/cut_by_budget"  # episodes of the step that the token budget ended (count)
+EPISODES_FAILED = "episodes/failed"      # episodes that failed outside the model (EpisodeFailure), every attempt
+EPISODES_RETRIED = "episodes/retried"    # of those, played again (rollout.on_error: retry)
+EPISODES_DROPPED = "episodes/dropped"    # left out of the step, their groups with them
 TURNS_CAPPED = "episodes/turns_capped"    # sampled turns of the step cut by max_turn_tokens (count)
 ENDED_PREFIX = "episodes/ended/"          # + reason: the step's share of episodes that ended so
 

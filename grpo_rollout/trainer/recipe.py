@@ -173,6 +173,7 @@ class GRPORecipe:
         if counts is not None:
             batch, counts = even_out_groups(dist, step, batch, first, counts,
                                             cfg.training.dynamic_sampling.max_rounds, self.reporter.message)
+        batch = stage.failures.even_out(batch)  # rollout.on_error: the same groups on every rank
         everyone = [r for rewards in dist.gather(batch.scores.rewards) for r in rewards]
         advantages = self.advantages(torch.tensor(everyone, dtype=torch.float32))
         times.scored = time.perf_counter()
@@ -230,7 +231,8 @@ class GRPORecipe:
             stream = StreamStats.merge(dist.gather(batch.stream))
             metrics.update(stream.metrics())
             self.say_notes(f"Step {step + 1}", stream.notes(self.cfg.training.staleness()))
-        return {**metrics, **(refill.metrics() if refill is not None else {}), **memory}, records
+        return {**metrics, **(refill.metrics() if refill is not None else {}), **memory,
+                **self.rollouts.failures.metrics()}, records
 
     def evaluate(self, done: int) -> EvalResult:
         """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes

@@ -54,6 +54,7 @@ RANGE_CASES = {
     "training.sapo_tau_positive": ([0.0, -1.0], [0.5, 1.0]),
     "training.sapo_tau_negative": ([0.0], [1.05]),
     "training.overlong_buffer": ([-1], [0, 4]),
+    "rollout.max_retries": ([-1, 11], [0, 2, 10]),
     "training.overlong_penalty": ([-0.5, math.nan], [0.0, 1.0]),
     "training.num_iterations": ([0], [1, 4]),
     "training.save_steps": ([-1], [0, 50]),

@@ -26,6 +26,7 @@ from ...generation.seeds import derive_seed
 from ...generation.versions import record_versions
 from ...rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
 from ...rewards.overlong import overlong_reward
+from .failures import EpisodeFailures
 from ...rollouts import builtin_rollout
 from ...rollouts.calling import call_rollout
 from ...rollouts.contract import SAMPLING_ARGS
@@ -69,6 +70,7 @@ class RolloutStage:
         self.eos_ids: set = set()
         self.vocab_size = 0
         self.stream: Optional[GroupStream] = None  # max_staleness >= 1: the groups rolling out
+        self.failures = EpisodeFailures(config.rollout, config.sampling.num_generations, dist)  # rollout.on_error
         self.version = 0  # the trainer's weight version, as of the last collect
 
     def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int) -> None:
@@ -145,8 +147,23 @@ class RolloutStage:
         self.version = version
         if self.cfg.training.staleness() > 0:
             return self.from_stream(step, version)
-        return self.checked_version(step, self.generate_and_score(step, self.my_rows(step), None, version), version,
-                                    allowed=0)
+        return self.checked_version(step, self.play_step(step, self.my_rows(step), version), version, allowed=0)
+
+    def play_step(self, step: int, rows: List[Dict[str, Any]], version: int) -> ScoredBatch:
+        """This rank's rows rolled out and scored; with ``rollout.on_error`` retry or drop, played again one group
+        at a time when the call raises :class:`EpisodeFailure` (:meth:`.failures.EpisodeFailures.play_step`)."""
+        return self.failures.play_step(step, lambda: self.generate_and_score(step, rows, None, version),
+                                       lambda g, attempt: self.generate_and_score(
+                                           step, [rows[g]], self.group_sampling(step, g, attempt + 1), version),
+                                       len(rows))
+
+    def group_sampling(self, step: int, position: int, attempt: int) -> Dict[str, Any]:
+        """The sampling settings of one group played alone: seeded from step ``step``'s seed, the group's
+        ``position`` in this rank's prompt sequence and its ``attempt``."""
+        sampling = self.sampling_kwargs(step)
+        if sampling["seed"] is not None:
+            sampling["seed"] = derive_seed(sampling["seed"], "group", self.dist.rank, position, attempt)
+        return sampling
 
     # -- streaming (training.max_staleness >= 1) ---------------------------------------------------------------------
     def from_stream(self, step: int, version: int) -> ScoredBatch:
@@ -197,10 +214,8 @@ class RolloutStage:
         """One group: ``row``'s rollout and rewards. Seeded from step ``step``'s seed, the group's ``position`` in
         this rank's prompt sequence and its ``attempt`` (a group rolled again gets another seed): each group is its
         own call, so two groups of the same prompt text (a repeated dataset row) must not share a seed."""
-        sampling = self.sampling_kwargs(step)
-        if sampling["seed"] is not None:
-            sampling["seed"] = derive_seed(sampling["seed"], "group", self.dist.rank, position, attempt)
-        return self.generate_and_score(step, [row], sampling, self.version)
+        return self.failures.play_group(lambda extra: self.generate_and_score(
+            step, [row], self.group_sampling(step, position, attempt + 100 * extra), self.version))
 
     def trained(self) -> None:
         """The step's groups were trained (streaming: their prompts now count as used)."""
