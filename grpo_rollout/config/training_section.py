@@ -75,6 +75,11 @@ class TrainingConfig(Section):
     advantage_function: str = setting("", "Your own advantages instead: path/file.py:function or module:function, "
                                       "called as fn(rewards, num_generations) with the step's (N,) rewards; returns "
                                       "(N,) advantages")
+    credit: Literal["episode", "turn"] = setting(
+        "episode", "episode: every token of an episode gets its advantage; turn: each turn's tokens get the group-"
+        "normalised return from that turn on (the environment's turn rewards; DeepSeekMath's process supervision)")
+    turn_discount: float = setting(1.0, "With credit turn: the discount of later turns' rewards in a turn's return",
+                                   ge=0, le=1)
     scale_rewards: ScaleRewards = setting("group", "With advantage grpo: divide advantages by the reward std of the "
                                           "group, of the batch, or not at all (Dr. GRPO)")
     overlong_buffer: int = setting(0, "DAPO's soft overlong punishment: the last this many tokens before "

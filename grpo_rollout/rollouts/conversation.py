@@ -93,7 +93,7 @@ class Conversation:
         prompt_ids: token ids of the first prompt (with the generation prompt).
         completion_ids, logprobs, completion_mask: one entry per completion token (sampled: the sampler's log-prob
             and mask 1; inserted: 0.0 and mask 0).
-        turns: sampled turns so far. stop_reason: why the episode ended (``"done"``, ``"max_turns"``, ``"length"``).
+        turns: sampled turns so far. turn_starts: the completion-token index where each of them starts. stop_reason: why the episode ended (``"done"``, ``"max_turns"``, ``"length"``).
         end_reason, end_detail: the same, finer and in words (:data:`.episodes.END_REASONS`): ``"budget_reply"``
             when the next inserted text did not fit, ``"budget_turn"`` when a sampled turn used the budget up.
         truncated: the ``max_completion_length`` budget cut the episode: its last sampled turn was cut by it, or the
@@ -110,6 +110,7 @@ class Conversation:
     logprobs: List[float] = field(default_factory=list)
     completion_mask: List[int] = field(default_factory=list)
     turns: int = 0
+    turn_starts: List[int] = field(default_factory=list)
     stop_reason: Optional[str] = None
     last_text: str = ""
     last_finish: str = ""
@@ -152,6 +153,7 @@ class Conversation:
         if not continuation or not self.turns:
             self.turns += 1
             self._turn_start = len(self.completion_ids)
+            self.turn_starts.append(self._turn_start)
             self.messages.append({"role": "assistant", "content": ""})
         self.completion_ids += ids
         self.logprobs += [float(x) for x in logprobs]

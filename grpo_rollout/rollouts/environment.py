@@ -38,7 +38,8 @@ from .conversation import Conversation, as_messages, eos_ids_of, is_message
 from .episodes import run_multi_turn
 
 ENV_EXTRAS = (rn.ENV_REWARD_EXTRA, rn.ENV_DONE_EXTRA, rn.NUM_TURNS_EXTRA, rn.FINAL_RESPONSE_EXTRA,
-              rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA, rn.FIRST_PROMPT_EXTRA)
+              rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA, rn.FIRST_PROMPT_EXTRA, rn.TURN_STARTS_EXTRA,
+              rn.TURN_REWARDS_EXTRA)
 
 
 def _label(env: Any, method: str) -> str:
@@ -92,6 +93,7 @@ class _EnvEpisode:
     def __init__(self, env: Any):
         self.env = env
         self.total_reward = 0.0
+        self.turn_rewards: List[float] = []  # one per step: the reward after each sampled turn (None: 0.0)
         self.done = False
 
     async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
@@ -100,10 +102,12 @@ class _EnvEpisode:
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise RolloutError(f"{label} must return (observation, reward or None, done), got {str(result)[:80]!r}")
         observation, reward, done = result
+        self.turn_rewards.append(0.0)
         if reward is not None:
             if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
                 raise RolloutError(f"{label} returned reward {reward!r}; expected a finite number or None")
             self.total_reward += float(reward)
+            self.turn_rewards[-1] = float(reward)
             if not math.isfinite(self.total_reward):
                 raise RolloutError(f"{label}: the episode's rewards add up to {self.total_reward}; scale them down")
         if isinstance(done, str) or done not in (True, False):
@@ -188,7 +192,8 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
 
     Returns:
         the contract dict (``prompt_ids`` one per completion) with extras ``env_reward`` (float: sum of the step
-        rewards), ``env_done`` (the environment ended the episode), ``num_turns``, ``final_response``, ``truncated``,
+        rewards), ``turn_rewards`` (each step's reward), ``env_done`` (the environment ended the episode),
+        ``num_turns``, ``turn_starts``, ``final_response``, ``truncated``,
         ``end_reason``/``end_detail`` (why the episode ended, see :data:`.episodes.END_REASONS`) and ``first_prompt``
         (what ``reset`` returned: the prompt the model saw; the trainer logs it as the sample's prompt).
 
@@ -221,6 +226,7 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
                          max_completion_length=max_completion_length, max_turns=max_turns)
     out[rn.ENV_REWARD_EXTRA] = [h.total_reward for h in handlers]
     out[rn.ENV_DONE_EXTRA] = [h.done for h in handlers]
+    out[rn.TURN_REWARDS_EXTRA] = [list(h.turn_rewards) for h in handlers]  # training.credit: turn
     out[rn.FIRST_PROMPT_EXTRA] = list(first_prompts)  # what the model saw first: logged instead of the dataset's text
     return out
 

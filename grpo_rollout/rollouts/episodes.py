@@ -178,7 +178,7 @@ def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, 
 
 def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]:
     """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
-    sample), plus the ``num_turns``, ``final_response``, ``truncated``, ``end_reason``, ``end_detail`` and
+    sample), plus the ``num_turns``, ``turn_starts``, ``final_response``, ``truncated``, ``end_reason``, ``end_detail`` and
     ``turns_capped`` (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went on from) extras.
 
     ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
@@ -190,6 +190,7 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
         "logprobs": [c.logprobs for c in conversations],
         "completion_mask": [c.completion_mask for c in conversations],
         rn.NUM_TURNS_EXTRA: [c.turns for c in conversations],
+        rn.TURN_STARTS_EXTRA: [list(c.turn_starts) for c in conversations],
         rn.FINAL_RESPONSE_EXTRA: [c.last_text for c in conversations],
         rn.TRUNCATED_EXTRA: [c.truncated for c in conversations],
         rn.END_REASON_EXTRA: [c.end_reason for c in conversations],

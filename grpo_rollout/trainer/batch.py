@@ -183,6 +183,8 @@ class ScoredBatch:
             in rank order (what metrics and records report).
         stream: with streaming rollouts, what the stream did for this step
             (:class:`~.rollout.stream.StreamStats`: each group's staleness, drops, groups in flight, waiting).
+        token_advantages: with ``training.credit: turn``, each completion's per-token advantages (``len`` lists;
+            :mod:`.update.turn_credit`); ``advantages`` then hold each completion's mean over its trained tokens.
     """
 
     rollout: RolloutOutput
@@ -192,6 +194,7 @@ class ScoredBatch:
     advantages: Optional[torch.Tensor] = None
     step_advantages: Optional[torch.Tensor] = None
     stream: Optional[StreamStats] = None
+    token_advantages: Optional[List[List[float]]] = None
 
     def __len__(self) -> int:
         return len(self.rollout)

@@ -51,6 +51,7 @@ from ..runs.completion import CompletionRecord
 from ..runs.names import CONFIG_FILE
 from .update.advantages import step_advantages
 from .update.surrogates import policy_term
+from .update.turn_credit import with_turn_credit
 from .batch import CompletionScores, ScoredBatch, StepTimes, StreamStats
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist
@@ -177,8 +178,10 @@ class GRPORecipe:
         everyone = [r for rewards in dist.gather(batch.scores.rewards) for r in rewards]
         advantages = self.advantages(torch.tensor(everyone, dtype=torch.float32))
         times.scored = time.perf_counter()
-        return batch.with_advantages(advantages[dist.rank * len(batch):(dist.rank + 1) * len(batch)], advantages), \
-            counts
+        batch = batch.with_advantages(advantages[dist.rank * len(batch):(dist.rank + 1) * len(batch)], advantages)
+        if cfg.training.credit == "turn":  # each turn's tokens their own advantage (update/turn_credit.py)
+            batch = with_turn_credit(batch, dist, cfg.sampling.num_generations, cfg.training.turn_discount)
+        return batch, counts
 
     def update(self, step: int, batch: ScoredBatch, times: StepTimes) -> UpdateResult:
         """The policy update on this rank's groups (:class:`~.update.policy_update.PolicyUpdate`); none when the whole step has no

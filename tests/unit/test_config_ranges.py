@@ -55,6 +55,7 @@ RANGE_CASES = {
     "training.sapo_tau_negative": ([0.0], [1.05]),
     "training.overlong_buffer": ([-1], [0, 4]),
     "rollout.max_retries": ([-1, 11], [0, 2, 10]),
+    "training.turn_discount": ([-0.1, 1.1, math.nan], [0.0, 0.9, 1.0]),
     "training.overlong_penalty": ([-0.5, math.nan], [0.0, 1.0]),
     "training.num_iterations": ([0], [1, 4]),
     "training.save_steps": ([-1], [0, 50]),

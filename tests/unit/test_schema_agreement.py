@@ -46,6 +46,7 @@ EXPECTED_RANGES: Dict[str, Dict[str, float]] = {
     "training.sapo_tau_negative": {"gt": 0},
     "training.overlong_buffer": {"ge": 0},
     "rollout.max_retries": {"ge": 0, "le": 10},
+    "training.turn_discount": {"ge": 0, "le": 1},
     "training.overlong_penalty": {"ge": 0},
     "training.epsilon": {"gt": 0, "lt": 1},
     "training.epsilon_high": {"gt": 0},

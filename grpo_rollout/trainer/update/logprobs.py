@@ -237,7 +237,7 @@ class MicroBatch:
     Attributes:
         packed: token layout (:class:`~.logprobs.PackedBatch`).
         mask: ``(B, C)`` float, 1 on trained tokens.
-        advantages: ``(B,)``.
+        advantages: ``(B,)``, or ``(B, C)`` per token (``training.credit: turn``).
         sampler_logprobs: ``(B, C)`` the sampler's log-probs (nats; placeholders where ``mask`` is 0), or ``None``.
         old_logprobs: ``(B, C)`` the policy's before the first update (only with ``num_iterations > 1``).
         ref_logprobs: ``(B, C)`` the reference model's (only with ``beta > 0``).
@@ -263,7 +263,8 @@ def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Seq
 
     Args:
         prompt_ids, completion_ids, masks: ``N`` lists each (masks: 0/1 per completion token).
-        logprobs: ``N`` lists of sampler log-probs, or ``None``. advantages: ``(N,)``.
+        logprobs: ``N`` lists of sampler log-probs, or ``None``. advantages: ``(N,)``, or ``N`` lists of per-token
+            advantages (``training.credit: turn``): each micro-batch's are then ``(B, C)``.
     """
     batches = []
     for start in range(0, len(completion_ids), size):
@@ -275,6 +276,12 @@ def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Seq
             mask[row, : len(masks[i])] = torch.tensor(masks[i], dtype=torch.float32)
             if sampler is not None:
                 sampler[row, : len(logprobs[i])] = torch.tensor(logprobs[i], dtype=torch.float32)
-        batches.append(MicroBatch(packed, mask.to(device), advantages[list(idx)].to(device),
+        if isinstance(advantages, torch.Tensor):
+            adv = advantages[list(idx)]
+        else:  # per token: (B, C), 0 at padding
+            adv = torch.zeros_like(mask)
+            for row, i in enumerate(idx):
+                adv[row, : len(advantages[i])] = torch.tensor(advantages[i], dtype=torch.float32)
+        batches.append(MicroBatch(packed, mask.to(device), adv.to(device),
                                   None if sampler is None else sampler.to(device)))
     return batches

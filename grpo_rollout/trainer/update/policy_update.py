@@ -196,7 +196,7 @@ class PolicyUpdate:
         with self.policy.lm.disable_adapter():
             return self.logprobs(self.policy, mb)
 
-    def micro_batches(self, out: RolloutOutput, advantages: torch.Tensor,
+    def micro_batches(self, out: RolloutOutput, advantages: Any,
                       masks: List[List[int]]) -> Tuple[List[MicroBatch], BatchTotals, int, int]:
         """This rank's micro-batches, with the whole step's totals (a collective) and the step's real and padded
         token counts."""
@@ -248,7 +248,7 @@ class PolicyUpdate:
         t, dist, out = self.cfg.training, self.dist, batch.rollout
         masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
                  for m, tr in zip(out.completion_mask, batch.scores.truncated)]
-        batches, totals, real, padded = self.micro_batches(out, batch.advantages, masks)
+        batches, totals, real, padded = self.micro_batches(out, batch.token_advantages or batch.advantages, masks)
         stats = UpdateStats()
         kept: List[Tuple[List[float], Optional[List[float]]]] = []  # per sequence: trainer log-probs, IS weights
         for iteration in range(t.num_iterations):

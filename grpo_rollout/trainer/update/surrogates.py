@@ -30,6 +30,12 @@ import torch
 from ...user_code.signatures import defined_at, describe, raised_at
 
 
+def per_token(advantages: torch.Tensor) -> torch.Tensor:
+    """Advantages as ``(B, C)``-broadcastable: ``(B,)`` (one per sequence) becomes ``(B, 1)``; ``(B, C)`` (one per
+    token, ``training.credit: turn``) stays."""
+    return advantages if advantages.ndim == 2 else advantages.unsqueeze(1)
+
+
 class Surrogate(NamedTuple):
     """A policy term: ``loss`` ``(B, C)``; ``clipped_low``, ``clipped_high`` bool ``(B, C)``, where a bound was the
     active term (for the ``clip_ratio/*`` metrics)."""
@@ -48,7 +54,7 @@ class LossInputs:
         old_logps: ``(B, C)`` the log-probs of the policy that sampled the batch (no gradient).
         ratio: ``(B, C)`` the importance ratio ``exp(logps - old_logps)`` (per sequence with
             ``importance_level: sequence``), with gradient.
-        advantages: ``(B,)`` one per sequence.
+        advantages: ``(B,)`` one per sequence, or ``(B, C)`` one per token with ``training.credit: turn``.
         mask: ``(B, C)`` 1.0 on trained tokens; other positions are ignored (they may hold placeholders).
     """
 
@@ -63,7 +69,7 @@ def clip_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, epsilon: float
                    epsilon_high: Optional[float] = None) -> Surrogate:
     """PPO's clipped surrogate (module docstring); ``ratio`` ``(B, C)``, ``advantages`` ``(B,)``."""
     eps_high = epsilon if epsilon_high is None else epsilon_high
-    adv = advantages.unsqueeze(1)
+    adv = per_token(advantages)
     loss = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon, 1 + eps_high) * adv)
     return Surrogate(loss, (ratio < 1 - epsilon) & (adv < 0), (ratio > 1 + eps_high) & (adv > 0))
 
@@ -72,7 +78,7 @@ def cispo_surrogate(ratio: torch.Tensor, logps: torch.Tensor, advantages: torch.
                     epsilon_high: float) -> Surrogate:
     """CISPO's clipped-weight policy gradient (module docstring); ``ratio``, ``logps`` ``(B, C)``, ``advantages``
     ``(B,)``. Every token keeps its gradient; ``clipped_*`` say where the weight was capped."""
-    adv = advantages.unsqueeze(1)
+    adv = per_token(advantages)
     weight = torch.clamp(ratio.detach(), min=1 - epsilon_low, max=1 + epsilon_high)
     loss = -weight * adv * torch.exp(logps - logps.detach())
     return Surrogate(loss, ratio.detach() < 1 - epsilon_low, ratio.detach() > 1 + epsilon_high)
@@ -82,7 +88,7 @@ def sapo_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, tau_positive: 
                    tau_negative: float) -> Surrogate:
     """SAPO's soft-gated surrogate (module docstring); ``ratio`` ``(B, C)``, ``advantages`` ``(B,)``. Nothing is
     clipped (the ``clipped_*`` masks are all false)."""
-    adv = advantages.unsqueeze(1)
+    adv = per_token(advantages)
     tau = torch.where(adv > 0, torch.full_like(adv, tau_positive), torch.full_like(adv, tau_negative))
     gate = (4.0 / tau) * torch.sigmoid(tau * (ratio - 1.0))
     none = torch.zeros_like(ratio, dtype=torch.bool)

@@ -1,0 +1,92 @@
+"""Turn-level credit for multi-turn episodes (``training.credit: turn``): each turn's tokens get the group-normalised
+return from that turn on, instead of every token of an episode getting the episode's advantage.
+
+Following GRPO's process supervision (Shao et al. 2024, *DeepSeekMath*, arXiv:2402.03300, §4.1.3), with a discount.
+For a group of ``G`` episodes, episode ``i`` having turns ``k = 1 .. K_i``:
+
+- each turn's reward ``r_ik`` is the environment's reward after it (the rollout's ``turn_rewards`` extra; 0 when it
+  gave none), and the last turn also gets what the episode's reward holds beyond them (the reward functions' weighted
+  sum minus ``Σ_k r_ik``), so an episode's turn rewards add up to its reward;
+- they are normalised over all turns of the group: ``r̃_ik = (r_ik - mean(R)) / (std(R) + 1e-4)``, ``R`` every
+  ``r_jl`` of the group (std unbiased; a group whose turn rewards are all equal gets 0);
+- the tokens of turn ``k`` (from its first sampled token to the next turn's: ``turn_starts``) get
+  ``A_ik = Σ_{l >= k} γ^(l-k) · r̃_il`` with ``γ = training.turn_discount`` (DeepSeekMath: ``γ = 1``).
+
+Masks are unchanged: the environment's tokens inside a turn's span get its advantage but are never trained. A
+rollout without ``turn_starts`` is one turn per episode. Groups never span training processes, so each rank computes
+its own; the per-completion summary the logs show (``advantage`` in completions.jsonl) is the mean over its trained
+tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+from ...runs import names as rn
+from .advantages import EPS
+
+
+def turn_rewards_of(reward: float, turn_rewards: Optional[Sequence[Any]], num_turns: int) -> List[float]:
+    """An episode's ``num_turns`` turn rewards: the environment's (``None`` counts 0), the last one plus what the
+    episode's ``reward`` holds beyond their sum."""
+    given = [float(r or 0.0) for r in (turn_rewards or [])][:num_turns]
+    out = given + [0.0] * (num_turns - len(given))
+    out[-1] += reward - sum(out)
+    return out
+
+
+def group_turn_advantages(turn_rewards: List[List[float]], gamma: float) -> List[List[float]]:
+    """Each turn's advantage in one group (module docstring): ``turn_rewards[i][k]`` → ``A_ik``.
+
+    Raises:
+        ValueError: an episode has no turn.
+    """
+    if any(not t for t in turn_rewards):
+        raise ValueError("every episode needs at least one turn")
+    flat = torch.tensor([r for t in turn_rewards for r in t], dtype=torch.float64)
+    if flat.numel() < 2 or bool(flat.max() == flat.min()):
+        return [[0.0] * len(t) for t in turn_rewards]
+    mean, std = flat.mean().item(), flat.std().item()
+    out = []
+    for t in turn_rewards:
+        normalised = [(r - mean) / (std + EPS) for r in t]
+        returns, running = [0.0] * len(t), 0.0
+        for k in range(len(t) - 1, -1, -1):
+            running = normalised[k] + gamma * running
+            returns[k] = running
+        out.append(returns)
+    return out
+
+
+def token_advantages(turn_advantages: Sequence[float], turn_starts: Sequence[int], length: int) -> List[float]:
+    """``(length,)`` per-token advantages of one completion: turn ``k``'s from ``turn_starts[k]`` to the next start."""
+    out = [0.0] * length
+    starts = list(turn_starts) + [length]
+    for k, adv in enumerate(turn_advantages):
+        for t in range(max(0, starts[k]), min(length, starts[k + 1])):
+            out[t] = adv
+    return out
+
+
+def with_turn_credit(batch: Any, dist: Any, num_generations: int, gamma: float) -> Any:
+    """``batch`` (a :class:`~..batch.ScoredBatch`) with per-token advantages (``token_advantages``), its
+    per-completion ``advantages`` the mean over each completion's trained tokens, and the whole step's
+    ``step_advantages`` (a collective: every rank's summaries)."""
+    out, scores = batch.rollout, batch.scores
+    starts = out.extras.get(rn.TURN_STARTS_EXTRA) or [[0]] * len(out)
+    given = out.extras.get(rn.TURN_REWARDS_EXTRA) or [None] * len(out)
+    per_turn = [turn_rewards_of(r, g, max(1, len(s))) for r, g, s in zip(scores.rewards, given, starts)]
+    tokens, summary = [], []
+    for first in range(0, len(out), num_generations):
+        rows = range(first, first + num_generations)
+        for i, advs in zip(rows, group_turn_advantages([per_turn[i] for i in rows], gamma)):
+            row = token_advantages(advs, starts[i] or [0], len(out.completion_ids[i]))
+            trained = [a for a, m in zip(row, out.completion_mask[i]) if m]
+            tokens.append(row)
+            summary.append(sum(trained) / len(trained) if trained else 0.0)
+    step = [a for part in dist.gather(summary) for a in part]
+    return replace(batch, advantages=torch.tensor(summary, dtype=torch.float32),
+                   step_advantages=torch.tensor(step, dtype=torch.float32), token_advantages=tokens)
