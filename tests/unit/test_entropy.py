@@ -12,17 +12,10 @@ transformers = pytest.importorskip("transformers")
 
 from grpo_rollout.trainer.update.logprobs import completion_logprobs, pack, token_entropy  # noqa: E402
 from grpo_rollout.trainer.update.objective import per_token_loss  # noqa: E402
+from test_logprobs import model  # noqa: E402,F401 - the fixture: a tiny random Llama
 
 PROMPTS = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
 COMPLETIONS = [[20, 21], [22, 23, 24, 25], [26]]
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
-    return transformers.LlamaForCausalLM(config).float().eval()
 
 
 def _reference_entropy(model, temperature=1.0, top_k=None, completions=COMPLETIONS):
