@@ -142,3 +142,22 @@ def make_weight_folders(tiny_model: Path, root: Path) -> dict:
     (root / "empty").mkdir()
     folders.update(garbage=root / "garbage", empty=root / "empty")
     return folders
+
+
+def verifiers_config(root: Path, server, tiny_model: Path):
+    """Issue 31.2 on the tiny model: the verifiers example environment (examples/verifiers_sums/env.py, two turns)
+    trained two steps against ``server`` (its OpenAI routes)."""
+    env = str(Path(__file__).resolve().parents[1] / "examples" / "verifiers_sums" / "env.py")
+    cfg, problems = config_from_dict({
+        "model": {"name_or_path": str(tiny_model)},
+        "data": {"train": f"{env}:dataset"},
+        "rollout": {"function": "grpo_rollout.rollouts.verifiers:verifiers_rollout",
+                    "kwargs": {"env": f"{env}:load_environment", "env_args": {"num_examples": 8}}},
+        "rewards": [],
+        "sampling": {"num_generations": 4, "max_completion_length": 16, "max_prompt_length": 96, "seed": 0},
+        "training": {"output_dir": str(root / "out"), "max_steps": 2, "prompts_per_step": 2, "micro_batch_size": 8,
+                     "learning_rate": 1e-3},
+        "vllm": {"mode": "attach", "url": server.url},
+    })
+    assert not [p for p in problems if p.is_error], problems
+    return cfg

@@ -20,7 +20,7 @@ from grpo_rollout.trainer.guards import StaleWeightsError
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from fuzz_strategies import GENERATE_BODY, JUNK
 from vllm_server_helpers import (BAD_GENERATE_BODIES, ROLLOUT, STALE_ROLLOUT, VERSION_ROLLOUT, _attach_config,
-                                 _generate, _greedy, _perturbed, make_weight_folders)
+                                 _generate, _greedy, _perturbed, make_weight_folders, verifiers_config)
 
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
@@ -171,6 +171,11 @@ def test_user_rollout_posting_to_generate_trains_unchanged(server, tiny_model, t
     # the sampler's log-probs agree with the trainer's: the server samples from the synced weights
     assert all(m["sampler/logprob_abs_diff"] < 1e-3 for m in result.history)
     assert all(m["time/sync"] > 0 for m in result.history)
+
+
+def test_a_verifiers_environment_trains_on_the_tiny_model(server, tiny_model, tmp_path):  # issue 31.2
+    history = train(verifiers_config(tmp_path, server, tiny_model), tmp_path, reporter=RichReporter(quiet=True)).history
+    assert [("rewards/rubric/mean" in m, m["sampler/logprob_abs_diff"] <= 1e-4) for m in history] == [(True, True)] * 2
 
 
 def test_stale_server_weights_stop_the_run(server, tiny_model, tmp_path):
