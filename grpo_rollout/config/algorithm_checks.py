@@ -63,6 +63,11 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                     "set sampling.repetition_penalty: 1.0 to keep both (penalise repetition with a reward instead), "
                     "or accept that a server on stale weights goes unnoticed",
                     depends_on=("sampling.repetition_penalty",))
+    for i, r in enumerate(config.rewards):
+        if t.credit == "turn" and r.function.endswith(":env_reward") and r.weight != 1:
+            add_warning(problems, f"rewards[{i}].weight", r.weight, "scales env_reward but not the environment's turn "
+                        "rewards that training.credit: turn compares with it: the last turn takes the difference",
+                        "keep env_reward's weight at 1 with credit: turn", depends_on=("training.credit",))
     if config.rollout.on_error == "drop" and t.staleness() > 0:
         add_error(problems, "rollout.on_error", "drop", "cannot leave a group out of a streamed step yet "
                   f"(training.max_staleness {t.staleness()})", "use on_error: retry (a group that keeps failing then "

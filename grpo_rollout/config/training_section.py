@@ -151,6 +151,15 @@ class TrainingConfig(Section):
                 "key": "scale_rewards", "depends_on": ("advantage", "advantage_function", "scale_rewards"),
                 "fix": "remove training.scale_rewards (rloo divides by no std, reinforce_pp by the batch's; your "
                        "function scales as it likes)"})
+        if self.credit == "turn" and (self.advantage != "grpo" or self.advantage_function or
+                                      self.scale_rewards != "group"):
+            key = "advantage_function" if self.advantage_function else \
+                "advantage" if self.advantage != "grpo" else "scale_rewards"
+            raise PydanticCustomError("cross_key", "is set together with training.credit: turn, whose advantages "
+                                      "are the group-normalised turn returns", {
+                                          "key": key, "depends_on": ("credit", key),
+                                          "fix": "keep credit: turn with the default advantage settings, or use "
+                                                 "credit: episode"})
         if self.advantage_function and self.advantage != "grpo":
             raise PydanticCustomError("cross_key", "is set together with training.advantage_function, which replaces it",
                                       {"key": "advantage", "depends_on": ("advantage", "advantage_function"),

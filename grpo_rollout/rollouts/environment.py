@@ -93,7 +93,7 @@ class _EnvEpisode:
     def __init__(self, env: Any):
         self.env = env
         self.total_reward = 0.0
-        self.turn_rewards: List[float] = []  # one per step: the reward after each sampled turn (None: 0.0)
+        self.turn_rewards: List[Optional[float]] = []  # one per step: the reward after each sampled turn, or None
         self.done = False
 
     async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
@@ -102,7 +102,7 @@ class _EnvEpisode:
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise RolloutError(f"{label} must return (observation, reward or None, done), got {str(result)[:80]!r}")
         observation, reward, done = result
-        self.turn_rewards.append(0.0)
+        self.turn_rewards.append(None)
         if reward is not None:
             if isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not math.isfinite(reward):
                 raise RolloutError(f"{label} returned reward {reward!r}; expected a finite number or None")

@@ -77,6 +77,7 @@ class MCPHost:
         self.specs = [dict(s) for s in specs]
         self.tools: Dict[str, Callable] = {}
         self.logs: List[Optional[Path]] = []
+        self.gone = False  # a server stopped during the run (_call): mcp_tools starts them again
         self._clients: List[Any] = []
         self._owner: Dict[str, int] = {}  # tool name → its server's index
         self._loop = asyncio.new_event_loop()
@@ -188,6 +189,7 @@ class MCPHost:
             if "connection closed" not in str(exc).lower():
                 raise  # the model reads it as the tool's error
             self._error = exc  # keep its stderr file
+            self.gone = True  # the next rollout starts the servers again (mcp_tools)
             log = self.logs[index]
             raise MCPServerGone(f"the MCP server `{label(self.specs[index])}` stopped during the run (calling "
                                 f"{name}): {type(exc).__name__}: {exc}"
@@ -217,7 +219,8 @@ _LOCK = threading.Lock()
 
 def mcp_tools(specs: Sequence[Mapping[str, Any]], base_dir: Optional[Path] = None) -> Dict[str, Callable]:
     """The tools of the servers ``specs`` (an ``mcp_servers`` list): name → ``async def`` function with the server's
-    schema. The servers are started once per process and list of specs, and reused. ``base_dir``: the config's
+    schema. The servers are started once per process and list of specs, and reused (started again after one of
+    them stopped during the run: a group played again gets working servers). ``base_dir``: the config's
     folder, where relative ``args`` and ``cwd`` are also looked up.
 
     Raises:
@@ -230,6 +233,8 @@ def mcp_tools(specs: Sequence[Mapping[str, Any]], base_dir: Optional[Path] = Non
     specs = [located(s, base_dir) for s in specs]
     key = json.dumps(list(specs), sort_keys=True, default=str)
     with _LOCK:
+        if key in _HOSTS and getattr(_HOSTS[key], "gone", False):  # a server died: start them again (on_error)
+            _HOSTS.pop(key).close()
         if key not in _HOSTS:
             _HOSTS[key] = MCPHost(specs).start()
         return dict(_HOSTS[key].tools)

@@ -245,9 +245,12 @@ def test_a_server_that_dies_mid_run_stops_the_run_naming_it(tmp_path, tiny_model
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     dying = '<tool_call>{"name": "fail", "arguments": {"x": "y"}}</tool_call>'
     try:
-        with pytest.raises(RolloutError, match=r"the MCP server `.*dies\.py` stopped during the run \(calling fail\)"):
+        with pytest.raises(mcp.MCPServerGone, match=r"the MCP server `.*dies\.py` stopped during the run \(calling "
+                                                     r"fail\)"):
             tool_calling_rollout(["Stop it."], client=ScriptedClient(tokenizer, lambda text: (dying, False)),
                                  tokenizer=tokenizer, n=1, max_completion_length=96, mcp_servers=specs)
+        # an EpisodeFailure (rollout.on_error retry plays the group again): the next call starts the server again
+        assert _calls(mcp.mcp_tools(specs), ADD) == [("5", None)]
     finally:
         mcp.close_mcp_servers()
 

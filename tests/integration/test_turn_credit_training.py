@@ -38,14 +38,14 @@ def _expected(records, g, gamma):
         group = records[first:first + g]
         turns = []
         for r in group:
-            rewards = [float(x or 0.0) for x in r["extras"]["turn_rewards"]]
-            rewards[-1] += r["reward"] - sum(rewards)
+            rewards = list(r["extras"]["turn_rewards"])  # None: the environment gave no reward after that turn
+            rewards[-1] = (rewards[-1] or 0.0) + r["reward"] - sum(x for x in rewards if x is not None)
             turns.append(rewards)
-        flat = [x for t in turns for x in t]
-        mean = sum(flat) / len(flat)
-        std = math.sqrt(sum((x - mean) ** 2 for x in flat) / (len(flat) - 1))
+        given = [x for t in turns for x in t if x is not None]
+        mean = sum(given) / len(given)
+        std = math.sqrt(sum((x - mean) ** 2 for x in given) / (len(given) - 1))
         for r, t in zip(group, turns):
-            norm = [0.0 if max(flat) == min(flat) else (x - mean) / (std + 1e-4) for x in t]
+            norm = [0.0 if x is None or max(given) == min(given) else (x - mean) / (std + 1e-4) for x in t]
             returns = [sum(gamma ** (j - k) * norm[j] for j in range(k, len(t))) for k in range(len(t))]
             starts = r["extras"]["turn_starts"] + [len(r["completion_mask"])]
             trained = [returns[k] for k in range(len(t)) for p in range(starts[k], starts[k + 1])
@@ -67,4 +67,5 @@ def test_turn_credit_trains_and_each_advantage_is_the_hand_computed_one(tmp_path
     records = [json.loads(x) for x in (tmp_path / "out" / "rollouts" / "step_1.jsonl").read_text().splitlines()]
     assert all(len(r["extras"]["turn_starts"]) == 3 == len(r["extras"]["turn_rewards"]) for r in records)
     assert {r["extras"]["turn_rewards"][1] for r in records} == {0.0, 1.0}  # the group's turns differ
+    assert {r["extras"]["turn_rewards"][0] for r in records} == {None}  # no reward after the first turn
     assert [r["advantage"] for r in records] == pytest.approx(_expected(records, 8, 0.9), abs=1e-4)  # 4 decimals

@@ -88,3 +88,14 @@ def test_scale_rewards_with_another_baseline_and_two_choices_are_errors(project,
     project.write("bad.py", "def adv(rewards):\n    return rewards\n")
     problems = errs(check(advantage_function="bad.py:adv"), "training.advantage_function")
     assert problems and "cannot be called as fn(rewards, num_generations)" in problems[0].message
+
+
+def test_turn_credit_with_another_baseline_is_an_error(project, errs):
+    """Found in review: credit: turn computed the configured advantages and then threw them away."""
+    cfg = project.baseline()
+    cfg["training"].update(credit="turn", advantage="rloo")
+    assert [p.key for p in errs(project.check(cfg, load_data=False))] == ["training.advantage"]
+    cfg["training"].update(advantage="grpo", scale_rewards="none")
+    assert [p.key for p in errs(project.check(cfg, load_data=False))] == ["training.scale_rewards"]
+    cfg["training"]["scale_rewards"] = "group"
+    assert not errs(project.check(cfg, load_data=False))

@@ -4,6 +4,7 @@ values for a scripted 3-turn group, down to every token's advantage."""
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -31,7 +32,37 @@ def test_each_turn_gets_the_normalised_return_from_it_on():
 
 def test_the_last_turn_takes_what_the_episode_reward_holds_beyond_the_turn_rewards():
     assert turn_rewards_of(1.5, [0.0, 1.0, None], 3) == [0.0, 1.0, 0.5]  # reward 1.5 = env's 1 + a judge's 0.5
-    assert turn_rewards_of(2.0, None, 2) == [0.0, 2.0]  # a rollout without turn rewards: all at the end
+    assert turn_rewards_of(2.0, None, 2) == [None, 2.0]  # a rollout without turn rewards: all at the end
+
+
+def test_turns_without_a_reward_are_not_counted_as_zeros():
+    """Found in review: unscored turns counted as rewards of 0 gave two episodes with the same outcome opposite
+    advantages by their number of turns; now each turn of an episode without turn rewards gets its normalised
+    outcome, GRPO's episode credit."""
+    short, long = group_turn_advantages([[1.0], [None, None, 0.0]], gamma=1.0)
+    s = math.sqrt(0.5) + 1e-4
+    assert short == pytest.approx([0.5 / s]) and long == pytest.approx([-0.5 / s] * 3)
+    assert group_turn_advantages([[1.0], [None, None, 1.0]], 1.0) == [[0.0], [0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("starts, rewards, fragment", [
+    ([3, 5], None, "turn_starts` must be increasing completion-token indices from 0"),
+    ([0, 4, 4], None, "increasing"),
+    (None, None, None),
+    ([0, 4], 0.3, "turn_rewards` must hold at most one finite number"),
+    ([0, 4], [0.0, 1.0, 2.0], "at most one finite number (or None) per turn (2 turns)"),
+    ([0, 4], [float("nan")], "finite"),
+])
+def test_malformed_turn_extras_are_named(starts, rewards, fragment):
+    from grpo_rollout.rollouts.contract import RolloutError
+    from grpo_rollout.trainer.update.turn_credit import checked_extras
+
+    if fragment is None:
+        assert checked_extras(starts, rewards, 5, "completion 3") == ([0], None)
+        return
+    with pytest.raises(RolloutError, match=r"completion 3: .*" + re.escape(fragment)):
+        checked_extras(starts, rewards, 5, "completion 3")
+    assert checked_extras([0, 4, 9], [1.0], 6, "c")[0] == [0, 4]  # a turn starting past a cut completion is gone
 
 
 def test_every_token_of_a_turn_gets_its_advantage():

@@ -98,7 +98,7 @@ class Evaluator:
         with _own_random_state(self.cfg.training.seed):
             try:
                 rows = [self.dataset[i] for i in mine]
-                batch = self.stage.generate_and_score(done, rows, sampling).scores if rows else None
+                batch = self.stage.generate_and_score(done, rows, sampling, shaping=False).scores if rows else None
             except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
                 error = exc
         dist.agree(error)

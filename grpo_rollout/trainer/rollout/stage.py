@@ -25,7 +25,7 @@ from ...data import load_section
 from ...generation.seeds import derive_seed
 from ...generation.versions import record_versions
 from ...rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
-from ...rewards.overlong import overlong_reward
+from ...rewards.overlong import OVERLONG_REWARD, overlong_reward
 from .failures import EpisodeFailures
 from ...rollouts import builtin_rollout
 from ...rollouts.calling import call_rollout
@@ -86,10 +86,11 @@ class RolloutStage:
         return kwargs
 
     def generate_and_score(self, step: int, rows: List[Dict[str, Any]], sampling: Optional[Dict[str, Any]] = None,
-                           version: int = 0) -> ScoredBatch:
+                           version: int = 0, shaping: bool = True) -> ScoredBatch:
         """This rank's rollout and rewards for its ``rows`` (its ``rollout.weight_version``: the oldest one the
         servers' answers carried, else ``version``, the one they confirmed last); ``sampling``: the rollout's sampling
-        settings (default :meth:`sampling_kwargs`; the evaluation passes its own ``n`` and ``temperature``).
+        settings (default :meth:`sampling_kwargs`; the evaluation passes its own ``n`` and ``temperature``);
+        ``shaping`` false leaves out the training-only length shaping (``training.overlong_buffer``: evaluation).
 
         Raises:
             RolloutError / RewardError: a user function broke its contract or raised.
@@ -116,7 +117,8 @@ class RolloutStage:
                        for p, text in zip(per_completion_prompts, texts)]
         columns = {c: [rows[i // g][c] for i in range(num_completions)] for c in (rows[0] if rows else ())
                    if c != cfg.data.prompt_column}
-        scored = compute_rewards(self.rewards, prompts=per_completion_prompts, completions=completions,
+        rewards = self.rewards if shaping else [r for r in self.rewards if r.name != OVERLONG_REWARD]
+        scored = compute_rewards(rewards, prompts=per_completion_prompts, completions=completions,
                                  completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)
         out.extras = {k: v for k, v in out.extras.items() if k not in rn.LIVE_EXTRAS}  # the rewards had them
         scores = CompletionScores(rewards=list(scored.rewards), per_function=scored.per_function,

@@ -13,7 +13,9 @@ of its prompt, not divided by any std: ``A_i = r_i - (Σ_{j≠i} r_j) / (G - 1) 
 
 **reinforce_pp.** REINFORCE++ (Hu et al. 2025, arXiv:2501.03262, §3.2): the baseline is the mean reward of the whole
 step's batch, normalised by the batch's std: ``A_i = (r_i - mean(r_batch)) / std(r_batch)``. A group whose rewards are
-equal still gets advantages (its reward against the batch).
+equal still gets advantages (its reward against the batch). The paper's KL penalty in the reward stays in the loss
+here (``training.beta``); its REINFORCE++-baseline (the group mean subtracted first) is ``grpo`` with
+``scale_rewards: batch``.
 
 **A function of yours** (``training.advantage_function: path/file.py:function``) gets the step's rewards and the
 group size and returns the advantages: ``fn(rewards, num_generations) -> (N,)`` (:func:`user_advantages`).

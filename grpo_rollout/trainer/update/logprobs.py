@@ -178,10 +178,10 @@ def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature:
     return _completion_logprobs(model, batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
 
 
-def token_entropy(log_probs: torch.Tensor, filtered: bool = True) -> torch.Tensor:
-    """``(rows,)`` entropies (nats) of ``(rows, vocab)`` log-probabilities; ``-inf`` entries (filtered-out tokens)
-    add exactly 0, in value and gradient (``filtered`` false: there are none, two passes over the vocabulary less)."""
-    finite = log_probs.masked_fill(~torch.isfinite(log_probs), 0.0) if filtered else log_probs
+def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    """``(rows,)`` entropies (nats) of ``(rows, vocab)`` log-probabilities; ``-inf`` entries (filtered-out tokens, or a
+    model's own masked vocabulary) add exactly 0, in value and gradient."""
+    finite = log_probs.masked_fill(~torch.isfinite(log_probs), 0.0)
     return -(log_probs.exp() * finite).sum(-1)
 
 
@@ -213,10 +213,10 @@ def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature
         log_probs = logits.log_softmax(-1)
         flat.append(log_probs.gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
         if entropy == "train":
-            flat_entropy.append(token_entropy(log_probs, cut))
+            flat_entropy.append(token_entropy(log_probs))
         elif entropy:
             with torch.no_grad():
-                flat_entropy.append(token_entropy(log_probs.detach(), cut))
+                flat_entropy.append(token_entropy(log_probs.detach()))
     where = torch.nonzero(valid)
 
     def scattered(values: List[torch.Tensor]) -> torch.Tensor:

@@ -54,7 +54,7 @@ class LossInputs:
         old_logps: ``(B, C)`` the log-probs of the policy that sampled the batch (no gradient).
         ratio: ``(B, C)`` the importance ratio ``exp(logps - old_logps)`` (per sequence with
             ``importance_level: sequence``), with gradient.
-        advantages: ``(B,)`` one per sequence, or ``(B, C)`` one per token with ``training.credit: turn``.
+        advantages: ``(B, C)``: each token's (its sequence's, or its turn's with ``training.credit: turn``).
         mask: ``(B, C)`` 1.0 on trained tokens; other positions are ignored (they may hold placeholders).
     """
 
@@ -100,11 +100,12 @@ class LossFunctionError(ValueError):
 
 
 def user_surrogate(fn: Callable, inputs: LossInputs) -> Surrogate:
-    """``fn(inputs)``, the user's ``(B, C)`` policy loss, checked (finite on the trained tokens).
+    """``fn(inputs)``, the user's ``(B, C)`` policy loss, checked. A NaN or inf is passed on: the step is then
+    skipped as for any loss (``training.max_nonfinite_steps``), on every rank alike.
 
     Raises:
-        LossFunctionError: it raised (with its file:line), returned no tensor, one of another shape, or a NaN/inf
-            on a trained token.
+        LossFunctionError: it raised (with its file:line), returned no tensor, one of another shape, or one that does
+            not depend on the policy (no gradient).
     """
     try:
         loss = fn(inputs)
@@ -119,10 +120,10 @@ def user_surrogate(fn: Callable, inputs: LossInputs) -> Surrogate:
         raise LossFunctionError(f"{where} returned a tensor of shape {tuple(loss.shape)}; it must be (B, C) = "
                                 f"{tuple(inputs.logps.shape)}, one loss per completion token (the trainer averages "
                                 "them by training.loss_type)")
-    trained = inputs.mask.bool()
-    if not bool(torch.isfinite(loss.detach()[trained]).all()):
-        raise LossFunctionError(f"{where} returned NaN or inf on a trained token")
-    none = torch.zeros_like(trained)
+    if not loss.requires_grad:
+        raise LossFunctionError(f"{where} returned a loss without a gradient: it must be computed from inputs.logps "
+                                "or inputs.ratio (the policy's), not only from advantages or old_logps")
+    none = torch.zeros_like(inputs.mask, dtype=torch.bool)
     return Surrogate(loss, none, none)
 
 
@@ -140,7 +141,7 @@ def policy_term(training: "object", base_dir: Optional[Path] = None) -> Optional
     loss_function = resolve_callable(spec, base_dir) if spec else None
     if loss_function is not None:
         return lambda ratio, logps, old, advantages, mask: user_surrogate(
-            loss_function, LossInputs(logps, old, ratio, advantages, mask))
+            loss_function, LossInputs(logps, old, ratio, per_token(advantages).expand_as(logps), mask))
     if training.loss_type == "cispo":
         return lambda ratio, logps, old, advantages, mask: cispo_surrogate(
             ratio, logps, advantages, training.cispo_epsilon_low, training.cispo_epsilon_high)
