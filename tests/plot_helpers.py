@@ -17,6 +17,7 @@ REWARD_TITLE = "Reward: mean ± std, and each reward function's mean"
 LENGTH_TITLE = "Completion length: mean and max"
 TRUNC_TITLE = "Truncated completions (cut at max_completion_length)"
 KL_TITLE = "KL to the reference model"
+ENTROPY_TITLE = "Policy entropy per trained token: mean, and the lowest and highest sequence's mean"  # issue 32
 CLIP_TITLE = "Clipped tokens (importance ratio outside 1 ± epsilon)"
 SAMPLER_TITLE = "Sampler vs trainer log-probs: mean |Δlogp| per token"
 TOOLS_TITLE = "Tool calls that succeeded"

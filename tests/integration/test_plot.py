@@ -10,8 +10,8 @@ import pytest
 
 from grpo_rollout.views.plot import plot_runs
 from tiny_model import tiny_config
-from plot_helpers import (CLIP_TITLE, KL_TITLE, LENGTH_TITLE, MEMORY_TITLE, REWARD_TITLE, SAMPLER_TITLE, TIME_KEYS,
-                          TIME_TITLE, TRUNC_TITLE, by_title, invoke, lines_by_label, same)
+from plot_helpers import (CLIP_TITLE, ENTROPY_TITLE, KL_TITLE, LENGTH_TITLE, MEMORY_TITLE, REWARD_TITLE, SAMPLER_TITLE,
+                          TIME_KEYS, TIME_TITLE, TRUNC_TITLE, by_title, invoke, lines_by_label, same)
 
 
 def read_metrics(run_dir: Path) -> List[Dict]:
@@ -50,8 +50,9 @@ def test_plot_of_a_real_run(trained_run):
     assert image[..., :3].std() > 0.05  # not a blank canvas
 
     # no tools in this run: that panel is left out, the others are there in order
-    assert [ax.get_title() for ax in fig.axes] == [REWARD_TITLE, LENGTH_TITLE, TRUNC_TITLE, KL_TITLE, CLIP_TITLE,
-                                                   SAMPLER_TITLE, MEMORY_TITLE, TIME_TITLE]
+    assert [ax.get_title() for ax in fig.axes] == [REWARD_TITLE, LENGTH_TITLE, TRUNC_TITLE, KL_TITLE, ENTROPY_TITLE,
+                                                   CLIP_TITLE, SAMPLER_TITLE, MEMORY_TITLE, TIME_TITLE]
+    assert sorted(lines_by_label(by_title(fig)[ENTROPY_TITLE])) == ["entropy", "entropy/seq_max", "entropy/seq_min"]
     axes = by_title(fig)
     assert all(ax.get_xlabel() == "step" for ax in fig.axes)
     steps = [1, 2, 3]
