@@ -92,7 +92,10 @@ def _poison_policy_logprobs(monkeypatch, steps) -> None:
 
     def poisoned(model, batch, *args, **kwargs):
         out = real_logprobs(model, batch, *args, **kwargs)
-        return out * float("nan") if out.requires_grad and current.get("step") in steps else out
+        logps, entropy = out if isinstance(out, tuple) else (out, None)  # with the entropy (issue 32.1)
+        if logps.requires_grad and current.get("step") in steps:
+            logps = logps * float("nan")
+        return logps if entropy is None else (logps, entropy)
 
     monkeypatch.setattr(recipe.GRPORecipe, "train_step", step)
     monkeypatch.setattr(update, "completion_logprobs", poisoned)
