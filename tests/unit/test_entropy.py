@@ -41,6 +41,7 @@ def test_token_entropy_of_known_distributions_and_filtered_tokens():
     assert h.item() == pytest.approx(math.log(2))
     h.sum().backward()
     assert torch.isfinite(half.grad).all()  # a filtered-out token adds 0 to the value and to the gradient
+    assert token_entropy(half.detach(), differentiable=False).item() == pytest.approx(math.log(2))
 
 
 @pytest.mark.parametrize("chunk_size", [1, 3, 1024])
