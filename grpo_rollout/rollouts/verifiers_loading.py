@@ -40,6 +40,9 @@ def load_function(env: str, base_dir: Optional[Path] = None) -> Callable:
     from ..user_code.resolve import ImportSpecError, resolve_callable
 
     _import_verifiers()
+    if ":" not in env and (env.endswith(".py") or "/" in env):
+        raise RolloutError(f"rollout.kwargs.env {env!r} is a file: name the function that builds the environment "
+                           f"after a colon, e.g. env: {env}:load_environment")
     if ":" in env:
         try:
             return resolve_callable(env, base_dir)

@@ -35,7 +35,8 @@ class DryRunResult:
 
     Attributes:
         backend: ``transformers``, the attached server's URL, or ``vLLM (spawned)`` (for a rollout that
-        ``needs_server``). num_prompts, num_completions: what the rollout got and returned. seconds: ``load`` (model and tokenizer), ``rollout``, ``rewards`` (wall-clock seconds).
+        ``needs_server``). num_prompts, num_completions: what the rollout got and returned. seconds: ``load`` (model
+        and tokenizer), ``rollout``, ``rewards`` (wall-clock seconds).
         sample: the first completion (its prompt, completion, reward, rewards per function and extras; no
         advantage). prompt_text: its prompt ids decoded (what the model saw). completion_tokens, trained_tokens: its
         completion's tokens, and those of them trained (the rest: tool or environment tokens).
@@ -78,6 +79,7 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         one is replaced by transformers).
     """
     from ..models.loading import eos_token_ids, load_model_and_tokenizer
+    from ..rewards.overlong import OVERLONG_REWARD, overlong_reward
     from .rollout.stage import RolloutStage
 
     cfg = _capped(config, num_completions, max_completion_length)
@@ -86,6 +88,8 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         random.seed(cfg.training.seed)  # sampled as a training run with this seed would
         torch.manual_seed(cfg.training.seed)
         stage = RolloutStage(cfg, base_dir, Dist())
+        # the overlong penalty measures against training's max_completion_length, not the dry run's shorter cap
+        stage.rewards = [r for r in stage.rewards if r.name != OVERLONG_REWARD] + overlong_reward(config)
         rows = [stage.dataset[i] for i in range(min(num_prompts, len(stage.dataset)))]
         t0 = time.perf_counter()
         m = cfg.model

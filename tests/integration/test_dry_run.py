@@ -112,3 +112,14 @@ def test_without_a_server_answering_the_dry_run_generates_with_transformers(tmp_
     assert result.backend == "transformers" and result.num_completions == 4, result
     assert [line for line in lines if said in line], lines
     assert cfg.vllm.mode == vllm["mode"]  # the caller's config is left as it was
+
+
+def test_the_overlong_penalty_of_a_dry_run_measures_against_trainings_limit(tmp_path, tiny_model):
+    """Found by a trial user: the dry run's 32-token cap was taken for the limit, so a 32-token completion under a
+    128-token limit with a 16-token buffer showed the full penalty (-1) instead of none."""
+    from grpo_rollout.trainer.dry_run import dry_run
+
+    cfg = tiny_config(tmp_path, tiny_model, training={"overlong_buffer": 16})
+    cfg.sampling.max_completion_length = 128
+    result = dry_run(cfg, tmp_path)
+    assert result.max_completion_length == 32 and result.sample.rewards["overlong_penalty"] == 0.0

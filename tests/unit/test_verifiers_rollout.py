@@ -211,3 +211,9 @@ def test_an_environment_that_raises_is_named_and_the_loop_is_one_for_the_process
         return asyncio.get_running_loop()
 
     assert run_on_loop(loop()) is run_on_loop(loop())  # an environment's async clients stay on their loop
+
+
+def test_a_file_without_its_function_is_named_as_a_file():
+    """Found by a trial user: `env: path/env.py` was looked up as an installed environment's id."""
+    with pytest.raises(RolloutError, match=r"is a file: name the function .* env: examples/x/env.py:load_environment"):
+        load_function("examples/x/env.py")
