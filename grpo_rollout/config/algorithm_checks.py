@@ -72,6 +72,11 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
         add_error(problems, "rollout.on_error", "drop", "cannot leave a group out of a streamed step yet "
                   f"(training.max_staleness {t.staleness()})", "use on_error: retry (a group that keeps failing then "
                   "stops the run), or max_staleness: 0", depends_on=("rollout.on_error", "training.max_staleness"))
+    if config.data.curriculum != "none" and t.staleness() > 0:
+        add_error(problems, "data.curriculum", config.data.curriculum, "cannot steer streamed rollouts yet (training."
+                  f"max_staleness {t.staleness()}): a stream draws its prompts before the earlier steps' rewards are "
+                  "known, at times that differ between runs and ranks", "use max_staleness: 0 with the curriculum, "
+                  "or curriculum: none", depends_on=("data.curriculum", "training.max_staleness"))
     if isinstance(t.overlong_buffer, int) and isinstance(s.max_completion_length, int) \
             and t.overlong_buffer >= s.max_completion_length > 0:
         add_error(problems, "training.overlong_buffer", t.overlong_buffer,
@@ -91,3 +96,4 @@ def check_precision(config: Config, problems: List[Problem]) -> None:
                   "is 6.1e-5, so gradients below it flush to zero and large activations overflow to inf",
                   "set model.dtype: bfloat16 (float32's range, no scaler needed; CPUs and GPUs from NVIDIA Ampere "
                   "on), or float32 on an older GPU")
+

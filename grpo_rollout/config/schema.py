@@ -59,6 +59,16 @@ class DataConfig(Section):
     split: str = setting("train", "The split of a hub dataset or of a function's DatasetDict")
     prompt_column: str = setting("prompt", "The column of each row's prompt: a string or a list of chat messages")
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by training.seed)")
+    curriculum: Literal["none", "pass_rate"] = setting(
+        "none", "pass_rate: a prompt that every or no completion solved in curriculum_patience visits in a row sits "
+        "out its next curriculum_pause turns in the order, then is tried again; none: every prompt in its turn")
+    curriculum_patience: int = setting(2, "With curriculum pass_rate: visits in a row solved by every or no "
+                                       "completion before a prompt is paused", ge=1, le=1000)
+    curriculum_pause: int = setting(1, "With curriculum pass_rate: turns in the prompt order (one per epoch) a "
+                                    "paused prompt sits out", ge=1, le=1000)
+    curriculum_success_reward: float = setting(1.0, "With curriculum pass_rate: a completion whose total reward is "
+                                               "at least this counts as solved", allow_inf_nan=False,
+                                               fix="e.g. 1.0 (a correctness reward's value for a right answer)")
     eval: str = setting("", "Held-out prompts for `evaluation` (the same sources as train); empty = none")
     eval_split: str = setting("test", "The split of data.eval for a hub dataset or a function's DatasetDict")
     task_kwargs: Dict[str, Any] = setting({}, "For `reasoning_gym:<task>` sources: create_dataset's arguments "

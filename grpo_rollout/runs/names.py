@@ -171,6 +171,13 @@ DS_GROUPS_DROPPED = "dynamic_sampling/groups_dropped"
 DS_GROUPS_TRAINED = "dynamic_sampling/groups_trained"
 DS_FILLED = "dynamic_sampling/filled"
 
+# -- the pass-rate curriculum (data.curriculum: pass_rate), per step --------------------------------------------------
+CURRICULUM_ALL_SOLVED = "curriculum/groups_all_solved"    # groups rolled out whose completions were all solved
+CURRICULUM_NONE_SOLVED = "curriculum/groups_none_solved"  # ... none solved
+CURRICULUM_MIXED = "curriculum/groups_mixed"              # ... some solved: the groups with something to learn
+CURRICULUM_SKIPPED = "curriculum/skipped"                 # turns in the prompt order that paused prompts sat out
+CURRICULUM_PAUSED = "curriculum/paused"                   # prompts paused after the step
+
 # -- held-out evaluation (evaluation.*): every metric of a step's evaluation is eval/ + a name above or below ----------
 EVAL_PREFIX = "eval/"                  # eval/reward, eval/rewards/<name>/mean, eval/completions/mean_length, ...
 EVAL_DIR = "eval"                      # eval/step_<k>.jsonl: one line per held-out prompt (step 0: before training)

@@ -164,13 +164,14 @@ class GRPORecipe:
                 times.generated = max(batch.generated_at, times.start)  # made in the background: no wait
                 if t.dynamic_sampling.enabled and batch.stream is None:  # streaming drops them as they arrive
                     batch, counts = keep_groups_with_signal(
-                        step, batch, stage.prompt_order.indices(step), partial(stage.refill, step, version),
+                        step, batch, stage.drawn(step), partial(stage.refill, step, version),
                         num_generations=cfg.sampling.num_generations, max_rounds=t.dynamic_sampling.max_rounds,
                         num_rows=len(stage.dataset), prompts_per_step=t.prompts_per_step, seed=t.seed)
                     times.generated = time.perf_counter()
         except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
             error = exc
         dist.agree(error)
+        stage.count_visits()  # data.curriculum: every rank's groups counted (a collective)
         if counts is not None:
             batch, counts = even_out_groups(dist, step, batch, first, counts,
                                             cfg.training.dynamic_sampling.max_rounds, self.reporter.message)
@@ -235,7 +236,7 @@ class GRPORecipe:
             metrics.update(stream.metrics())
             self.say_notes(f"Step {step + 1}", stream.notes(self.cfg.training.staleness()))
         return {**metrics, **(refill.metrics() if refill is not None else {}), **memory,
-                **self.rollouts.failures.metrics()}, records
+                **self.rollouts.metrics()}, records
 
     def evaluate(self, done: int) -> EvalResult:
         """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes

@@ -54,6 +54,10 @@ VARIANTS = {
     # every group has reward variance here, so dynamic sampling keeps the first round on every rank
     "dynamic_sampling_rollouts": {"loss_type": "dapo", "save_rollouts": "every",
                                   "dynamic_sampling": {"enabled": True, "max_rounds": 2}},
+    # every completion counts as solved: step 1's 12 prompts sit out their next turn, so step 2 draws rows 12-15,
+    # skips rows 0-11 of epoch 1, then 12-15 and 0-3: every rank must hold every rank's record to draw that
+    "curriculum": {"prompts_per_step": 12, "data": {"curriculum": "pass_rate", "curriculum_patience": 1,
+                                                     "curriculum_success_reward": -1.0}},
 }
 
 DRIVER = '''
@@ -76,8 +80,9 @@ def _project(root: Path, model: Path, name: str, prompts=("Count to {i}.",), **t
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "task.py").write_text(TASK)
     rows = [{"prompt": prompts[i % len(prompts)].format(i=i)} for i in range(16)]
+    data = training.pop("data", {})
     (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = {"model": {"name_or_path": str(model)}, "data": {"train": "data.jsonl", "shuffle": False},
+    cfg = {"model": {"name_or_path": str(model)}, "data": {"train": "data.jsonl", "shuffle": False, **data},
            "rollout": {"function": "task.py:fixed_rollout"}, "rewards": ["task.py:score"],
            "sampling": {"num_generations": 4, "max_completion_length": 8, "max_prompt_length": 16},
            "training": {"output_dir": str(folder / "out"), "max_steps": 2, "prompts_per_step": 8,
@@ -141,7 +146,12 @@ def test_two_processes_update_like_one(tmp_path, tiny_model):
                         "clip_ratio/region", "ratio/max", "completions/mean_length", "frac_reward_zero_std"):
                 assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), (name, key)
         lines = (a.parent / "out" / "completions.jsonl").read_text().splitlines()
-        assert len(lines) == 2 * 8 * 4  # every completion of both ranks, written once
+        per_step = VARIANTS[name].get("prompts_per_step", 8)
+        assert len(lines) == 2 * per_step * 4  # every completion of both ranks, written once
+        if name == "curriculum":
+            assert [m["curriculum/skipped"] for m in ma] == [m["curriculum/skipped"] for m in mb] == [0, 12]
+            step_2 = [json.loads(x)["prompt"] for x in lines[per_step * 4:]][::4]
+            assert step_2 == [f"Count to {i}." for i in (12, 13, 14, 15, 12, 13, 14, 15, 0, 1, 2, 3)]
         if "save_rollouts" in VARIANTS[name]:  # the token-level records of both ranks, written once, in order
             rows_a = [json.loads(x) for x in (a.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]
             rows_b = [json.loads(x) for x in (b.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]

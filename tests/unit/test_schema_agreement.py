@@ -46,6 +46,8 @@ EXPECTED_RANGES: Dict[str, Dict[str, float]] = {
     "training.sapo_tau_negative": {"gt": 0},
     "training.overlong_buffer": {"ge": 0},
     "rollout.max_retries": {"ge": 0, "le": 10},
+    "data.curriculum_patience": {"ge": 1, "le": 1000},
+    "data.curriculum_pause": {"ge": 1, "le": 1000},
     "training.turn_discount": {"ge": 0, "le": 1},
     "training.overlong_penalty": {"ge": 0},
     "training.epsilon": {"gt": 0, "lt": 1},

@@ -36,6 +36,7 @@ from ...runs import names as rn
 from ..batch import CompletionScores, ScoredBatch
 from ..parallel.distributed import Dist
 from ..guards import StaleWeightsError
+from .curriculum import pass_rate_curriculum
 from .dynamic_sampling import groups_with_signal
 from .prompt_order import PromptOrder
 from .stats import shown_prompts, truncated_flags
@@ -65,7 +66,10 @@ class RolloutStage:
         self.rewards += implied_rewards(self.rollout_fn, dict(config.rollout.kwargs), base_dir,
                                         {r.name for r in self.rewards})
         self.rewards += overlong_reward(config)  # DAPO's length shaping, when training.overlong_buffer > 0
-        self.prompt_order = PromptOrder(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle)
+        self.curriculum = pass_rate_curriculum(config.data)  # data.curriculum: pass_rate, else None
+        self.prompt_order = PromptOrder(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle,
+                                        self.curriculum)
+        self.visits: List[Tuple[List[int], List[float]]] = []  # curriculum: (rows, rewards) rolled out this step
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
         self.vocab_size = 0
@@ -86,11 +90,13 @@ class RolloutStage:
         return kwargs
 
     def generate_and_score(self, step: int, rows: List[Dict[str, Any]], sampling: Optional[Dict[str, Any]] = None,
-                           version: int = 0, shaping: bool = True) -> ScoredBatch:
+                           version: int = 0, shaping: bool = True,
+                           row_ids: Optional[Sequence[int]] = None) -> ScoredBatch:
         """This rank's rollout and rewards for its ``rows`` (its ``rollout.weight_version``: the oldest one the
         servers' answers carried, else ``version``, the one they confirmed last); ``sampling``: the rollout's sampling
         settings (default :meth:`sampling_kwargs`; the evaluation passes its own ``n`` and ``temperature``);
-        ``shaping`` false leaves out the training-only length shaping (``training.overlong_buffer``: evaluation).
+        ``shaping`` false leaves out the training-only length shaping (``training.overlong_buffer``: evaluation);
+        ``row_ids``: the training dataset's indices of ``rows``, whose visits the curriculum counts.
 
         Raises:
             RolloutError / RewardError: a user function broke its contract or raised.
@@ -127,16 +133,23 @@ class RolloutStage:
                                   lengths=[len(c) for c in out.completion_ids],
                                   truncated=truncated_flags(out.completion_ids, out.extras, self.eos_ids),
                                   extras=out.extras, weight_versions=[versions] * num_completions)
+        if row_ids is not None and self.curriculum is not None:
+            self.visits.append((list(row_ids), list(scores.rewards)))
         return ScoredBatch(out, scores, generated)
 
-    def rows(self, indices: Sequence[int]) -> List[Dict[str, Any]]:
+    def share(self, indices: Sequence[int]) -> List[int]:
         """This rank's share (whole groups) of the dataset rows ``indices`` (the whole step's)."""
         share = len(indices) // self.dist.world_size  # validate() checked that the step's prompts divide
-        return [self.dataset[i] for i in indices[self.dist.rank * share:(self.dist.rank + 1) * share]]
+        return list(indices[self.dist.rank * share:(self.dist.rank + 1) * share])
 
     def my_rows(self, step: int) -> List[Dict[str, Any]]:
         """This rank's share of step ``step``'s (0-based) prompts."""
-        return self.rows(self.prompt_order.indices(step))
+        return [self.dataset[i] for i in self.share(self.prompt_order.indices(step))]
+
+    def drawn(self, step: int) -> List[int]:
+        """The dataset rows dynamic sampling must not draw again in step ``step``: the step's own, and the prompts the
+        curriculum paused."""
+        return self.prompt_order.indices(step) + (self.curriculum.paused_rows() if self.curriculum else [])
 
     def collect(self, step: int, version: int) -> ScoredBatch:
         """Step ``step``'s (0-based) rollout and rewards, with its ``sampler_lag`` (``version``: the weight version
@@ -149,14 +162,18 @@ class RolloutStage:
         self.version = version
         if self.cfg.training.staleness() > 0:
             return self.from_stream(step, version)
-        return self.checked_version(step, self.play_step(step, self.my_rows(step), version), version, allowed=0)
+        ids = self.share(self.prompt_order.indices(step))
+        return self.checked_version(step, self.play_step(step, ids, version), version, allowed=0)
 
-    def play_step(self, step: int, rows: List[Dict[str, Any]], version: int) -> ScoredBatch:
-        """This rank's rows rolled out and scored; with ``rollout.on_error`` retry or drop, played again one group
-        at a time when the call raises :class:`EpisodeFailure` (:meth:`.failures.EpisodeFailures.play_step`)."""
-        return self.failures.play_step(step, lambda: self.generate_and_score(step, rows, None, version),
+    def play_step(self, step: int, ids: List[int], version: int) -> ScoredBatch:
+        """This rank's dataset rows ``ids`` rolled out and scored; with ``rollout.on_error`` retry or drop, played
+        again one group at a time when the call raises :class:`EpisodeFailure`
+        (:meth:`.failures.EpisodeFailures.play_step`)."""
+        rows = [self.dataset[i] for i in ids]
+        return self.failures.play_step(step, lambda: self.generate_and_score(step, rows, None, version, row_ids=ids),
                                        lambda g, attempt: self.generate_and_score(
-                                           step, [rows[g]], self.group_sampling(step, g, attempt + 1), version),
+                                           step, [rows[g]], self.group_sampling(step, g, attempt + 1), version,
+                                           row_ids=[ids[g]]),
                                        len(rows))
 
     def group_sampling(self, step: int, position: int, attempt: int) -> Dict[str, Any]:
@@ -234,8 +251,22 @@ class RolloutStage:
     def refill(self, step: int, version: int, indices: Sequence[int]) -> Optional[ScoredBatch]:
         """Dynamic sampling's extra round: this rank's share of the dataset rows ``indices``, rolled out and scored
         (``version`` as in :meth:`generate_and_score`); ``None`` when there are none."""
-        rows = self.rows(indices)
-        return self.generate_and_score(step, rows, None, version) if rows else None
+        ids = self.share(indices)
+        return self.generate_and_score(step, [self.dataset[i] for i in ids], None, version, row_ids=ids) if ids \
+            else None
+
+    def count_visits(self) -> None:
+        """Curriculum: count the step's groups of every rank, in rank order, so that every rank keeps the same record
+        (a collective when there is a curriculum)."""
+        if self.curriculum is not None:
+            visits, self.visits = self.visits, []
+            for rank_visits in self.dist.gather(visits):
+                for rows, rewards in rank_visits:
+                    self.curriculum.observe(rows, rewards, self.cfg.sampling.num_generations)
+
+    def metrics(self) -> Dict[str, float]:
+        """The step's ``episodes/*`` (``rollout.on_error``) and ``curriculum/*`` metrics (a collective)."""
+        return {**self.failures.metrics(), **(self.curriculum.metrics() if self.curriculum else {})}
 
     @staticmethod
     def checked_version(step: int, batch: ScoredBatch, current: int, allowed: int) -> ScoredBatch:
