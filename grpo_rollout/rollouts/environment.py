@@ -29,7 +29,7 @@ import numbers
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..user_code.signatures import raised_at
+from ..user_code.signatures import a_type, raised_at
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
 from ..runs import names as rn
@@ -138,7 +138,7 @@ def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
             raise RolloutError(f"env {env!r}: {exc}") from exc
     name = getattr(env, "__name__", type(env).__name__)
     if not inspect.isclass(env):
-        raise RolloutError(f"env {name} is a {type(env).__name__}, not a class; name a class with methods reset(row) "
+        raise RolloutError(f"env {name} is {a_type(env)}, not a class; name a class with methods reset(row) "
                            "and step(text)")
     if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
         raise RolloutError(f"env {name} needs methods reset(row) and step(text)")
@@ -164,7 +164,7 @@ def _make_envs(env_class: Any, count: int, env_kwargs: Optional[Dict[str, Any]])
             raise RolloutError(f"creating the environment {name}(**env_kwargs) raised {type(exc).__name__}: "
                                f"{exc}") from exc
         if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
-            raise RolloutError(f"env {name} made a {type(env).__name__}, which has no reset(row)/step(text) methods; "
+            raise RolloutError(f"env {name} made {a_type(env)}, which has no reset(row)/step(text) methods; "
                                "name a class with those methods")
         envs.append(env)
     return envs

@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..runs import names as rn
 from ..user_code.coroutines import run_coroutine
+from ..user_code.signatures import a_type
 from .contract import RolloutError
 from .environment import call_env
 
@@ -69,7 +70,7 @@ def load_factories(spec: Any, base_dir: Optional[Path] = None) -> Factories:
             except ImportSpecError as exc:
                 raise RolloutError(f"{label} {factory!r}: {exc}") from exc
         if not callable(factory):
-            raise RolloutError(f"{label} is a {type(factory).__name__}, not a class or function making an "
+            raise RolloutError(f"{label} is {a_type(factory)}, not a class or function making an "
                                "environment")
         out[name] = factory
     return out
@@ -88,7 +89,7 @@ def make_environment(factory: Callable[[], Any]) -> Any:
         raise RolloutError(f"creating the environment {label}() raised {type(exc).__name__}: {exc}; an "
                            "environment_factory is called with no arguments") from exc
     if not callable(getattr(env, "reset", None)):
-        raise RolloutError(f"the environment {label}() made a {type(env).__name__}, which has no reset method; TRL's "
+        raise RolloutError(f"the environment {label}() made {a_type(env)}, which has no reset method; TRL's "
                            "environment_factory needs reset(**row)")
     return env
 
@@ -114,7 +115,7 @@ def with_observation(messages: List[Dict[str, Any]], observation: Any, label: st
     if observation is None:
         return messages
     if not isinstance(observation, str):
-        raise RolloutError(f"{label} returned a {type(observation).__name__}; reset must return a string (appended to "
+        raise RolloutError(f"{label} returned {a_type(observation)}; reset must return a string (appended to "
                            "the prompt) or None")
     last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
     if last is None or not isinstance(messages[last].get("content"), str):

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..user_code.signatures import describe, raised_at
+from ..user_code.signatures import a_type, describe, raised_at
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
 from .environment import ENV_EXTRAS, environment_rollout
@@ -107,7 +107,7 @@ class _Episode:
             raise RolloutError(f"the action function {describe(self.to_action)} raised {type(exc).__name__}: "
                                f"{exc}{raised_at(exc)}") from exc
         if not isinstance(action, dict) and not hasattr(action, "model_dump"):
-            raise RolloutError(f"the action function {describe(self.to_action)} returned a {type(action).__name__} "
+            raise RolloutError(f"the action function {describe(self.to_action)} returned {a_type(action)} "
                                f"({str(action)[:40]!r}); it must return the action as a dict (or an OpenEnv Action)")
         try:
             result = self.env.step(action)
@@ -215,7 +215,7 @@ def serve_app(spec: str, base_dir: Optional[Path] = None, timeout_s: float = 60.
             return _SERVED[spec][0]
         app = _function(spec, "server", base_dir)
         if inspect.isclass(app) or not hasattr(app, "routes"):
-            raise RolloutError(f"rollout.kwargs.server {spec} is a {type(app).__name__}, not an OpenEnv app (name the "
+            raise RolloutError(f"rollout.kwargs.server {spec} is {a_type(app)}, not an OpenEnv app (name the "
                                "app that create_app(...) returned)")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -272,7 +272,7 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
                                                                      "path/file.py:name"))
                 continue
             if key == "server" and (inspect.isclass(found) or not hasattr(found, "routes")):
-                problems.append(("rollout.kwargs.server", f"{kwargs[key]} is a {type(found).__name__}, not an "
+                problems.append(("rollout.kwargs.server", f"{kwargs[key]} is {a_type(found)}, not an "
                                  "OpenEnv app", "name the app: app = create_app(MyEnvironment, MyAction, "
                                                 "MyObservation), then server: path/server.py:app"))
     if bool(kwargs.get("url")) == bool(kwargs.get("server")):

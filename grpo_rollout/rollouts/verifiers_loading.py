@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..user_code.signatures import describe, raised_at
+from ..user_code.signatures import a_type, describe, raised_at
 from .contract import RolloutError
 
 INSTALL_FIX = ("pip install 'grpo-rollout[environments]' (its dependencies), then pip install --no-deps "
@@ -119,7 +119,7 @@ def load_env(env: str, env_args: Optional[Dict[str, Any]] = None, base_dir: Opti
     import verifiers as vf
 
     if not isinstance(built, vf.Environment):
-        raise RolloutError(f"{describe(fn)} returned a {type(built).__name__}; it must return a vf.Environment "
+        raise RolloutError(f"{describe(fn)} returned {a_type(built)}; it must return a vf.Environment "
                            "(vf.SingleTurnEnv, vf.MultiTurnEnv, vf.ToolEnv, ...)")
     with _LOCK:
         return _ENVS.setdefault(key, built)

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from .signatures import a_type
+
 
 class ImportSpecError(ValueError):
     """The dotted path or file path does not lead to a callable; the message says which part failed and why."""
@@ -142,5 +144,5 @@ def resolve_callable(spec: str, base_dir: Optional[Path] = None) -> Callable:
     """Like :func:`resolve_object` but also requires the result to be callable."""
     obj = resolve_object(spec, base_dir)
     if not callable(obj):
-        raise ImportSpecError(f"`{spec}` is a {type(obj).__name__}, not a function")
+        raise ImportSpecError(f"`{spec}` is {a_type(obj)}, not a function")
     return obj

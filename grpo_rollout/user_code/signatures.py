@@ -49,6 +49,12 @@ def describe(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def a_type(obj: object) -> str:
+    """``obj``'s type name with its article, for messages: ``an int``, ``a str``."""
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 _OURS = str(Path(__file__).resolve().parent)
 
 

@@ -116,7 +116,7 @@ def test_faults_name_the_server_or_the_function(files, tiny_model):
               action=f"{files}/broken_play.py:to_action")
     # found by a trial user: an action of the wrong type was blamed on the server; a full server on the url
     (files / "odd_play.py").write_text("def to_action(text):\n    return 12345\n")
-    with pytest.raises(RolloutError, match=r"the action function .*to_action returned a int \('12345'\); it must "
+    with pytest.raises(RolloutError, match=r"the action function .*to_action returned an int \('12345'\); it must "
                                            r"return the action as a dict"):
         _play(files, tiny_model, [{"prompt": "x", "upto": 2}], server=f"{files}/count_server.py:app",
               action=f"{files}/odd_play.py:to_action")
@@ -143,7 +143,7 @@ def test_validate_config_checks_the_settings(files):
     assert "no action function" in found["rollout.kwargs.action"].message
     assert "appp" in found["rollout.kwargs.server"].message
     for server, url, key, message in [(f"{files}/count_server.py:CountEnvironment", None, "rollout.kwargs.server",
-                                       "is a ABCMeta, not an OpenEnv app"),
+                                       "is an ABCMeta, not an OpenEnv app"),
                                       (None, "127.0.0.1:8000", "rollout.kwargs.url", "must start with http://")]:
         cfg.rollout.kwargs = {"action": f"{files}/play.py:to_action", **({"server": server} if server else {}),
                               **({"url": url} if url else {})}
