@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import List
 
 from .problems import Problem, add_error, add_warning
-from .schema import Config, TrainingConfig, default_of
+from .schema import Config, DataConfig, RolloutConfig, TrainingConfig, default_of
 
 GSPO_PAPER = "GSPO (Zheng et al. 2025, arXiv:2507.18071)"
 
@@ -97,3 +97,34 @@ def check_precision(config: Config, problems: List[Problem]) -> None:
                   "set model.dtype: bfloat16 (float32's range, no scaler needed; CPUs and GPUs from NVIDIA Ampere "
                   "on), or float32 on an older GPU")
 
+
+def check_unused_settings(config: Config, problems: List[Problem]) -> None:
+    """Warnings for keys set away from their default that change nothing under the rest of the config (a CISPO bound
+    without ``loss_type: cispo``, a curriculum setting without the curriculum, turn-level credit with a rollout that
+    has one turn, ...): the run would train as if they were not there."""
+    t, d, r = config.training, config.data, config.rollout
+    single_turn = not r.function or r.function.endswith("verifiers:verifiers_rollout")  # no turn_starts
+    unused = [  # (section, key, the config that uses it, whether this config does)
+        (TrainingConfig, "cispo_epsilon_low", "training.loss_type: cispo", t.loss_type == "cispo"),
+        (TrainingConfig, "cispo_epsilon_high", "training.loss_type: cispo", t.loss_type == "cispo"),
+        (TrainingConfig, "sapo_tau_positive", "training.loss_type: sapo", t.loss_type == "sapo"),
+        (TrainingConfig, "sapo_tau_negative", "training.loss_type: sapo", t.loss_type == "sapo"),
+        (TrainingConfig, "turn_discount", "training.credit: turn", t.credit == "turn"),
+        (TrainingConfig, "overlong_penalty", "training.overlong_buffer > 0", t.overlong_buffer != 0),
+        (RolloutConfig, "max_retries", "rollout.on_error: retry", r.on_error == "retry"),
+        (DataConfig, "curriculum_patience", "data.curriculum: pass_rate", d.curriculum == "pass_rate"),
+        (DataConfig, "curriculum_pause", "data.curriculum: pass_rate", d.curriculum == "pass_rate"),
+        (DataConfig, "curriculum_success_reward", "data.curriculum: pass_rate", d.curriculum == "pass_rate"),
+    ]
+    sections = {TrainingConfig: ("training", t), RolloutConfig: ("rollout", r), DataConfig: ("data", d)}
+    for model, key, needs, used in unused:
+        name, values = sections[model]
+        value = getattr(values, key)
+        if not used and value != default_of(model, key):
+            add_warning(problems, f"{name}.{key}", value, f"changes nothing without {needs}",
+                        f"set {needs}, or leave {name}.{key} out", depends_on=(f"{name}.{key}",))
+    if t.credit == "turn" and single_turn:
+        add_warning(problems, "training.credit", t.credit, "changes nothing with a rollout that gives no turn starts "
+                    f"({r.function or 'the built-in single-turn sampling'}): each completion is one turn, credited "
+                    "with its episode's advantage", "use credit: episode, or a multi-turn rollout (an environment, "
+                    "tool calling)", depends_on=("training.credit",))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from ..config.algorithm_checks import check_algorithm, check_importance_level, check_precision
+from ..config.algorithm_checks import (check_algorithm, check_importance_level, check_precision,
+                                       check_unused_settings)
 from ..config.batch_checks import check_batch
 from ..config.loading import LoadedConfig, load_config
 from ..config.problems import Problem
@@ -32,7 +33,8 @@ Check = Callable[[Config, List[Problem]], None]
 
 #: the checks of a config on its own (grpo_rollout.config: values and ranges, algorithm, the micro-batch split), in the
 #: order they report
-CONFIG_CHECKS: List[Check] = [check_values, check_precision, check_importance_level, check_algorithm, check_batch]
+CONFIG_CHECKS: List[Check] = [check_values, check_precision, check_importance_level, check_algorithm,
+                              check_unused_settings, check_batch]
 ALL_STATIC_CHECKS: List[Check] = [*CONFIG_CHECKS, check_turn_budget, check_sampling_agreement, check_server_args,
                                   check_server_exposure, check_sleep, check_paths]
 

@@ -283,3 +283,39 @@ def test_max_inflight_groups_that_cannot_take_effect_is_a_warning():
     check_processes(make(training__max_staleness=2, training__prompts_per_step=4, training__max_inflight_groups=12,
                          vllm__mode="spawn"), problems, 1)
     assert not problems
+
+
+# --- settings that change nothing under the rest of the config --------------------------------------------------
+
+@pytest.mark.parametrize("settings, key, needs", [
+    (dict(training__cispo_epsilon_high=2.0), "training.cispo_epsilon_high", "training.loss_type: cispo"),
+    (dict(training__sapo_tau_negative=2.0, training__loss_type="cispo"), "training.sapo_tau_negative",
+     "training.loss_type: sapo"),
+    (dict(training__turn_discount=0.9), "training.turn_discount", "training.credit: turn"),
+    (dict(training__overlong_penalty=0.5), "training.overlong_penalty", "training.overlong_buffer > 0"),
+    (dict(rollout__max_retries=5, rollout__on_error="drop"), "rollout.max_retries", "rollout.on_error: retry"),
+    (dict(data__curriculum_patience=3), "data.curriculum_patience", "data.curriculum: pass_rate"),
+    (dict(data__curriculum_success_reward=0.5), "data.curriculum_success_reward", "data.curriculum: pass_rate"),
+])
+def test_a_setting_that_changes_nothing_is_a_warning(settings, key, needs):
+    from grpo_rollout.config.algorithm_checks import check_unused_settings
+
+    [p] = run(check_unused_settings, make(**settings))
+    assert (p.key, p.severity) == (key, "warning")
+    assert p.message == f"changes nothing without {needs}" and p.fix.startswith(f"set {needs}")
+    used = {"training.loss_type: cispo": dict(training__loss_type="cispo"),
+            "training.loss_type: sapo": dict(training__loss_type="sapo"),
+            "training.credit: turn": dict(training__credit="turn", rollout__function="env.py:play"),
+            "training.overlong_buffer > 0": dict(training__overlong_buffer=4),
+            "rollout.on_error: retry": dict(rollout__on_error="retry"),
+            "data.curriculum: pass_rate": dict(data__curriculum="pass_rate")}[needs]
+    assert run(check_unused_settings, make(**{**settings, **used})) == []
+
+
+def test_turn_credit_with_a_single_turn_rollout_is_a_warning():
+    from grpo_rollout.config.algorithm_checks import check_unused_settings
+
+    [p] = run(check_unused_settings, make(training__credit="turn"))
+    assert p.key == "training.credit" and "the built-in single-turn sampling" in p.message
+    assert run(check_unused_settings, make(training__credit="turn",
+                                           rollout__function="grpo_rollout.rollouts:tool_calling_rollout")) == []
