@@ -112,3 +112,16 @@ def test_drop_with_streaming_is_refused(project, errs):
     cfg["vllm"] = {"mode": "attach", "url": "http://127.0.0.1:9"}
     assert "cannot leave a group out of a streamed step" in errs(project.check(cfg, load_data=False),
                                                                 "rollout.on_error")[0].message
+
+
+def test_a_streamed_group_played_again_gets_a_seed_no_other_attempt_has():
+    """A streamed group's seed used ``attempt + 100 × retry``: the 100th stale re-roll and the first retry after an
+    EpisodeFailure shared a seed. The retry is now a part of the seed of its own; a first play keeps its seed."""
+    from grpo_rollout.generation.seeds import derive_seed
+    from grpo_rollout.trainer.rollout.stage import RolloutStage
+
+    stage = SimpleNamespace(sampling_kwargs=lambda step: {"seed": 7 + step, "n": 4}, dist=SimpleNamespace(rank=1))
+    seed = lambda attempt, retry: RolloutStage.group_sampling(stage, 3, 5, attempt, retry)["seed"]  # noqa: E731
+    assert seed(0, 0) == derive_seed(10, "group", 1, 5, 0)  # as before
+    seeds = {seed(attempt, retry) for attempt in (0, 1, 100) for retry in (0, 1, 2)}
+    assert len(seeds) == 9

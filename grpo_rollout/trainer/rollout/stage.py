@@ -176,12 +176,14 @@ class RolloutStage:
                                            row_ids=[ids[g]]),
                                        len(rows))
 
-    def group_sampling(self, step: int, position: int, attempt: int) -> Dict[str, Any]:
+    def group_sampling(self, step: int, position: int, attempt: int, retry: int = 0) -> Dict[str, Any]:
         """The sampling settings of one group played alone: seeded from step ``step``'s seed, the group's
-        ``position`` in this rank's prompt sequence and its ``attempt``."""
+        ``position`` in this rank's prompt sequence, its ``attempt`` and, for a group played again after an
+        :class:`EpisodeFailure` (``rollout.on_error: retry``), its ``retry``."""
         sampling = self.sampling_kwargs(step)
         if sampling["seed"] is not None:
-            sampling["seed"] = derive_seed(sampling["seed"], "group", self.dist.rank, position, attempt)
+            parts = (self.dist.rank, position, attempt) + (("retry", retry) if retry else ())
+            sampling["seed"] = derive_seed(sampling["seed"], "group", *parts)
         return sampling
 
     # -- streaming (training.max_staleness >= 1) ---------------------------------------------------------------------
@@ -233,8 +235,8 @@ class RolloutStage:
         """One group: ``row``'s rollout and rewards. Seeded from step ``step``'s seed, the group's ``position`` in
         this rank's prompt sequence and its ``attempt`` (a group rolled again gets another seed): each group is its
         own call, so two groups of the same prompt text (a repeated dataset row) must not share a seed."""
-        return self.failures.play_group(lambda extra: self.generate_and_score(
-            step, [row], self.group_sampling(step, position, attempt + 100 * extra), self.version))
+        return self.failures.play_group(lambda retry: self.generate_and_score(
+            step, [row], self.group_sampling(step, position, attempt, retry), self.version))
 
     def trained(self) -> None:
         """The step's groups were trained (streaming: their prompts now count as used)."""
