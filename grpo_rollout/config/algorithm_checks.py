@@ -104,11 +104,14 @@ def check_unused_settings(config: Config, problems: List[Problem]) -> None:
     has one turn, ...): the run would train as if they were not there."""
     t, d, r = config.training, config.data, config.rollout
     single_turn = not r.function or r.function.endswith("verifiers:verifiers_rollout")  # no turn_starts
+    # a loss_function replaces the policy term of every loss_type
+    cispo, sapo = (f"training.loss_type: {kind}" + (" (and no training.loss_function)" if t.loss_function else "")
+                   for kind in ("cispo", "sapo"))
     unused = [  # (section, key, the config that uses it, whether this config does)
-        (TrainingConfig, "cispo_epsilon_low", "training.loss_type: cispo", t.loss_type == "cispo"),
-        (TrainingConfig, "cispo_epsilon_high", "training.loss_type: cispo", t.loss_type == "cispo"),
-        (TrainingConfig, "sapo_tau_positive", "training.loss_type: sapo", t.loss_type == "sapo"),
-        (TrainingConfig, "sapo_tau_negative", "training.loss_type: sapo", t.loss_type == "sapo"),
+        (TrainingConfig, "cispo_epsilon_low", cispo, t.loss_type == "cispo" and not t.loss_function),
+        (TrainingConfig, "cispo_epsilon_high", cispo, t.loss_type == "cispo" and not t.loss_function),
+        (TrainingConfig, "sapo_tau_positive", sapo, t.loss_type == "sapo" and not t.loss_function),
+        (TrainingConfig, "sapo_tau_negative", sapo, t.loss_type == "sapo" and not t.loss_function),
         (TrainingConfig, "turn_discount", "training.credit: turn", t.credit == "turn"),
         (TrainingConfig, "overlong_penalty", "training.overlong_buffer > 0", t.overlong_buffer != 0),
         (RolloutConfig, "max_retries", "rollout.on_error: retry", r.on_error == "retry"),

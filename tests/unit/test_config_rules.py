@@ -312,6 +312,15 @@ def test_a_setting_that_changes_nothing_is_a_warning(settings, key, needs):
     assert run(check_unused_settings, make(**{**settings, **used})) == []
 
 
+def test_cispo_bounds_with_a_loss_function_of_yours_change_nothing():
+    from grpo_rollout.config.algorithm_checks import check_unused_settings
+
+    [p] = run(check_unused_settings, make(training__loss_type="cispo", training__cispo_epsilon_high=2.0,
+                                          training__loss_function="loss.py:mine"))
+    assert p.key == "training.cispo_epsilon_high"
+    assert p.message == "changes nothing without training.loss_type: cispo (and no training.loss_function)"
+
+
 def test_turn_credit_with_a_single_turn_rollout_is_a_warning():
     from grpo_rollout.config.algorithm_checks import check_unused_settings
 
