@@ -77,6 +77,12 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                   f"max_staleness {t.staleness()}): a stream draws its prompts before the earlier steps' rewards are "
                   "known, at times that differ between runs and ranks", "use max_staleness: 0 with the curriculum, "
                   "or curriculum: none", depends_on=("data.curriculum", "training.max_staleness"))
+    for i, r in enumerate(config.rewards):
+        if t.overlong_buffer and r.function.rsplit(":", 1)[-1] == "overlong_penalty":
+            add_error(problems, f"rewards[{i}].function", r.function, "has the name of training.overlong_buffer's "
+                      "built-in penalty (logged as rewards/overlong_penalty): the two would be logged, and left out "
+                      "of held-out evaluation, as one", "rename your function (e.g. length_penalty), or set "
+                      "training.overlong_buffer: 0 and keep yours", depends_on=(f"rewards[{i}].function",))
     if isinstance(t.overlong_buffer, int) and isinstance(s.max_completion_length, int) \
             and t.overlong_buffer >= s.max_completion_length > 0:
         add_error(problems, "training.overlong_buffer", t.overlong_buffer,

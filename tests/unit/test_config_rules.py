@@ -328,3 +328,14 @@ def test_turn_credit_with_a_single_turn_rollout_is_a_warning():
     assert p.key == "training.credit" and "the built-in single-turn sampling" in p.message
     assert run(check_unused_settings, make(training__credit="turn",
                                            rollout__function="grpo_rollout.rollouts:tool_calling_rollout")) == []
+
+
+def test_a_reward_named_like_the_overlong_penalty_is_an_error():
+    from grpo_rollout.config.algorithm_checks import check_algorithm
+
+    config = make(training__overlong_buffer=4)
+    config.rewards = [RewardConfig(function="rewards.py:overlong_penalty")]
+    [p] = run(check_algorithm, config)
+    assert (p.key, p.severity) == ("rewards[0].function", "error") and "rename your function" in p.fix
+    config.training.overlong_buffer = 0
+    assert run(check_algorithm, config) == []
