@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from .signatures import a_type
+from .signatures import USER_MODULE_PREFIX, a_type
 
 
 class ImportSpecError(ValueError):
@@ -57,7 +57,7 @@ def module_name_for(path: Path) -> str:
     hash of it), so ``a/x/y/r.py`` and ``b/x/y/r.py`` are two modules."""
     path = path.resolve()
     stem = re.sub(r"\W", "_", path.stem)
-    return f"grpo_rollout_user_{stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    return f"{USER_MODULE_PREFIX}{stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
 
 
 def _load_file(file_part: str, base_dir: Optional[Path]) -> Any:

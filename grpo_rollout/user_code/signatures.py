@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping
 
@@ -44,9 +46,22 @@ def select_kwargs(fn: Callable, available: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in available.items() if k in names}
 
 
+#: the ``sys.modules`` names of user files loaded by path start with this (:func:`~.resolve.module_name_for`)
+USER_MODULE_PREFIX = "grpo_rollout_user_"
+
+
 def describe(fn: Callable) -> str:
-    """``module.qualname`` of a function, for messages."""
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    """A function's name for messages: ``module.qualname``, or ``path/file.py:qualname`` for a function from a user
+    file loaded by its path (whose module name is internal), the path relative to the current folder when under it."""
+    module, name = getattr(fn, "__module__", None) or "?", getattr(fn, "__qualname__", repr(fn))
+    file = getattr(sys.modules.get(module), "__file__", None) if module.startswith(USER_MODULE_PREFIX) else None
+    if file:
+        path, cwd = Path(file), Path.cwd()
+        if cwd != Path(cwd.anchor):
+            with contextlib.suppress(ValueError):
+                path = path.relative_to(cwd)
+        return f"{path}:{name}"
+    return f"{module}.{name}"
 
 
 def a_type(obj: object) -> str:

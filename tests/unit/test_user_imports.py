@@ -63,3 +63,19 @@ def test_a_failing_user_file_leaves_sys_path_and_sys_modules_clean(tmp_path):
     with pytest.raises(ImportSpecError, match="RuntimeError: boom"):
         resolve_callable(f"{path}:reward")
     assert sys.path == before and module_name_for(path) not in sys.modules
+
+
+def test_messages_name_a_user_file_by_its_path_not_its_internal_module(tmp_path, monkeypatch):
+    """A typo in a verifiers env_args named `grpo_rollout_user_env_261d7d0989a4.load_environment`."""
+    from grpo_rollout.user_code.signatures import describe
+
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "env.py").write_text("def load_environment(max_turns=2):\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    fn = resolve_callable("examples/env.py:load_environment", tmp_path)
+    assert describe(fn) == "examples/env.py:load_environment"
+    monkeypatch.chdir(tmp_path / "examples")
+    assert describe(fn) == "env.py:load_environment"
+    monkeypatch.chdir("/")
+    assert describe(fn) == f"{tmp_path}/examples/env.py:load_environment"  # outside the current folder: whole
+    assert describe(module_name_for) == "grpo_rollout.user_code.resolve.module_name_for"
