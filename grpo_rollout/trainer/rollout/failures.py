@@ -117,6 +117,8 @@ class EpisodeFailures:
             return play(0)
         counts = FailureCounts()
         batch, failure = play_group(play, self.n, self.on_error, self.max_retries, counts)
+        if batch is None:
+            counts.dropped -= self.n  # not left out: the stream stops the run
         with self.lock:
             self.counts.add(counts)
         if batch is None:
