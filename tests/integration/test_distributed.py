@@ -55,7 +55,8 @@ VARIANTS = {
     "dynamic_sampling_rollouts": {"loss_type": "dapo", "save_rollouts": "every",
                                   "dynamic_sampling": {"enabled": True, "max_rounds": 2}},
     # every completion counts as solved: step 1's 12 prompts sit out their next turn, so step 2 draws rows 12-15,
-    # skips rows 0-11 of epoch 1, then 12-15 and 0-3: every rank must hold every rank's record to draw that
+    # skips rows 0-11 of epoch 1 and passes over 12-15 (drawn already), then 0-7: every rank must hold every rank's
+    # record to draw that
     "curriculum": {"prompts_per_step": 12, "data": {"curriculum": "pass_rate", "curriculum_patience": 1,
                                                      "curriculum_success_reward": -1.0}},
 }
@@ -149,9 +150,9 @@ def test_two_processes_update_like_one(tmp_path, tiny_model):
         per_step = VARIANTS[name].get("prompts_per_step", 8)
         assert len(lines) == 2 * per_step * 4  # every completion of both ranks, written once
         if name == "curriculum":
-            assert [m["curriculum/skipped"] for m in ma] == [m["curriculum/skipped"] for m in mb] == [0, 12]
+            assert [m["curriculum/skipped"] for m in ma] == [m["curriculum/skipped"] for m in mb] == [0, 16]
             step_2 = [json.loads(x)["prompt"] for x in lines[per_step * 4:]][::4]
-            assert step_2 == [f"Count to {i}." for i in (12, 13, 14, 15, 12, 13, 14, 15, 0, 1, 2, 3)]
+            assert step_2 == [f"Count to {i}." for i in (12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)]
         if "save_rollouts" in VARIANTS[name]:  # the token-level records of both ranks, written once, in order
             rows_a = [json.loads(x) for x in (a.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]
             rows_b = [json.loads(x) for x in (b.parent / "out" / "rollouts" / "step_2.jsonl").read_text().splitlines()]

@@ -156,4 +156,40 @@ def test_streaming_is_refused_with_a_fix():
                                          "rewards": ["m:f"], "training": {"max_staleness": 1}})
     check_algorithm(config, problems)  # validate-config's check
     [problem] = [p for p in problems if p.key == "data.curriculum"]
-    assert problem.is_error and "max_staleness: 0" in problem.fix
+    assert problem.is_error and "max_staleness: 0" in problem.fix and "(training.max_staleness 1)" in problem.message
+
+
+def test_dynamic_sampling_refills_skip_the_prompts_that_sat_out_or_are_paused():
+    """From a trial user: a draw used up the paused prompts' last turn to sit out, so paused_rows() was empty and
+    dynamic sampling's refill rolled out all 10 prompts, the 7 that "sat out" among them. Every prompt always solved,
+    10 rows, 4 per step, patience 1, pause 1."""
+    from types import SimpleNamespace
+
+    from grpo_rollout.trainer.rollout.dynamic_sampling import refill_indices
+    from grpo_rollout.trainer.rollout.stage import RolloutStage
+
+    curriculum = PassRateCurriculum(1, 1, 1.0)
+    order = PromptOrder(10, 4, seed=0, shuffle=False, curriculum=curriculum)
+    stage = SimpleNamespace(prompt_order=order, curriculum=curriculum)
+    refills, skipped = [], []
+    for step in range(5):
+        rows = order.indices(step)
+        refills.append(refill_indices(step, 1, 10, 4, 0, RolloutStage.drawn(stage, step)))
+        skipped.append(curriculum.metrics()["curriculum/skipped"])
+        _see(order, rows, *[ALL] * 4)
+    assert order.indices(4) == [6, 7, 8, 9]
+    # step 2 (rows 8 9 0 1) found every other row sitting out; step 3 (2 3 4 5) leaves 6 and 7 to refill from
+    assert refills == [[7, 6, 9, 4], [8, 9], [], [6, 7], []]
+    assert skipped == [0, 0, 10, 0, 10]
+
+
+def test_a_step_does_not_take_a_row_twice_when_it_has_enough_rows():
+    """From a trial user: with the other prompts sitting out, a draw past an epoch's end took rows 8 and 9 twice in
+    one step (its second turn came before the first visit's result). Now that turn is passed over (counted as
+    skipped); a dataset smaller than a step still repeats rows, as without a curriculum."""
+    order = PromptOrder(10, 4, seed=0, shuffle=False, curriculum=PassRateCurriculum(1, 1, 1.0))
+    for step in range(2):
+        _see(order, order.indices(step), *[ALL] * 4)
+    assert order.indices(2) == [8, 9, 0, 1]  # positions 8 9, rows 0-7 sit out, 8 9 passed over, then 0 1
+    small = PromptOrder(3, 4, seed=0, shuffle=False, curriculum=PassRateCurriculum(1, 1, 1.0))
+    assert small.indices(0) == [0, 1, 2, 0]

@@ -78,6 +78,10 @@ class PassRateCurriculum:
         self._skipped += 1
         return False
 
+    def pass_over(self, row: int) -> None:
+        """Count a turn of ``row`` that the order passed over: its next turn came within the step that drew it."""
+        self._skipped += 1
+
     def observe(self, rows: Sequence[int], rewards: Sequence[float], num_generations: int) -> None:
         """Count one visit of each of ``rows`` (dataset rows, one group each): ``rewards`` are their completions'
         total rewards, ``num_generations`` per group, group after group."""

@@ -15,8 +15,9 @@ class PromptOrder:
     resumed with another ``P`` neither repeats nor skips prompts.
 
     With a ``curriculum`` (:class:`~.curriculum.PassRateCurriculum`) a step takes the next ``P`` positions whose row
-    the curriculum admits, skipping paused rows' positions: the order then depends on the rewards seen so far, so the
-    steps are drawn once each, in order, and the curriculum's record travels with :meth:`position`.
+    the curriculum admits, skipping paused rows' positions, and a row's next turn within the same step (unless the
+    dataset has fewer than ``P`` rows): the order then depends on the rewards seen so far, so the steps are drawn once
+    each, in order, and the curriculum's record travels with :meth:`position`.
 
     Args:
         num_rows: dataset size (> 0). prompts_per_step: ``P``. seed: base seed. shuffle: permute each epoch.
@@ -31,7 +32,8 @@ class PromptOrder:
         self.curriculum = curriculum
         self._epochs: dict[int, List[int]] = {}
         self._origin_step, self._origin_position = 0, 0
-        self._draws: Dict[int, Tuple[int, List[int]]] = {}  # with a curriculum: step -> (first position, rows)
+        # with a curriculum: step -> (first position, rows drawn, rows that sat out their turn)
+        self._draws: Dict[int, Tuple[int, List[int], List[int]]] = {}
         self._end = 0  # with a curriculum: the position after the last step drawn
         #: streaming rollouts: every rank's place in its prompt sequence at the checkpoint resumed from
         #: (:meth:`~.stage.RolloutStage.stream_state`), or ``None``
@@ -76,25 +78,37 @@ class PromptOrder:
         start = self._start(step)
         return [self._row(pos) for pos in range(start, start + self.per_step)]
 
-    def _draw(self, step: int) -> Tuple[int, List[int]]:
-        """With a curriculum: step ``step``'s first position and rows, drawn once (the curriculum's skips count)."""
+    def sat_out(self, step: int) -> List[int]:
+        """With a curriculum: the rows that sat out their turn in step ``step``'s draw (empty without one)."""
+        return list(self._draw(step)[2]) if self.curriculum is not None else []
+
+    def _draw(self, step: int) -> Tuple[int, List[int], List[int]]:
+        """With a curriculum: step ``step``'s first position, rows, and the rows that sat out their turn, drawn once
+        (the curriculum's skips count)."""
         if step in self._draws:
             return self._draws[step]
         next_step, position = self._next_draw()
         if step != next_step:
             raise RuntimeError(f"the prompt order draws step {step + 1} before step {next_step + 1} (a curriculum "
                                "draws the steps in order)")
-        first, rows = position, []
+        first, rows, skipped = position, [], []
         self.curriculum.start_draw()
-        while len(rows) < self.per_step:  # ends: each skip uses up one of a paused row's turns
+        distinct = self.num_rows >= self.per_step  # else a step must take some rows twice
+        # ends: each skip uses up one of a paused row's turns, and a step holds at most num_rows distinct rows
+        while len(rows) < self.per_step:
             row = self._row(position)
             position += 1
-            if self.curriculum.admits(row):
+            if not self.curriculum.admits(row):
+                skipped.append(row)
+            elif distinct and row in rows:  # its next turn came within this step: passed over (its result is unknown)
+                self.curriculum.pass_over(row)
+                skipped.append(row)
+            else:
                 rows.append(row)
         self._draws = {s: d for s, d in self._draws.items() if s >= step - 1}
-        self._draws[step] = (first, rows)
+        self._draws[step] = (first, rows, skipped)
         self._end = position
-        return first, rows
+        return self._draws[step]
 
     def _next_draw(self) -> Tuple[int, int]:
         """With a curriculum: the next step to draw and its first position."""

@@ -147,9 +147,10 @@ class RolloutStage:
         return [self.dataset[i] for i in self.share(self.prompt_order.indices(step))]
 
     def drawn(self, step: int) -> List[int]:
-        """The dataset rows dynamic sampling must not draw again in step ``step``: the step's own, and the prompts the
-        curriculum paused."""
-        return self.prompt_order.indices(step) + (self.curriculum.paused_rows() if self.curriculum else [])
+        """The dataset rows dynamic sampling must not draw in step ``step``: the step's own, and with a curriculum the
+        prompts paused, and those that sat out their turn in the step's draw (their last turn to sit out, maybe)."""
+        order = self.prompt_order
+        return order.indices(step) + (self.curriculum.paused_rows() + order.sat_out(step) if self.curriculum else [])
 
     def collect(self, step: int, version: int) -> ScoredBatch:
         """Step ``step``'s (0-based) rollout and rewards, with its ``sampler_lag`` (``version``: the weight version
