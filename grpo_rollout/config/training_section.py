@@ -3,7 +3,7 @@ sampling, checkpoints and logging cadence. One field per key, as in :mod:`.schem
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Tuple
 
 from pydantic import AfterValidator, model_validator
 from pydantic_core import PydanticCustomError
@@ -132,6 +132,13 @@ class TrainingConfig(Section):
         if self.max_staleness is not None:
             return self.max_staleness
         return 1 if self.async_generation else 0
+
+    def streaming_setting(self) -> Tuple[str, str]:
+        """For messages about streamed rollouts: the setting that turned them on as written (``training.max_staleness
+        2`` or ``training.async_generation true``) and the value that turns them off."""
+        if self.max_staleness is not None:
+            return f"training.max_staleness {self.max_staleness}", "max_staleness: 0"
+        return "training.async_generation true", "async_generation: false"
 
     @model_validator(mode="after")
     def _one_async_key(self) -> "TrainingConfig":

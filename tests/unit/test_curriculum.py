@@ -157,6 +157,13 @@ def test_streaming_is_refused_with_a_fix():
     check_algorithm(config, problems)  # validate-config's check
     [problem] = [p for p in problems if p.key == "data.curriculum"]
     assert problem.is_error and "max_staleness: 0" in problem.fix and "(training.max_staleness 1)" in problem.message
+    # from a trial user: async_generation (max_staleness' alias) was named as "max_staleness 1", and the fix
+    # "max_staleness: 0" then clashed with async_generation
+    config, problems = config_from_dict({"data": {"train": "x.jsonl", "curriculum": "pass_rate"},
+                                         "rewards": ["m:f"], "training": {"async_generation": True}})
+    check_algorithm(config, problems)
+    [problem] = [p for p in problems if p.key == "data.curriculum"]
+    assert "(training.async_generation true)" in problem.message and "use async_generation: false" in problem.fix
 
 
 def test_dynamic_sampling_refills_skip_the_prompts_that_sat_out_or_are_paused():
