@@ -73,7 +73,7 @@ def validate_config(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = 
     if loaded.config is not None and not quiet:
         if errors:
             console.print("Resolved config (a value rejected while loading shows its default):")
-        print_summary(console, loaded.config)
+        print_summary(console, loaded.config, None if errors or skip_data else _rows(loaded))
     if errors:
         if loaded.config is not None and not quiet:  # the table is above the resolved config: say where to look
             console.print(f"[red]✗[/] {config} has {len(errors)} error(s): see the table of problems above")
@@ -83,6 +83,15 @@ def validate_config(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = 
         from .dry_run_cmd import run_dry_run
 
         raise typer.Exit(run_dry_run(console, loaded.config, loaded.base_dir))
+
+
+def _rows(loaded) -> Optional[int]:
+    """The training dataset's rows, for a length in ``training.num_epochs`` (``None`` without; the check loaded it)."""
+    if loaded.config.training.num_epochs is None:
+        return None
+    from ..data import load_section
+
+    return len(load_section(loaded.config.data, loaded.base_dir))
 
 
 @app.command()

@@ -10,6 +10,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from ..config import Config, Problem, to_yaml
+from ..config.batch_checks import steps_for_epochs
 from ..config.fields import field_at, section_of
 
 
@@ -53,13 +54,14 @@ def print_problems(console: Console, problems: List[Problem]) -> None:
     console.print(f"[red]{errors} error(s)[/], [yellow]{warnings} warning(s)[/]")
 
 
-def print_summary(console: Console, config: Config) -> None:
-    """The resolved config as YAML and the batch arithmetic of one step."""
+def print_summary(console: Console, config: Config, rows: Optional[int] = None) -> None:
+    """The resolved config as YAML and the batch arithmetic of one step (``rows``: the dataset's, for
+    ``training.num_epochs``)."""
     console.print(Syntax(to_yaml(config), "yaml", theme="ansi_dark", background_color="default"))
     table = Table(title="Batch arithmetic", show_header=False)
     table.add_column("what")
     table.add_column("count", justify="right", style="bold")
-    for what, count in batch_arithmetic(config).items():
+    for what, count in batch_arithmetic(config, rows).items():
         table.add_row(what, f"{count:,}")
     console.print(table)
     from ..generation.server.gpu_share import planned_split
@@ -69,16 +71,22 @@ def print_summary(console: Console, config: Config) -> None:
         console.print(escape(split))
 
 
-def batch_arithmetic(config: Config) -> Dict[str, int]:
-    """How a step splits: sequences per step, micro-batches (forward/backward passes) per step, totals."""
+def batch_arithmetic(config: Config, rows: Optional[int] = None) -> Dict[str, int]:
+    """How a step splits: sequences per step, micro-batches (forward/backward passes) per step, totals. With
+    ``training.num_epochs`` the steps come from the dataset's ``rows`` (no totals when they are not known)."""
     s, t = config.sampling, config.training
     seqs = t.prompts_per_step * s.num_generations
     micro = -(-seqs // max(t.micro_batch_size, 1)) * t.num_iterations
-    return {
+    out = {
         "prompts per step": t.prompts_per_step,
         "sequences per step (prompts × num_generations)": seqs,
         "micro-batches per step (× num_iterations)": micro,
         "optimizer updates per step": t.num_iterations,
-        "total sequences": seqs * t.max_steps,
-        "total optimizer updates": t.num_iterations * t.max_steps,
     }
+    steps = t.max_steps
+    if t.num_epochs is not None:
+        if not rows:
+            return out
+        steps = out[f"steps ({t.num_epochs:g} epochs of {rows} rows)"] = steps_for_epochs(t.num_epochs, rows,
+                                                                                           t.prompts_per_step)
+    return {**out, "total sequences": seqs * steps, "total optimizer updates": t.num_iterations * steps}

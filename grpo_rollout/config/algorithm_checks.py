@@ -133,6 +133,11 @@ def check_unused_settings(config: Config, problems: List[Problem]) -> None:
         if not used and value != default_of(model, key):
             add_warning(problems, f"{name}.{key}", value, f"changes nothing without {needs}",
                         f"set {needs}, or leave {name}.{key} out", depends_on=(f"{name}.{key}",))
+    if t.num_epochs is not None and t.max_steps != default_of(TrainingConfig, "max_steps"):
+        add_warning(problems, "training.max_steps", t.max_steps, f"is replaced by training.num_epochs "
+                    f"({t.num_epochs:g}): the run's length is then in passes over the data",
+                    "leave training.max_steps out, or training.num_epochs out to train max_steps steps",
+                    depends_on=("training.max_steps", "training.num_epochs"))
     if t.credit == "turn" and single_turn:
         add_warning(problems, "training.credit", t.credit, "changes nothing with a rollout that gives no turn starts "
                     f"({r.function or 'the built-in single-turn sampling'}): each completion is one turn, credited "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, List, Optional
 
 from .problems import Problem, add_error as _err
@@ -11,6 +12,12 @@ from .schema import Config
 _WINDOW = 10_000  # how far from the configured value check_batch looks for a value that would divide
 # the keys the micro-batch split is computed from: with an error at one of them, a split error would be a follow-on
 _SPLIT_KEYS = ("sampling.num_generations", "training.prompts_per_step", "training.micro_batch_size")
+
+
+def steps_for_epochs(num_epochs: float, num_rows: int, prompts_per_step: int) -> int:
+    """Steps that ``num_epochs`` passes over ``num_rows`` prompts take at ``prompts_per_step`` prompts a step
+    (``ceil``: a last partial step is taken; the prompt order runs on into the next epoch's permutation)."""
+    return max(1, math.ceil(num_epochs * num_rows / prompts_per_step - 1e-9))
 
 
 def check_batch(config: Config, problems: List[Problem]) -> None:

@@ -28,7 +28,8 @@ class TrainingConfig(Section):
 
     output_dir: str = setting("outputs/run", "The run folder: checkpoints, metrics, logs (relative to the current "
                               "folder)")
-    max_steps: int = setting(100, "Training steps", ge=1)
+    max_steps: int = setting(100, "Training steps (replaced by num_epochs when that is set)", ge=1,
+                             fix="e.g. 100; or leave it out and set training.num_epochs for passes over the data")
     num_epochs: Optional[float] = setting(None, "Passes over the dataset instead of max_steps: ceil(num_epochs × "
                                           "rows / prompts_per_step) steps", gt=0, fix="e.g. 1 or 2.5")
     prompts_per_step: int = setting(8, "Prompts rolled out per step, num_generations completions each", ge=1)

@@ -69,6 +69,8 @@ def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
     if value is None and tp is str and info is not None and info.default == "":  # `data.eval=null`
         return Problem(key, value, "expected str, got null", f'for none, leave it empty: `{key}: ""` in YAML, '
                        f"`{key}=` on the command line")
+    if value is None and info is not None and rule_of(info).fix:  # `training.max_steps=null`: the key's own advice
+        return Problem(key, value, f"expected {type_name(tp)}, got null", rule_of(info).fix)
     return Problem(key, value, f"expected {type_name(tp)}, got {type(value).__name__}", f"set `{key}` to "
                    f"{type_name(tp)}")
 

@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import Config, ConfigError, config_dict
+from ..config.batch_checks import steps_for_epochs
 from ..preflight import validate
 from ..data import load_section
 from ..generation.vllm_client import ServerError
@@ -93,12 +93,6 @@ def train(config: Config, base_dir: Optional[Path] = None, resume: Optional[str]
         return result
     finally:
         dist.close(wait_for_all=finished)
-
-
-def steps_for_epochs(num_epochs: float, num_rows: int, prompts_per_step: int) -> int:
-    """Steps that ``num_epochs`` passes over ``num_rows`` prompts take at ``prompts_per_step`` prompts a step
-    (``ceil``: a last partial step is taken; the prompt order runs on into the next epoch's permutation)."""
-    return max(1, math.ceil(num_epochs * num_rows / prompts_per_step - 1e-9))
 
 
 def _checked_config(config: Config, base_dir: Path, check: bool) -> Config:

@@ -52,6 +52,11 @@ def test_batch_arithmetic_numbers():
         "total sequences": 120,
         "total optimizer updates": 20,
     }
+    # from a trial user: with num_epochs the table showed max_steps' totals (6 steps) for a run of 5
+    config.training.num_epochs = 2.0
+    assert batch_arithmetic(config, rows=10)["steps (2 epochs of 10 rows)"] == 7  # ceil(2 × 10 / 3)
+    assert batch_arithmetic(config, rows=10)["total sequences"] == 84
+    assert "total sequences" not in batch_arithmetic(config)  # the dataset not loaded: no totals
 
 
 # --- sampling settings repeated elsewhere ---------------------------------------------------------------------------

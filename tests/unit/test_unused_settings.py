@@ -57,3 +57,18 @@ def test_a_reward_named_like_the_overlong_penalty_is_an_error():
     assert (p.key, p.severity) == ("rewards[0].function", "error") and "rename your function" in p.fix
     config.training.overlong_buffer = 0
     assert run(check_algorithm, config) == []
+
+
+# --- the run's length -----------------------------------------------------------------------------------------------
+
+def test_max_steps_next_to_num_epochs_is_a_warning_and_null_says_what_to_do():
+    """From a trial user: num_epochs replaced max_steps without a word, and `training.max_steps=null` said only
+    "expected int, got NoneType"."""
+    from grpo_rollout.config import config_from_dict
+
+    [p] = run(check_unused_settings, make(training__num_epochs=2.0, training__max_steps=7))
+    assert p.key == "training.max_steps" and "replaced by training.num_epochs (2)" in p.message
+    assert run(check_unused_settings, make(training__num_epochs=2.0)) == []
+    _, problems = config_from_dict({"training": {"max_steps": None}})
+    [p] = [p for p in problems if p.key == "training.max_steps"]
+    assert p.message == "expected int, got null" and "set training.num_epochs" in p.fix
