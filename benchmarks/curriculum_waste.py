@@ -10,9 +10,10 @@ completions from a generator seeded by ``(seed, prompt, k)``, so both arms see t
 
     .venv/bin/python benchmarks/curriculum_waste.py [--prompts 200] [--steps 100] [--per-step 16] [--group 8]
 
-Prints, per arm (no curriculum; pass_rate with patience/pause pairs): the share of groups without reward variance,
-the mixed groups (the ones with a gradient) per step, and the mean pass probability of the learnable prompts at the
-end. Paste the lines into docs/benchmarks.md with the command.
+Prints, per arm (no curriculum; pass_rate with patience/pause pairs; the defaults as a stream with
+``max_staleness: 1`` runs them, each draw counting the visits of 3 steps before): the share of groups without reward
+variance, the mixed groups (the ones with a gradient) per step, and the mean pass probability of the learnable
+prompts at the end. Paste the lines into docs/benchmarks.md with the command.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ def start_skills(prompts: int, seed: int) -> List[float]:
     return [1.0] * quarter + [0.0] * quarter + [rng.uniform(0.1, 0.9) for _ in range(prompts - 2 * quarter)]
 
 
-def run_arm(args, curriculum: Optional[Tuple[int, int]]) -> Tuple[float, float, float]:
+def run_arm(args, curriculum: Optional[Tuple[int, int]], lag: int = 1) -> Tuple[float, float, float]:
     skills = start_skills(args.prompts, args.seed)
     learnable = [i for i, p in enumerate(skills) if 0 < p < 1]
     tracker = PassRateCurriculum(*curriculum, success_reward=1.0) if curriculum else None
-    order = PromptOrder(args.prompts, args.per_step, args.seed, shuffle=True, curriculum=tracker)
+    order = PromptOrder(args.prompts, args.per_step, args.seed, shuffle=True, curriculum=tracker, lag=lag)
     visits = [0] * args.prompts
     flat = mixed = 0
     for step in range(args.steps):
@@ -52,7 +53,7 @@ def run_arm(args, curriculum: Optional[Tuple[int, int]]) -> Tuple[float, float, 
             else:
                 flat += 1
         if tracker is not None:
-            tracker.observe(rows, rewards, args.group)
+            order.count(step, [(rows, rewards)])  # as the stage does: the next step's draw counts them
     groups = args.steps * args.per_step
     return flat / groups, mixed / args.steps, sum(skills[i] for i in learnable) / len(learnable)
 
@@ -68,9 +69,9 @@ def main() -> None:
     args = ap.parse_args()
     epochs = args.steps * args.per_step / args.prompts
     print(f"{args.prompts} prompts, {args.steps} steps of {args.per_step} groups of {args.group} ({epochs:.1f} epochs)")
-    for name, curriculum in (("none", None), ("pass_rate 2/1", (2, 1)), ("pass_rate 1/1", (1, 1)),
-                             ("pass_rate 2/3", (2, 3))):
-        flat, mixed, skill = run_arm(args, curriculum)
+    for name, curriculum, lag in (("none", None, 1), ("pass_rate 2/1", (2, 1), 1), ("pass_rate 1/1", (1, 1), 1),
+                                  ("pass_rate 2/3", (2, 3), 1), ("2/1, lag 3", (2, 1), 3)):
+        flat, mixed, skill = run_arm(args, curriculum, lag)
         print(f"{name:14s} groups without variance {flat:6.1%}   mixed groups per step {mixed:5.2f}   "
               f"learnable prompts' mean pass probability at the end {skill:.3f}")
 

@@ -70,14 +70,10 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                         "keep env_reward's weight at 1 with credit: turn", depends_on=("training.credit",))
     streaming, sync = t.streaming_setting()  # e.g. "training.max_staleness 2", "max_staleness: 0"
     if config.rollout.on_error == "drop" and t.staleness() > 0:
-        add_error(problems, "rollout.on_error", "drop", f"cannot leave a group out of a streamed step yet ({streaming})",
+        add_error(problems, "rollout.on_error", "drop",
+                  f"cannot leave a group out of a streamed step yet ({streaming})",
                   f"use on_error: retry (a group that keeps failing then stops the run), or {sync}",
                   depends_on=("rollout.on_error", "training.max_staleness"))
-    if config.data.curriculum != "none" and t.staleness() > 0:
-        add_error(problems, "data.curriculum", config.data.curriculum, f"cannot steer streamed rollouts yet "
-                  f"({streaming}): a stream draws its prompts before the earlier steps' rewards are known, at times "
-                  "that differ between runs and ranks", f"use {sync} with the curriculum, or curriculum: none",
-                  depends_on=("data.curriculum", "training.max_staleness"))
     for i, r in enumerate(config.rewards):
         if t.overlong_buffer and r.function.rsplit(":", 1)[-1] == "overlong_penalty":
             add_error(problems, f"rewards[{i}].function", r.function, "has the name of training.overlong_buffer's "

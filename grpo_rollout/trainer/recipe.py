@@ -171,7 +171,7 @@ class GRPORecipe:
         except Exception as exc:  # noqa: BLE001 - every rank must learn of it before the next collective
             error = exc
         dist.agree(error)
-        stage.count_visits()  # data.curriculum: every rank's groups counted (a collective)
+        stage.count_visits(step)  # data.curriculum: every rank's groups counted (a collective)
         if counts is not None:
             batch, counts = even_out_groups(dist, step, batch, first, counts,
                                             cfg.training.dynamic_sampling.max_rounds, self.reporter.message)

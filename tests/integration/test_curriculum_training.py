@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
@@ -48,8 +49,9 @@ def test_solved_prompts_sit_out_the_next_epoch_and_a_resumed_run_draws_the_same(
     train(_config(tmp_path, tiny_model, "whole", 4), base_dir=tmp_path, reporter=quiet)
     steps, metrics = _prompts_by_step(tmp_path / "whole"), _metrics(tmp_path / "whole")
     assert sorted(steps[1] + steps[2]) == list(range(8))  # epoch 0: every prompt once
-    # after epoch 0 the four even prompts (always solved) are paused: epoch 1's turns go to the odd ones
-    assert metrics[1]["curriculum/paused"] == 4
+    # after epoch 0 the four even prompts (always solved) are paused when step 3 is drawn: epoch 1's turns go to the
+    # odd ones (step 2's draw saw only step 1's evens paused)
+    assert metrics[1]["curriculum/paused"] == sum(i % 2 == 0 for i in steps[1]) and metrics[2]["curriculum/paused"] == 4
     assert sorted(steps[3]) == [1, 3, 5, 7]
     assert sum(m["curriculum/skipped"] for m in metrics) == 4  # each even prompt sat out its epoch-1 turn once
     assert metrics[0]["curriculum/skipped"] == metrics[1]["curriculum/skipped"] == 0
@@ -64,3 +66,104 @@ def test_solved_prompts_sit_out_the_next_epoch_and_a_resumed_run_draws_the_same(
     assert [resumed[3], resumed[4]] == [steps[3], steps[4]]
     assert [m["curriculum/skipped"] for m in _metrics(tmp_path / "resumed")] == [m["curriculum/skipped"]
                                                                                  for m in metrics[2:]]
+
+
+def test_streamed_rollouts_with_the_curriculum(tmp_path, tiny_model, monkeypatch):
+    """training.max_staleness 1: the stream draws steps ahead, each draw applying the visits counted 3 steps before
+    it. Over 6 steps (3 epochs of 8 prompts), the always-solved even prompts sit out turns, so the odd ones train more
+    often than without the curriculum (12 times each in all: 24 groups, 3 turns each)."""
+    from streaming_helpers import streaming_config, trained_prompts
+
+    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 1, rows=8, max_steps=6)
+    (tmp_path / "task_rewards.py").write_text(EVEN_SOLVED)
+    cfg.rewards[0].function = f"{tmp_path / 'task_rewards.py'}:even_solved"
+    cfg.data.curriculum, cfg.data.curriculum_patience = "pass_rate", 1
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 6
+    trained = [int(p.split()[-1].rstrip(".")) for prompts in trained_prompts(tmp_path / "out").values()
+               for p in prompts]
+    assert len(trained) == 24 and sum(m["curriculum/skipped"] for m in result.history) > 0
+    assert sum(i % 2 == 1 for i in trained) > 12  # the odd prompts took the turns the even ones sat out
+
+
+DRAWS_RECORDED = '''
+import json, os, sys
+sys.path.insert(0, sys.argv[2])
+import torch.distributed as dist
+from simulated_server import SimulatedServer, use_simulated_server
+from grpo_rollout.config import load_config
+from grpo_rollout.trainer import train
+from grpo_rollout.trainer.reporting.progress import RichReporter
+from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
+
+draw_next = PromptOrder._draw_next
+
+def recorded(self):  # every draw of this rank, to compare with the other rank's
+    draw_next(self)
+    step = self._next_step - 1
+    with open(f"draws_{os.environ['RANK']}.jsonl", "a") as f:
+        f.write(json.dumps([step, self._draws[step][1]]) + "\\n")
+
+PromptOrder._draw_next = recorded
+use_simulated_server(setattr, lambda loaded: SimulatedServer(loaded.tokenizer, lambda: 0.02, 49152))
+dist.init_process_group("gloo")
+loaded = load_config(sys.argv[1])
+train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.multiproc
+def test_two_processes_streaming_with_the_curriculum_draw_the_same_steps(tmp_path, tiny_model, monkeypatch):
+    """Each process's stream draws steps ahead at its own pace; both must draw every step alike (each takes its
+    share of the same rows), which holds because a draw applies only visits counted on every rank."""
+    import yaml
+
+    from streaming_helpers import BENCHMARKS, streaming_config, trained_prompts
+    from test_distributed import _torchrun
+
+    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 1, rows=8, max_steps=6)
+    (tmp_path / "task_rewards.py").write_text(EVEN_SOLVED)
+    cfg.rewards[0].function = f"{tmp_path / 'task_rewards.py'}:even_solved"
+    cfg.data.curriculum, cfg.data.curriculum_patience = "pass_rate", 1
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
+    (tmp_path / "driver.py").write_text(DRAWS_RECORDED)
+    proc = _torchrun([str(tmp_path / "driver.py"), str(tmp_path / "config.yaml"), str(BENCHMARKS)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    draws = [dict(json.loads(x) for x in (tmp_path / f"draws_{r}.jsonl").read_text().splitlines()) for r in (0, 1)]
+    common = sorted(set(draws[0]) & set(draws[1]))
+    assert common[:6] == list(range(6)) and all(draws[0][s] == draws[1][s] for s in common)
+    trained = [int(p.split()[-1].rstrip(".")) for prompts in trained_prompts(tmp_path / "out").values()
+               for p in prompts]
+    assert len(trained) == 24 and sum(i % 2 == 1 for i in trained) > 12
+
+
+def test_a_resumed_stream_takes_the_saved_draws(tmp_path, tiny_model, monkeypatch):
+    """A stream had drawn steps ahead when the checkpoint was saved: the resumed run takes those draws from the
+    checkpoint (the positions left to train map to the same rows) and draws only the steps after them."""
+    from grpo_rollout.trainer.checkpoint import STATE_FILE
+    from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
+    from streaming_helpers import streaming_config
+
+    drawn = []
+    draw_next = PromptOrder._draw_next
+
+    def recorded(self):
+        draw_next(self)
+        drawn.append(self._next_step - 1)
+
+    monkeypatch.setattr(PromptOrder, "_draw_next", recorded)
+    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 1, rows=8, max_steps=4, save_steps=2)
+    (tmp_path / "task_rewards.py").write_text(EVEN_SOLVED)
+    cfg.rewards[0].function = f"{tmp_path / 'task_rewards.py'}:even_solved"
+    cfg.data.curriculum, cfg.data.curriculum_patience = "pass_rate", 1
+    train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    state = torch.load(tmp_path / "out" / "checkpoint-2" / STATE_FILE, weights_only=False)
+    saved = state["data_position"]["curriculum"]
+    first_new = saved["next"][0]
+    assert first_new > 2 and sorted(saved["draws"]) == list(range(first_new))  # drawn ahead of training
+    drawn.clear()
+    cfg.training.output_dir = str(tmp_path / "resumed")
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True),
+                   resume=str(tmp_path / "out" / "checkpoint-2"))
+    assert result.steps == 4 and drawn and min(drawn) == first_new  # the saved draws were not drawn again

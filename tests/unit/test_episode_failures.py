@@ -112,6 +112,12 @@ def test_drop_with_streaming_is_refused(project, errs):
     cfg["vllm"] = {"mode": "attach", "url": "http://127.0.0.1:9"}
     assert "cannot leave a group out of a streamed step" in errs(project.check(cfg, load_data=False),
                                                                 "rollout.on_error")[0].message
+    # from a trial user: async_generation (max_staleness' alias) was named as "max_staleness 1", and the fix
+    # "max_staleness: 0" then clashed with async_generation
+    del cfg["training"]["max_staleness"]
+    cfg["training"]["async_generation"] = True
+    [problem] = errs(project.check(cfg, load_data=False), "rollout.on_error")
+    assert "(training.async_generation true)" in problem.message and "or async_generation: false" in problem.fix
 
 
 def test_a_streamed_group_played_again_gets_a_seed_no_other_attempt_has():

@@ -15,8 +15,10 @@ The idea follows prime-rl's easy and hard difficulty pools: DAPO's dynamic sampl
 arXiv:2503.14476, section 3.2) drops such groups after paying for their rollouts, a curriculum avoids rolling them
 out. The rule here (patience, then a pause counted in turns) is this project's.
 
-Every rank keeps the same record (each step's visits are gathered from every rank in rank order before they are
-counted), so every rank draws the same prompts; the record is saved in checkpoints with the prompt order's position.
+Every rank keeps the same record: each step's visits are gathered from every rank in rank order, and the draw of step
+``s`` counts those of step ``s - lag`` (:class:`~.prompt_order.PromptOrder`: 1 in a synchronous run; ``max_staleness
++ 2`` with streamed rollouts, whose stream draws steps ahead of training), so every rank draws each step alike however
+far its stream has run. The record is saved in checkpoints with the prompt order's position.
 """
 
 from __future__ import annotations
@@ -51,21 +53,8 @@ class PassRateCurriculum:
             raise ValueError("patience and pause must be at least 1")
         self.patience, self.pause, self.success_reward = patience, pause, success_reward
         self.records: Dict[int, PromptRecord] = {}
-        self._before_draw: Dict[int, Optional[PromptRecord]] = {}  # rows changed since the last draw began: as they were
         self._skipped = self._all_solved = self._none_solved = self._mixed = 0  # since the last metrics()
-
-    def start_draw(self) -> None:
-        """A step's draw begins: :meth:`state` ``(before_draw=True)`` gives the record as it is now until the next."""
-        self._before_draw = {}
-
-    def _touch(self, row: int) -> PromptRecord:
-        """``row``'s record, about to change (kept as it was before the draw, once)."""
-        record = self.records.get(row)
-        if row not in self._before_draw:
-            self._before_draw[row] = None if record is None else PromptRecord(*astuple(record))
-        if record is None:
-            record = self.records[row] = PromptRecord()
-        return record
+        self._paused = 0  # prompts paused when the last draw began
 
     def admits(self, row: int) -> bool:
         """Whether dataset row ``row`` is drawn at this turn of the prompt order: false while it is paused, which
@@ -73,7 +62,6 @@ class PassRateCurriculum:
         record = self.records.get(row)
         if record is None or record.skips_left == 0:
             return True
-        record = self._touch(row)
         record.skips_left -= 1
         self._skipped += 1
         return False
@@ -82,26 +70,36 @@ class PassRateCurriculum:
         """Count a turn of ``row`` that the order passed over: its next turn came within the step that drew it."""
         self._skipped += 1
 
-    def observe(self, rows: Sequence[int], rewards: Sequence[float], num_generations: int) -> None:
-        """Count one visit of each of ``rows`` (dataset rows, one group each): ``rewards`` are their completions'
-        total rewards, ``num_generations`` per group, group after group."""
+    def solved(self, rows: Sequence[int], rewards: Sequence[float], num_generations: int) -> List[int]:
+        """How many completions of each of ``rows``' groups were solved (``rewards``: their completions' total
+        rewards, ``num_generations`` per group, group after group)."""
         g = num_generations
         if len(rewards) != g * len(rows):
             raise ValueError(f"{len(rewards)} rewards for {len(rows)} groups of {g}")
-        for i, row in enumerate(rows):
-            solved = sum(r >= self.success_reward for r in rewards[i * g:(i + 1) * g])
-            record = self._touch(int(row))
+        return [sum(r >= self.success_reward for r in rewards[i * g:(i + 1) * g]) for i in range(len(rows))]
+
+    def tally(self, rows: Sequence[int], rewards: Sequence[float], num_generations: int) -> None:
+        """Count the groups of a step by pass rate for :meth:`metrics` (all solved, none, mixed)."""
+        for solved in self.solved(rows, rewards, num_generations):
+            self._all_solved += solved == num_generations
+            self._none_solved += solved == 0
+            self._mixed += 0 < solved < num_generations
+
+    def observe(self, rows: Sequence[int], rewards: Sequence[float], num_generations: int) -> None:
+        """Count one visit of each of ``rows`` (dataset rows, one group each) in their records (``rewards`` as in
+        :meth:`solved`); a prompt solved by every or no completion for ``patience`` visits in a row is paused."""
+        g = num_generations
+        for row, solved in zip(rows, self.solved(rows, rewards, g)):
+            record = self.records.setdefault(int(row), PromptRecord())
             record.visits += 1
             record.pass_rate = solved / g
-            if solved in (0, g):
-                record.streak += 1
-                self._all_solved += solved == g
-                self._none_solved += solved == 0
-            else:
-                record.streak = 0
-                self._mixed += 1
+            record.streak = record.streak + 1 if solved in (0, g) else 0
             if record.streak >= self.patience:
                 record.skips_left = self.pause  # its streak stays: one more such visit after it is back pauses it
+
+    def draw_begins(self) -> None:
+        """A step's draw begins: note how many prompts are paused (``curriculum/paused``)."""
+        self._paused = len(self.paused_rows())
 
     def paused_rows(self) -> List[int]:
         """The dataset rows paused now (ascending)."""
@@ -109,20 +107,16 @@ class PassRateCurriculum:
 
     def metrics(self) -> Dict[str, float]:
         """The ``curriculum/*`` metrics since the last call (then counted from 0 again): the step's groups by pass
-        rate (all solved, none solved, mixed), the turns sat out, and the prompts paused now."""
+        rate (all solved, none solved, mixed), the turns sat out, and the prompts paused when the last draw began."""
         out = {rn.CURRICULUM_ALL_SOLVED: self._all_solved, rn.CURRICULUM_NONE_SOLVED: self._none_solved,
                rn.CURRICULUM_MIXED: self._mixed, rn.CURRICULUM_SKIPPED: self._skipped,
-               rn.CURRICULUM_PAUSED: len(self.paused_rows())}
+               rn.CURRICULUM_PAUSED: self._paused}
         self._skipped = self._all_solved = self._none_solved = self._mixed = 0
         return out
 
-    def state(self, before_draw: bool = False) -> Dict[str, Any]:
-        """The record for a checkpoint: ``{"records": {row: [visits, pass_rate, streak, skips_left]}}``; with
-        ``before_draw``, as it was when the last draw began (a step interrupted after its draw is drawn again)."""
-        records = dict(self.records)
-        if before_draw:
-            records.update(self._before_draw)
-        return {"records": {row: list(astuple(r)) for row, r in records.items() if r is not None}}
+    def state(self) -> Dict[str, Any]:
+        """The record for a checkpoint: ``{"records": {row: [visits, pass_rate, streak, skips_left]}}``."""
+        return {"records": {row: list(astuple(r)) for row, r in self.records.items()}}
 
     def load(self, state: Optional[Dict[str, Any]]) -> None:
         """Put back :meth:`state`'s record (``None``: a checkpoint saved without a curriculum; every prompt new)."""

@@ -8,12 +8,13 @@ checks the result against the contract) and scores every completion
 
 Each batch carries the weight version that sampled it: a batch further behind than expected stops the run
 (:func:`~.versions.version_lag_problem`). With ``training.max_staleness`` ≥ 1 (or ``training.async_generation``, its
-alias for 1) the groups stream instead (:mod:`.stream`): each group is its own rollout call, and a step takes the
-groups that finished, at most ``max_staleness`` weight versions behind.
+alias for 1) the groups stream instead (:mod:`.stage_stream`, :mod:`.stream`): each group is its own rollout call, and
+a step takes the groups that finished, at most ``max_staleness`` weight versions behind.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from dataclasses import replace
@@ -37,14 +38,14 @@ from ..batch import CompletionScores, ScoredBatch
 from ..parallel.distributed import Dist
 from ..guards import StaleWeightsError
 from .curriculum import pass_rate_curriculum
-from .dynamic_sampling import groups_with_signal
 from .prompt_order import PromptOrder
 from .stats import shown_prompts, truncated_flags
+from .stage_stream import StreamedGroups
 from .stream import GroupStream
 from .versions import version_lag_problem
 
 
-class RolloutStage:
+class RolloutStage(StreamedGroups):
     """The dataset, the rollout and reward functions, and the generation client, turned into scored batches.
 
     Built in two parts: the constructor loads what needs no model (dataset, functions, prompt order), so a broken
@@ -67,9 +68,11 @@ class RolloutStage:
                                         {r.name for r in self.rewards})
         self.rewards += overlong_reward(config)  # DAPO's length shaping, when training.overlong_buffer > 0
         self.curriculum = pass_rate_curriculum(config.data)  # data.curriculum: pass_rate, else None
+        # a stream draws steps ahead of training: its draws see the visits of max_staleness + 2 steps before
         self.prompt_order = PromptOrder(len(self.dataset), t.prompts_per_step, t.seed, config.data.shuffle,
-                                        self.curriculum)
+                                        self.curriculum, lag=1 if t.staleness() == 0 else t.staleness() + 2)
         self.visits: List[Tuple[List[int], List[float]]] = []  # curriculum: (rows, rewards) rolled out this step
+        self.visits_lock = threading.Lock()  # stream workers add to them
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
         self.vocab_size = 0
@@ -134,7 +137,8 @@ class RolloutStage:
                                   truncated=truncated_flags(out.completion_ids, out.extras, self.eos_ids),
                                   extras=out.extras, weight_versions=[versions] * num_completions)
         if row_ids is not None and self.curriculum is not None:
-            self.visits.append((list(row_ids), list(scores.rewards)))
+            with self.visits_lock:
+                self.visits.append((list(row_ids), list(scores.rewards)))
         return ScoredBatch(out, scores, generated)
 
     def share(self, indices: Sequence[int]) -> List[int]:
@@ -187,70 +191,6 @@ class RolloutStage:
             sampling["seed"] = derive_seed(sampling["seed"], "group", *parts)
         return sampling
 
-    # -- streaming (training.max_staleness >= 1) ---------------------------------------------------------------------
-    def from_stream(self, step: int, version: int) -> ScoredBatch:
-        """This rank's groups of step ``step`` (0-based), taken from the stream (opened on the first call): every one
-        at most ``max_staleness`` versions behind ``version``; ``sampler_lag`` is the largest lag, ``stream`` what the
-        stream did.
-
-        Raises:
-            StaleWeightsError: a group was sampled with newer weights than the trainer's (another trainer).
-            RolloutError / RewardError: a group's rollout or reward failed (no group starts after it).
-        """
-        if self.stream is None:
-            self.stream = self.open_stream(step)
-        groups, stats = self.stream.take(version)
-        for group in groups:
-            problem = version_lag_problem(step, group.rollout.weight_version, version, self.cfg.training.staleness())
-            if problem:
-                raise StaleWeightsError(problem)
-        batch = ScoredBatch.concat(groups)
-        return replace(batch, generated_at=time.perf_counter(), sampler_lag=max(stats.staleness, default=0),
-                       stream=stats)
-
-    def open_stream(self, step: int) -> GroupStream:
-        """The stream of this rank's groups from step ``step`` on (after a resume: from where the saved run's stream
-        stood, when it had as many processes and prompts per step)."""
-        t = self.cfg.training
-        share = t.prompts_per_step // self.dist.world_size
-        start, used = step * share, ()
-        saved = self.prompt_order.resumed_stream  # every rank's stream_state() at the checkpoint
-        if saved and len(saved) == self.dist.world_size and all(r["groups_per_step"] == share for r in saved):
-            start, used = saved[self.dist.rank]["first_unused"], saved[self.dist.rank]["used"]
-        g = self.cfg.sampling.num_generations
-        keep = (lambda batch: bool(groups_with_signal(batch.scores.rewards, g))) if t.dynamic_sampling.enabled \
-            else None
-        return GroupStream(self.roll_group, self.position_row, groups_per_step=share,
-                           max_staleness=t.staleness(), max_inflight=t.max_inflight_groups or 2 * share,
-                           start=start, used=tuple(used), keep=keep,
-                           max_refused=t.dynamic_sampling.max_rounds * share if keep else None)
-
-    def position_row(self, position: int) -> Tuple[int, Dict[str, Any]]:
-        """Position ``position`` of this rank's prompt sequence: the step it belongs to and its dataset row (this
-        rank's share of each step's prompts, step after step)."""
-        share = self.cfg.training.prompts_per_step // self.dist.world_size
-        step = position // share
-        return step, self.dataset[self.prompt_order.indices(step)[self.dist.rank * share + position % share]]
-
-    def roll_group(self, position: int, step: int, row: Dict[str, Any], attempt: int) -> ScoredBatch:
-        """One group: ``row``'s rollout and rewards. Seeded from step ``step``'s seed, the group's ``position`` in
-        this rank's prompt sequence and its ``attempt`` (a group rolled again gets another seed): each group is its
-        own call, so two groups of the same prompt text (a repeated dataset row) must not share a seed."""
-        return self.failures.play_group(lambda retry: self.generate_and_score(
-            step, [row], self.group_sampling(step, position, attempt, retry), self.version))
-
-    def trained(self) -> None:
-        """The step's groups were trained (streaming: their prompts now count as used)."""
-        if self.stream is not None:
-            self.stream.commit()
-
-    def stream_state(self) -> Optional[Dict[str, Any]]:
-        """This rank's place in its prompt sequence for a checkpoint (``None`` without a stream)."""
-        if self.stream is None:
-            return None
-        share = self.cfg.training.prompts_per_step // self.dist.world_size
-        return {"groups_per_step": share, **self.stream.state()}
-
     def refill(self, step: int, version: int, indices: Sequence[int]) -> Optional[ScoredBatch]:
         """Dynamic sampling's extra round: this rank's share of the dataset rows ``indices``, rolled out and scored
         (``version`` as in :meth:`generate_and_score`); ``None`` when there are none."""
@@ -258,14 +198,16 @@ class RolloutStage:
         return self.generate_and_score(step, [self.dataset[i] for i in ids], None, version, row_ids=ids) if ids \
             else None
 
-    def count_visits(self) -> None:
-        """Curriculum: count the step's groups of every rank, in rank order, so that every rank keeps the same record
-        (a collective when there is a curriculum)."""
+    def count_visits(self, step: int) -> None:
+        """Curriculum: hand the groups every rank rolled out since the last call, in rank order, to the prompt order
+        as step ``step``'s visits, so that every rank keeps the same record (a collective when there is a
+        curriculum); a stream waiting to draw a later step goes on."""
         if self.curriculum is not None:
-            visits, self.visits = self.visits, []
-            for rank_visits in self.dist.gather(visits):
-                for rows, rewards in rank_visits:
-                    self.curriculum.observe(rows, rewards, self.cfg.sampling.num_generations)
+            with self.visits_lock:
+                visits, self.visits = self.visits, []
+            self.prompt_order.count(step, [v for rank_visits in self.dist.gather(visits) for v in rank_visits])
+            if self.stream is not None:
+                self.stream.wake()
 
     def metrics(self) -> Dict[str, float]:
         """The step's ``episodes/*`` (``rollout.on_error``) and ``curriculum/*`` metrics (a collective)."""

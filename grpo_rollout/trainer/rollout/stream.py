@@ -63,15 +63,19 @@ class GroupStream:
             out and counted, e.g. no reward variance); default keeps all. max_refused: groups ``keep`` may refuse
             between two steps; later ones are taken anyway (dynamic sampling's ``max_rounds`` × groups per step;
             ``None``: no bound). max_attempts: rollouts of one prompt dropped as stale before it is left out of the
-            epoch (its episodes take longer than ``k`` steps; named in :class:`StreamStats`).
+            epoch (its episodes take longer than ``k`` steps; named in :class:`StreamStats`). ready: whether a new
+            position's row can be known yet (a curriculum's draw waits for earlier steps' rewards: :meth:`wake` once
+            it can); default always.
     """
 
-    def __init__(self, roll: Roll, row_at: Callable[[int], Tuple[int, Dict[str, Any]]], *, groups_per_step: int,
+    def __init__(self, roll: Roll, row_at: Callable[[int], Tuple[int, Dict[str, Any]]], *,
+                 ready: Optional[Callable[[int], bool]] = None, groups_per_step: int,
                  max_staleness: int, max_inflight: int, start: int = 0, used: Tuple[int, ...] = (),
                  keep: Optional[Callable[[ScoredBatch], bool]] = None, max_refused: Optional[int] = None,
                  max_attempts: int = 3):
         self.roll, self.row_at, self.keep, self.max_refused, self.max_attempts = roll, row_at, keep, max_refused, \
             max_attempts
+        self.ready = ready
         self.per_step, self.k, self.max_inflight = groups_per_step, max_staleness, max_inflight
         self.cap = (max_staleness + 1) * groups_per_step  # running + buffered + taken for the step being trained
         self._next, self._used = start, set(used)
@@ -99,10 +103,19 @@ class GroupStream:
         self._next += 1
         return self._next - 1, 0
 
+    def _peek_new(self) -> int:
+        """The next new position, not taken yet (holding the lock)."""
+        position = max(self._next, self._frontier)
+        while position in self._used:
+            position += 1
+        return position
+
     def _fill(self) -> None:
         """Start groups while there is room (call holding the lock)."""
         while (not self._closed and self._error is None and len(self._running) < self.max_inflight
                and len(self._running) + len(self._buffer) + len(self._taken) < self.cap):
+            if not self._again and self.ready is not None and not self.ready(self._peek_new()):
+                break  # its row is not known yet: wake() starts it
             position, attempt = self._next_position()
             if not self._running:
                 self._idle_s += time.perf_counter() - self._idle_since
@@ -188,6 +201,12 @@ class GroupStream:
             self._dropped_stale = self._dropped_no_signal = self._refused = 0
             self._skipped = []
         return [f.batch for f in taken], stats
+
+    def wake(self) -> None:
+        """Start the groups that were waiting for their rows (see ``ready``)."""
+        with self._cond:
+            self._fill()
+            self._cond.notify_all()
 
     def commit(self) -> None:
         """The groups of the last :meth:`take` were trained: their prompts count as used (a checkpoint made after an
