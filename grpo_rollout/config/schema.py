@@ -86,7 +86,8 @@ class RolloutConfig(Section):
     kwargs: Dict[str, Any] = setting({}, "Extra keyword arguments for the rollout, passed as written")
     on_error: Literal["stop", "retry", "drop"] = setting(
         "stop", "An episode failing outside the model (EpisodeFailure: a server gone, a sandbox crashed): stop the "
-        "run, play its group again (up to max_retries, then leave it out), or leave the group out of the step")
+        "run, play its group again (up to max_retries, then leave it out; with streamed rollouts stop the run), or "
+        "leave the group out of the step (not with streamed rollouts)")
     max_retries: int = setting(2, "With on_error retry: how many times a failed group is played again", ge=0, le=10)
 
 

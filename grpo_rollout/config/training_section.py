@@ -29,7 +29,8 @@ class TrainingConfig(Section):
     output_dir: str = setting("outputs/run", "The run folder: checkpoints, metrics, logs (relative to the current "
                               "folder)")
     max_steps: int = setting(100, "Training steps (replaced by num_epochs when that is set)", ge=1,
-                             fix="e.g. 100; or leave it out and set training.num_epochs for passes over the data")
+                             fix="e.g. 100; or set training.num_epochs for passes over the data (with max_steps "
+                                 "left out, or null)")
     num_epochs: Optional[float] = setting(None, "Passes over the dataset instead of max_steps: ceil(num_epochs × "
                                           "rows / prompts_per_step) steps", gt=0, fix="e.g. 1 or 2.5")
     prompts_per_step: int = setting(8, "Prompts rolled out per step, num_generations completions each", ge=1)
@@ -140,6 +141,15 @@ class TrainingConfig(Section):
         if self.max_staleness is not None:
             return f"training.max_staleness {self.max_staleness}", "max_staleness: 0"
         return "training.async_generation true", "async_generation: false"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _max_steps_unset(cls, data: object) -> object:
+        """``max_steps: null`` next to ``num_epochs`` unsets it (a key of the file cannot be left out on the command
+        line); alone it stays an error, whose fix names num_epochs."""
+        if isinstance(data, dict) and data.get("max_steps", 0) is None and data.get("num_epochs") is not None:
+            return {k: v for k, v in data.items() if k != "max_steps"}
+        return data
 
     @model_validator(mode="after")
     def _one_async_key(self) -> "TrainingConfig":

@@ -72,3 +72,7 @@ def test_max_steps_next_to_num_epochs_is_a_warning_and_null_says_what_to_do():
     _, problems = config_from_dict({"training": {"max_steps": None}})
     [p] = [p for p in problems if p.key == "training.max_steps"]
     assert p.message == "expected int, got null" and "set training.num_epochs" in p.fix
+    # from a second trial user: a max_steps in the file cannot be left out on the command line; null unsets it there
+    config, problems = config_from_dict({"training": {"max_steps": None, "num_epochs": 2}})
+    assert not [p for p in problems if p.key.startswith("training.")] and config.training.num_epochs == 2
+    assert run(check_unused_settings, config) == []  # the default max_steps: no warning
