@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from .. import __version__
+from ..config.loading import LoadedConfig
 from ..config.values import DTYPES
 from ..preflight import check_config
 from .render import print_problems, print_summary
@@ -85,7 +86,7 @@ def validate_config(config: Path = CONFIG_ARG, overrides: Optional[List[str]] = 
         raise typer.Exit(run_dry_run(console, loaded.config, loaded.base_dir))
 
 
-def _rows(loaded) -> Optional[int]:
+def _rows(loaded: LoadedConfig) -> Optional[int]:
     """The training dataset's rows, for a length in ``training.num_epochs`` (``None`` without; the check loaded it)."""
     if loaded.config.training.num_epochs is None:
         return None

@@ -68,18 +68,17 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
             add_warning(problems, f"rewards[{i}].weight", r.weight, "scales env_reward but not the environment's turn "
                         "rewards that training.credit: turn compares with it: the last turn takes the difference",
                         "keep env_reward's weight at 1 with credit: turn", depends_on=("training.credit",))
+        if t.overlong_buffer and r.function.rsplit(":", 1)[-1] == "overlong_penalty":
+            add_error(problems, f"rewards[{i}].function", r.function, "has the name of training.overlong_buffer's "
+                      "built-in penalty (logged as rewards/overlong_penalty): the two would be logged, and left out "
+                      "of held-out evaluation, as one", "rename your function (e.g. length_penalty), or set "
+                      "training.overlong_buffer: 0 and keep yours", depends_on=(f"rewards[{i}].function",))
     streaming, sync = t.streaming_setting()  # e.g. "training.max_staleness 2", "max_staleness: 0"
     if config.rollout.on_error == "drop" and t.staleness() > 0:
         add_error(problems, "rollout.on_error", "drop",
                   f"cannot leave a group out of a streamed step yet ({streaming})",
                   f"use on_error: retry (a group that keeps failing then stops the run), or {sync}",
                   depends_on=("rollout.on_error", "training.max_staleness"))
-    for i, r in enumerate(config.rewards):
-        if t.overlong_buffer and r.function.rsplit(":", 1)[-1] == "overlong_penalty":
-            add_error(problems, f"rewards[{i}].function", r.function, "has the name of training.overlong_buffer's "
-                      "built-in penalty (logged as rewards/overlong_penalty): the two would be logged, and left out "
-                      "of held-out evaluation, as one", "rename your function (e.g. length_penalty), or set "
-                      "training.overlong_buffer: 0 and keep yours", depends_on=(f"rewards[{i}].function",))
     if isinstance(t.overlong_buffer, int) and isinstance(s.max_completion_length, int) \
             and t.overlong_buffer >= s.max_completion_length > 0:
         add_error(problems, "training.overlong_buffer", t.overlong_buffer,

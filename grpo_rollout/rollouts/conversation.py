@@ -93,7 +93,8 @@ class Conversation:
         prompt_ids: token ids of the first prompt (with the generation prompt).
         completion_ids, logprobs, completion_mask: one entry per completion token (sampled: the sampler's log-prob
             and mask 1; inserted: 0.0 and mask 0).
-        turns: sampled turns so far. turn_starts: the completion-token index where each of them starts. stop_reason: why the episode ended (``"done"``, ``"max_turns"``, ``"length"``).
+        turns: sampled turns so far. turn_starts: the completion-token index where each of them starts.
+        stop_reason: why the episode ended (``"done"``, ``"max_turns"``, ``"length"``).
         end_reason, end_detail: the same, finer and in words (:data:`.episodes.END_REASONS`): ``"budget_reply"``
             when the next inserted text did not fit, ``"budget_turn"`` when a sampled turn used the budget up.
         truncated: the ``max_completion_length`` budget cut the episode: its last sampled turn was cut by it, or the

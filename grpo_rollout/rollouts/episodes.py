@@ -178,8 +178,9 @@ def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, 
 
 def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]:
     """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
-    sample), plus the ``num_turns``, ``turn_starts``, ``final_response``, ``truncated``, ``end_reason``, ``end_detail`` and
-    ``turns_capped`` (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went on from) extras.
+    sample), plus the ``num_turns``, ``turn_starts``, ``final_response``, ``truncated``, ``end_reason``,
+    ``end_detail`` and ``turns_capped`` (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went
+    on from) extras.
 
     ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
     enough to look for an end-of-turn token in the completion: inserted template text holds such tokens too).

@@ -82,8 +82,8 @@ class _Episode:
             self.env.connect()
         except Exception as exc:  # noqa: BLE001 - said with the server's address; the environment's failure
             raise EpisodeFailure(f"the OpenEnv server at {self.url} did not take the session: {type(exc).__name__}: "
-                               f"{exc}; " + (CAPACITY_FIX if _at_capacity(exc) else
-                                             "start it, or fix rollout.kwargs.url")) from exc
+                                 f"{exc}; " + (CAPACITY_FIX if _at_capacity(exc) else
+                                               "start it, or fix rollout.kwargs.url")) from exc
         columns = {k: v for k, v in row.items() if k != self.prompt_column}
         try:
             result = self.env.reset(**columns)
@@ -113,7 +113,7 @@ class _Episode:
             result = self.env.step(action)
         except Exception as exc:  # noqa: BLE001 - said with the server's address; the environment's failure
             raise EpisodeFailure(f"the OpenEnv server at {self.url} failed step({str(action)[:80]}): "
-                               f"{type(exc).__name__}: {exc}") from exc
+                                 f"{type(exc).__name__}: {exc}") from exc
         return (None if result.done else self._text(result.observation)), result.reward, bool(result.done)
 
     def _text(self, observation: Any) -> str:

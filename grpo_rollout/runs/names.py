@@ -101,7 +101,7 @@ END_DETAIL_EXTRA = "end_detail"          # the same, in words
 FIRST_PROMPT_EXTRA = "first_prompt"      # what the model saw first (an environment's reset), shown as the prompt
 NUM_TURNS_EXTRA = "num_turns"
 TURN_STARTS_EXTRA = "turn_starts"        # per completion: the completion-token index where each sampled turn starts
-TURN_REWARDS_EXTRA = "turn_rewards"      # per completion: the environment's reward after each turn (0.0 for none)
+TURN_REWARDS_EXTRA = "turn_rewards"      # per completion: the environment's reward after each turn (None for none)
 NUM_TOOL_CALLS_EXTRA = "num_tool_calls"
 NUM_TOOL_ERRORS_EXTRA = "num_tool_errors"
 TOOL_RESULTS_EXTRA = "tool_results"
@@ -176,7 +176,7 @@ CURRICULUM_ALL_SOLVED = "curriculum/groups_all_solved"    # groups rolled out wh
 CURRICULUM_NONE_SOLVED = "curriculum/groups_none_solved"  # ... none solved
 CURRICULUM_MIXED = "curriculum/groups_mixed"              # ... some solved: the groups with something to learn
 CURRICULUM_SKIPPED = "curriculum/skipped"                 # turns in the prompt order that paused prompts sat out
-CURRICULUM_PAUSED = "curriculum/paused"                   # prompts paused after the step
+CURRICULUM_PAUSED = "curriculum/paused"                   # prompts paused when the step's prompts were drawn
 
 # -- held-out evaluation (evaluation.*): every metric of a step's evaluation is eval/ + a name above or below ----------
 EVAL_PREFIX = "eval/"                  # eval/reward, eval/rewards/<name>/mean, eval/completions/mean_length, ...

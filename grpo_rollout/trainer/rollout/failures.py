@@ -7,8 +7,9 @@ or a bad setting and stops the run whatever ``on_error`` says. Since a rollout c
 failed call does not say which group failed: the step is then played again one group at a time
 (:func:`play_per_group`), each group ``1 + max_retries`` times at most with ``retry`` (once with ``drop``), each
 attempt with a seed of its own; the groups that still fail are left out. The failed call counts as one failed group
-(``episodes/failed`` += ``num_generations``) and all its groups as played again (``episodes/retried``). With several training processes every rank
-then trains the fewest groups any rank kept (FSDP needs the same micro-batches on every rank).
+(``episodes/failed`` += ``num_generations``) and all its groups as played again (``episodes/retried``). With several
+training processes every rank then trains the fewest groups any rank kept (FSDP needs the same micro-batches on every
+rank).
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ class FailureCounts:
     dropped: int = 0
 
     def add(self, other: "FailureCounts") -> None:
+        """Add ``other``'s counts to these."""
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def metrics(self) -> Dict[str, float]:
+        """The ``episodes/*`` metrics (episodes, not groups)."""
         return {rn.EPISODES_FAILED: self.failed, rn.EPISODES_RETRIED: self.retried, rn.EPISODES_DROPPED: self.dropped}
 
 

@@ -217,8 +217,8 @@ class PolicyUpdate:
         """One micro-batch's loss and backward pass; returns the loss, the log-probs the update started from and the
         micro-batch with its sampler-correction weights (computed once, from the first iteration's log-probs)."""
         t, dist = self.cfg.training, self.dist
-        mode = "train" if t.entropy_coef > 0 else "measure" if first else None
-        logps, entropy = self.logprobs(self.policy, mb, mode) if mode else (self.logprobs(self.policy, mb), None)
+        ent = "train" if t.entropy_coef > 0 else "measure" if first else None  # how the entropy is wanted (logprobs)
+        logps, entropy = self.logprobs(self.policy, mb, ent) if ent else (self.logprobs(self.policy, mb), None)
         old = mb.old_logprobs if mb.old_logprobs is not None else logps.detach()
         if mb.sampler_logprobs is not None and mb.sampler_weights is None:
             mode = t.sampler_correction if self.compare_with_sampler else "none"

@@ -15,9 +15,9 @@ For a group of ``G`` episodes, episode ``i`` having turns ``k = 1 .. K_i``:
 
 Masks are unchanged: the environment's tokens inside a turn's span get its advantage but are never trained. A
 rollout without ``turn_starts`` is one turn per episode, and one without ``turn_rewards`` gives its whole reward to the
-last turn: then every turn gets the episode's normalised reward (γ = 1), GRPO's episode credit with the group std. Groups never span training processes, so each rank computes
-its own; the per-completion summary the logs show (``advantage`` in completions.jsonl) is the mean over its trained
-tokens.
+last turn: then every turn gets the episode's normalised reward (γ = 1), GRPO's episode credit with the group std.
+Groups never span training processes, so each rank computes its own; the per-completion summary the logs show
+(``advantage`` in completions.jsonl) is the mean over its trained tokens.
 """
 
 from __future__ import annotations
