@@ -121,6 +121,9 @@ def test_in_a_notebook_every_line_goes_to_one_display_updated_in_place(monkeypat
 def test_a_long_runs_display_keeps_its_start_and_end(monkeypatch):
     from grpo_rollout.trainer.reporting import notebook_display
 
+    # a smaller head and tail: each message re-renders the display (the real 60 + 400 took 14 s here)
+    monkeypatch.setattr(notebook_display, "HEAD", 6)
+    monkeypatch.setattr(notebook_display, "TAIL", 20)
     reporter, handle = _notebook_reporter(monkeypatch)
     total = notebook_display.HEAD + notebook_display.TAIL + 25
     for i in range(total):
