@@ -69,3 +69,45 @@ def test_turn_credit_trains_and_each_advantage_is_the_hand_computed_one(tmp_path
     assert {r["extras"]["turn_rewards"][1] for r in records} == {0.0, 1.0}  # the group's turns differ
     assert {r["extras"]["turn_rewards"][0] for r in records} == {None}  # no reward after the first turn
     assert [r["advantage"] for r in records] == pytest.approx(_expected(records, 8, 0.9), abs=1e-4)  # 4 decimals
+
+
+RANKS = '''
+from types import SimpleNamespace
+from grpo_rollout.trainer.batch import ScoredBatch
+from grpo_rollout.trainer.parallel.distributed import Dist
+from grpo_rollout.trainer.update.turn_credit import with_turn_credit
+
+class Rollout(SimpleNamespace):
+    def __len__(self):
+        return len(self.completion_ids)
+
+dist = Dist.from_env(device="cpu", timeout_s=60)
+starts = [[0, 2], [0, 2]] if dist.rank == 0 else [[0, 2], [3]]  # rank 1's 2nd completion: not from 0
+rollout = Rollout(extras={"turn_starts": starts}, completion_ids=[[1] * 4] * 2, completion_mask=[[1] * 4] * 2)
+try:
+    with_turn_credit(ScoredBatch(rollout, SimpleNamespace(rewards=[1.0, 0.0]), 0.0), dist, 2, 1.0)
+except Exception as exc:
+    print(f"rank {dist.rank} raised {type(exc).__name__}: {exc}", flush=True)
+dist.close()
+'''
+
+
+@pytest.mark.multiproc
+def test_malformed_turn_starts_on_one_rank_stop_every_rank(tmp_path):
+    """Found in review of issue 32.5: a malformed ``turn_starts`` on one of two processes raised there only, after the
+    ranks last agreed, and the other failed in the next gather with gloo's read error (or waited there while the first
+    lived on); now both raise, naming the rank and the completion."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "ranks.py").write_text(RANKS)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(tmp_path / "ranks.py")], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = sorted(line for line in proc.stdout.splitlines() if " raised " in line)
+    message = "RankError: rank 1: RolloutError: completion 1: `turn_starts` must be increasing completion-token indices"
+    assert [line.split(" raised ")[0] for line in said] == ["rank 0", "rank 1"]
+    assert all(message in line for line in said), said

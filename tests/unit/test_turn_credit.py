@@ -78,6 +78,10 @@ class OneRank:
     def gather(self, value):
         return [value]
 
+    def agree(self, error):
+        if error is not None:
+            raise error
+
 
 def test_a_batch_gets_per_token_advantages_and_their_trained_mean():
     rollout = FakeRollout(extras={"turn_starts": [[0, 3, 7], [0, 2, 5]], "turn_rewards": TURNS},

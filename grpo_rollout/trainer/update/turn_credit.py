@@ -102,12 +102,22 @@ def token_advantages(turn_advantages: Sequence[float], turn_starts: Sequence[int
 def with_turn_credit(batch: Any, dist: Any, num_generations: int, gamma: float) -> Any:
     """``batch`` (a :class:`~..batch.ScoredBatch`) with per-token advantages (``token_advantages``), its
     per-completion ``advantages`` the mean over each completion's trained tokens, and the whole step's
-    ``step_advantages`` (a collective: every rank's summaries)."""
+    ``step_advantages`` (a collective: every rank's summaries).
+
+    Raises:
+        RolloutError: one process, a completion's ``turn_starts`` or ``turn_rewards`` is malformed.
+        RankError: several processes, the same on any rank (every rank raises it, naming the rank).
+    """
     out, scores = batch.rollout, batch.scores
     starts = out.extras.get(rn.TURN_STARTS_EXTRA) or [[0]] * len(out)
     given = out.extras.get(rn.TURN_REWARDS_EXTRA) or [None] * len(out)
-    checked = [checked_extras(s, r, len(ids), f"completion {i}")
-               for i, (s, r, ids) in enumerate(zip(starts, given, out.completion_ids))]
+    checked, error = [], None
+    try:
+        checked = [checked_extras(s, r, len(ids), f"completion {i}")
+                   for i, (s, r, ids) in enumerate(zip(starts, given, out.completion_ids))]
+    except RolloutError as exc:  # every rank must learn of it before the gather below
+        error = exc
+    dist.agree(error)
     starts = [s for s, _ in checked]  # turns that start past a cut completion are gone (their rewards move on)
     per_turn = [turn_rewards_of(r, g, len(s)) for r, (s, g) in zip(scores.rewards, checked)]
     tokens, summary = [], []
