@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -23,6 +25,35 @@ def _perturbed(tiny_model: Path, scale: float = 0.5, seed: int = 1) -> torch.nn.
         for p in model.parameters():  # the (tied) embedding included: a sync test that skips it would miss a bug
             p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp(min=1e-3))
     return model
+
+
+def requests_running(server) -> float:
+    """vLLM's own gauge of the requests being generated."""
+    lines = httpx.get(server.url + "/metrics", timeout=10).text.splitlines()
+    return sum(float(x.rsplit(" ", 1)[1]) for x in lines if x.startswith("vllm:num_requests_running"))
+
+
+def update_during_a_request(server, client, new_weights: torch.nn.Module, n: int):
+    """Starts a request of ``n`` samples, has ``client`` update the weights to ``new_weights`` once it is being
+    generated; returns its answer, the version before the update, and whether the server was still generating it when
+    the update returned."""
+    answer = {}
+    thread = threading.Thread(target=lambda: answer.update(
+        result=client.generate([[5, 6, 7]], n=n, temperature=1.0, max_tokens=240, seed=1)))
+    thread.start()
+    deadline = time.perf_counter() + 60
+    while requests_running(server) == 0 and time.perf_counter() < deadline:  # until the request is being generated
+        time.sleep(0.05)
+    assert requests_running(server) > 0
+    before = client.weight_version
+    client.update_weights(new_weights)
+    still_running = requests_running(server) > 0
+    thread.join(timeout=300)
+    result = answer["result"]
+    assert len(result.completion_ids) == n and all(len(lp) == len(ids) for ids, lp in
+                                                    zip(result.completion_ids, result.logprobs))
+    assert result.weight_version == before and client.weight_version == before + 1
+    return result, before, still_running
 
 
 def _greedy(server, prompt=(5, 6, 7)) -> list:

@@ -20,7 +20,8 @@ from grpo_rollout.trainer.guards import StaleWeightsError
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from fuzz_strategies import GENERATE_BODY, JUNK
 from vllm_server_helpers import (BAD_GENERATE_BODIES, ROLLOUT, STALE_ROLLOUT, VERSION_ROLLOUT, _attach_config,
-                                 _generate, _greedy, _perturbed, make_weight_folders, verifiers_config)
+                                 _generate, _greedy, _perturbed, make_weight_folders, update_during_a_request,
+                                 verifiers_config)
 
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
@@ -267,40 +268,11 @@ def test_an_in_flight_weight_update_does_not_wait_for_running_requests(server, t
     """Issue 30.3: with in_flight the server loads the weights between engine steps: a long request running at the time
     is neither failed nor restarted, it ends after the update, and its answer carries both versions; without it the
     update waits for the request to finish."""
-    import threading
-    import time
-
     client = VllmClient(server.url, tokenizer)
     client.weight_version = client.health()["weight_version"]
     client.in_flight_updates = in_flight
     new_weights = _perturbed(tiny_model, seed=5)  # loaded before the request: CI once spent it loading the model
-
-    def running() -> float:  # vLLM's own gauge of requests being generated
-        lines = httpx.get(server.url + "/metrics", timeout=10).text.splitlines()
-        return sum(float(x.rsplit(" ", 1)[1]) for x in lines if x.startswith("vllm:num_requests_running"))
-
-    def update_during_a_request(n: int):
-        """Starts a request of n samples, updates the weights once it is being generated; returns its answer, the
-        version before the update, and whether the server was still generating it when the update returned."""
-        answer = {}
-        thread = threading.Thread(target=lambda: answer.update(
-            result=client.generate([[5, 6, 7]], n=n, temperature=1.0, max_tokens=240, seed=1)))
-        thread.start()
-        deadline = time.perf_counter() + 60
-        while running() == 0 and time.perf_counter() < deadline:  # until the request is being generated
-            time.sleep(0.05)
-        assert running() > 0
-        before = client.weight_version
-        client.update_weights(new_weights)
-        still_running = running() > 0
-        thread.join(timeout=300)
-        result = answer["result"]
-        assert len(result.completion_ids) == n and all(len(lp) == len(ids) for ids, lp in
-                                                        zip(result.completion_ids, result.logprobs))
-        assert result.weight_version == before and client.weight_version == before + 1
-        return result, before, still_running
-
-    result, before, still_running = update_during_a_request(64)
+    result, before, still_running = update_during_a_request(server, client, new_weights, 64)
     if not in_flight:  # the update waited for the request: it ended on the old weights
         assert result.weight_version_end == before
         return
@@ -309,7 +281,7 @@ def test_an_in_flight_weight_update_does_not_wait_for_running_requests(server, t
     for n in (192, 512):
         if still_running:
             break
-        result, before, still_running = update_during_a_request(n)
+        result, before, still_running = update_during_a_request(server, client, new_weights, n)
     assert still_running, "the in-flight update never returned while the request was being generated"
     # the version the server reports when the request ends says the update landed while it ran (the order in which
     # the two HTTP answers reach this process is a race, so it is not what is checked)
