@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -12,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo_rollout.config import config_from_dict
+from helpers import wait_until
 
 
 def _generate(server, **body):
@@ -41,10 +41,7 @@ def update_during_a_request(server, client, new_weights: torch.nn.Module, n: int
     thread = threading.Thread(target=lambda: answer.update(
         result=client.generate([[5, 6, 7]], n=n, temperature=1.0, max_tokens=240, seed=1)))
     thread.start()
-    deadline = time.perf_counter() + 60
-    while requests_running(server) == 0 and time.perf_counter() < deadline:  # until the request is being generated
-        time.sleep(0.05)
-    assert requests_running(server) > 0
+    assert wait_until(lambda: requests_running(server) > 0, 60)  # until the request is being generated
     before = client.weight_version
     client.update_weights(new_weights)
     still_running = requests_running(server) > 0

@@ -99,16 +99,10 @@ def test_malformed_turn_starts_on_one_rank_stop_every_rank(tmp_path):
     """Found in review of issue 32.5: a malformed ``turn_starts`` on one of two processes raised there only, after the
     ranks last agreed, and the other failed in the next gather with gloo's read error (or waited there while the first
     lived on); now both raise, naming the rank and the completion."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from test_distributed import _torchrun
 
     (tmp_path / "ranks.py").write_text(RANKS)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(tmp_path / "ranks.py")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = _torchrun([str(tmp_path / "ranks.py")], cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     message = "RankError: rank 1: RolloutError: completion 1: `turn_starts` must be increasing completion-token indices"
     for rank in (0, 1):
