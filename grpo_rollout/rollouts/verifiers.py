@@ -19,11 +19,12 @@ One step, as verifiers' own ``run_group`` plays it (an environment written for p
   completion-format environment), each group on one server (:mod:`.verifiers_play`);
 - the server answers with the token ids it sampled and their log-probs (``return_token_ids``, ``logprobs``); they are
   the completion, never re-tokenized (:func:`episode_tokens`): the tokens a later turn's prompt adds (the
-  environment's answer) are masked (``completion_mask`` 0). Each turn may use what is left of
-  ``max_completion_length``, and an episode still longer is cut there (``truncated``);
+  environment's answer) are masked (``completion_mask`` 0). The episode ends at ``max_completion_length`` as the
+  built-in rollouts' do: no turn is sampled, played or scored past it (``truncated``, ``end_reason``);
 - the group is scored by the environment's rubric (``rubric.score_group``): the reward function ``rubric`` is the
   weighted sum verifiers computed (extra ``verifiers_reward``), and each rubric function is logged as
-  ``rewards/<name>`` (a reward function of weight 0).
+  ``rewards/<name>`` (a reward function of weight 0). A rubric function that raises stops the run naming it (its
+  file:line) where verifiers would score 0; one raising ``EpisodeFailure`` or a ``vf.Error`` fails the episode.
 
 Sampling: the config's ``sampling`` settings over the environment's own ``sampling_args``; each episode, and each
 turn of it, has its own seed (the step's seed, the prompt, the sample's index and the turn,
@@ -42,7 +43,8 @@ from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
 from .verifiers_loading import env_problems, load_env
-from .verifiers_play import play_groups, run_on_loop
+from .episodes import BUDGET_REASONS
+from .verifiers_play import play_groups, run_on_loop, why_ended
 
 VERIFIERS_REWARD = "verifiers_reward"   # extra: the rubric's weighted sum, per completion
 VERIFIERS_SCORES = "verifiers_scores"   # extra: {rubric function name: score}, per completion
@@ -198,11 +200,13 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
     Returns:
         the contract dict (``P × n`` completions; sampler log-probs; masks 0 on the environment's tokens) and the
         extras ``verifiers_reward`` (the rubric's weighted sum, float), ``verifiers_scores`` (each rubric function's
-        score, a dict), ``num_turns`` and ``truncated``.
+        score, a dict), ``num_turns``, ``truncated``, ``end_reason`` and ``end_detail`` (as the built-in rollouts').
 
     Raises:
-        RolloutError: the environment does not load, the run has no vLLM server, an episode failed in the
-            environment (its error), or the server returned no token ids.
+        RolloutError: the environment does not load, the run has no vLLM server, the server returned no token ids,
+            or a rubric function raised or returned no number (named, with its file:line).
+        EpisodeFailure: an episode failed in the environment (its error), or a rubric function raised one or a
+            ``vf.Error``.
     """
     environment = load_env(env, env_args, Path(base_dir) if base_dir else None)
     endpoints = _endpoints(client)
@@ -231,7 +235,10 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
             out[VERIFIERS_REWARD].append(float(state.get("reward") or 0.0))
             out[VERIFIERS_SCORES].append({k: float(v) for k, v in (state.get("metrics") or {}).items()})
             out[rn.NUM_TURNS_EXTRA].append(len(state.get("trajectory") or []))
-            out[rn.TRUNCATED_EXTRA].append(bool(cut or state.get("is_truncated")))
+            reason, detail = why_ended(state, max_completion_length)
+            out[rn.END_REASON_EXTRA].append(reason)
+            out[rn.END_DETAIL_EXTRA].append(detail)
+            out[rn.TRUNCATED_EXTRA].append(bool(cut or state.get("is_truncated") or reason in BUDGET_REASONS))
             out[REBASED_TURNS].append(rebased)
     return out
 
@@ -273,7 +280,7 @@ def rubric_rewards(kwargs: Dict[str, Any], base_dir: Any = None) -> List[Tuple[s
 
 
 verifiers_rollout.extras = (VERIFIERS_REWARD, VERIFIERS_SCORES, rn.NUM_TURNS_EXTRA, rn.TRUNCATED_EXTRA,
-                            REBASED_TURNS)
+                            REBASED_TURNS, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)
 verifiers_rollout.implied_rewards = rubric_rewards
 verifiers_rollout.needs_server = True  # the environment calls the server's OpenAI routes (a dry run starts one)
 
