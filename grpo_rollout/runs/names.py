@@ -92,6 +92,7 @@ MEAN_LENGTH = "completions/mean_length"
 MAX_LENGTH = "completions/max_length"
 MIN_LENGTH = "completions/min_length"
 TRUNCATED_FRACTION = "completions/truncated_fraction"
+UNTRAINED = "completions/untrained"  # completions with no token to train on (completion_mask all 0, or empty): count
 
 # -- rollout extras, episodes and tools ------------------------------------------------------------------------------
 # The extras the built-in rollouts return (one value per completion), read by the trainer's statistics, logs and

@@ -36,7 +36,8 @@ class CompletionScores(RewardResult):
         texts: the decoded completions. lengths: completion tokens. truncated: cut by the budget. extras: the
         rollout's extras (name → one value per completion). weight_versions: per completion, the oldest and newest
         weight version that sampled it (its rollout call's answers; one call is one group when streaming); empty or
-        ``None`` where unknown (shared weights).
+        ``None`` where unknown (shared weights). trained_tokens: per completion, its tokens the update trains on
+        (``completion_mask`` 1); empty or ``None`` where unknown.
     """
 
     prompts: List[Any]
@@ -45,6 +46,7 @@ class CompletionScores(RewardResult):
     truncated: List[bool]
     extras: Dict[str, List[Any]]
     weight_versions: List[Optional[Tuple[int, int]]] = field(default_factory=list)
+    trained_tokens: List[Optional[int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.rewards)
@@ -61,7 +63,8 @@ class CompletionScores(RewardResult):
                                 time_limits=dict(self.time_limits), prompts=pick(self.prompts),
                                 texts=pick(self.texts), lengths=pick(self.lengths), truncated=pick(self.truncated),
                                 extras={k: pick(v) for k, v in self.extras.items()},
-                                weight_versions=pick(self.weight_versions) if self.weight_versions else [])
+                                weight_versions=pick(self.weight_versions) if self.weight_versions else [],
+                                trained_tokens=pick(self.trained_tokens) if self.trained_tokens else [])
 
     @staticmethod
     def merge(parts: List["CompletionScores"]) -> "CompletionScores":
@@ -76,11 +79,12 @@ class CompletionScores(RewardResult):
 
         timed_out = {k: [bool(f) for f in flags] for k, flags in by_key("timed_out").items()}  # None: not reported
         versions = [v for part in parts for v in part.weight_versions or [None] * len(part)]
+        trained = [t for part in parts for t in part.trained_tokens or [None] * len(part)]
         return CompletionScores(rewards=cat("rewards"), per_function=by_key("per_function"), timed_out=timed_out,
                                 time_limits={k: v for part in parts for k, v in part.time_limits.items()},
                                 prompts=cat("prompts"), texts=cat("texts"), lengths=cat("lengths"),
                                 truncated=cat("truncated"), extras=by_key("extras"),
-                                weight_versions=versions)
+                                weight_versions=versions, trained_tokens=trained)
 
     def records(self, advantages: Optional[Sequence[float]] = None) -> List[CompletionRecord]:
         """One :class:`~grpo_rollout.runs.completion.CompletionRecord` per completion, in order (``advantages``:
@@ -104,6 +108,23 @@ class CompletionScores(RewardResult):
                 notes.append(f"reward `{name}` could not score completion {i} (group {i // num_generations}, sample "
                              f"{i % num_generations}){within} and gave it {self.per_function[name][i]:g}: {text!r}")
         return notes
+
+    def untrained(self) -> List[int]:
+        """The completions (indices) with no token to train on: ``completion_mask`` 0 on every token, or none."""
+        return [i for i, t in enumerate(self.trained_tokens) if t == 0]
+
+    def untrained_notes(self, num_generations: int) -> List[str]:
+        """At most one line: how many completions have no trained token, naming the first (index, group, sample);
+        empty when every completion has one (or the counts are unknown)."""
+        found = self.untrained()
+        if not found:
+            return []
+        i, more = found[0], (f" (and {len(found) - 1} more this step)" if len(found) > 1 else "")
+        return [f"completion {i} (group {i // num_generations}, sample {i % num_generations}) has no token to train "
+                f"on{more}: its completion_mask is 0 on all its {self.lengths[i]} tokens, so it adds nothing to the "
+                "update while its reward still counts in its group's baseline; the rollout masked it whole (e.g. a "
+                "re-tokenized turn, or inserted tokens that used up sampling.max_completion_length): see "
+                "completions/untrained and the rollout's completion_mask"]
 
 
 @dataclass

@@ -113,6 +113,8 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         finally:
             client.close()
         t2 = time.perf_counter()
+    for note in batch.scores.untrained_notes(cfg.sampling.num_generations):  # a training step would say it too
+        say(note)
     seconds = {"load": t1 - t0, "rollout": batch.generated_at - t1, "rewards": t2 - batch.generated_at}
     return DryRunResult(backend=backend, num_prompts=len(rows), num_completions=len(batch), seconds=seconds,
                         sample=batch.scores.records()[0],

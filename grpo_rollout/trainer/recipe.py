@@ -223,7 +223,7 @@ class GRPORecipe:
         (``k = step + 1``)."""
         dist, g = self.dist, self.cfg.sampling.num_generations
         whole = CompletionScores.merge(dist.gather(batch.scores))
-        self.say_notes(f"Step {step + 1}", whole.timeout_notes(g))
+        self.say_notes(f"Step {step + 1}", whole.timeout_notes(g) + whole.untrained_notes(g))
         lag = None if self.rollouts.client.shares_weights else batch.sampler_lag
         metrics, records = step_metrics(whole, batch.step_advantages, result, times, g, lag)
         if self.keeps_rollouts(step):

@@ -74,3 +74,16 @@ def test_a_token_record_line_takes_the_records_values_and_rounds_the_advantage()
         "trainer_logprobs": [-0.51, -0.3, -1.1], "importance_weights": None, "advantage": 0.1235, "reward": 1.0,
         "rewards": {"fmt": 1.0}, "extras": {rn.NUM_TURNS_EXTRA: 2, rn.END_REASON_EXTRA: "done", "score": 0.1},
         "weight_versions": [2, 3]}
+
+
+def test_completions_with_no_trained_token_are_one_note_naming_the_first_across_ranks():
+    """Issue 39.3: the counts travel with select and merge (every rank's, gathered); a part that did not count them
+    (None) is not taken for untrained."""
+    first, second = _scores(), _scores()
+    first.trained_tokens, second.trained_tokens = [3, 4, 5, 6], [3, 0, 0, 6]
+    whole = CompletionScores.merge([first.select([0, 1]), second.select([0, 1, 2]), _old_scores()])
+    assert whole.trained_tokens == [3, 4, 3, 0, 0, None] and whole.untrained() == [3, 4]
+    [note] = whole.untrained_notes(num_generations=2)
+    assert note.startswith("completion 3 (group 1, sample 1) has no token to train on (and 1 more this step): its "
+                           "completion_mask is 0 on all its 4 tokens")
+    assert _scores().untrained_notes(2) == [] and first.untrained_notes(2) == []

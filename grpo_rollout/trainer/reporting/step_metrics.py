@@ -44,6 +44,7 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
         rn.MAX_LENGTH: max(lengths),
         rn.MIN_LENGTH: min(lengths),
         rn.TRUNCATED_FRACTION: sum(whole.truncated) / n,
+        **({rn.UNTRAINED: len(whole.untrained())} if whole.trained_tokens else {}),
         **({} if sampler_lag is None else {rn.SAMPLER_WEIGHT_VERSION_LAG: sampler_lag}),
         **times.metrics(),
     }

@@ -135,7 +135,8 @@ class RolloutStage(StreamedGroups):
                                   prompts=per_completion_prompts, texts=texts,
                                   lengths=[len(c) for c in out.completion_ids],
                                   truncated=truncated_flags(out.completion_ids, out.extras, self.eos_ids),
-                                  extras=out.extras, weight_versions=[versions] * num_completions)
+                                  extras=out.extras, weight_versions=[versions] * num_completions,
+                                  trained_tokens=[sum(m) for m in out.completion_mask])
         if row_ids is not None and self.curriculum is not None:
             with self.visits_lock:
                 self.visits.append((list(row_ids), list(scores.rewards)))
