@@ -18,6 +18,7 @@ import functools
 import inspect
 import json
 import threading
+from contextvars import ContextVar
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..generation.seeds import derive_seed
@@ -29,6 +30,7 @@ _LOOP: Optional[SharedLoop] = None
 _LOOP_LOCK = threading.Lock()
 _CLASSES: Dict[str, type] = {}
 _GUARDED = "__grpo_rollout_guarded__"  # a rubric function's wrapper (guard_rubric)
+_SCORING: ContextVar[bool] = ContextVar("grpo_rollout_verifiers_scoring", default=False)  # play_groups is scoring
 
 
 def run_on_loop(coro: Any) -> Any:
@@ -86,8 +88,8 @@ def training_client(message_type: str, openai_client: Any, budget: int) -> Any:
     built-in rollouts do (:func:`~.episodes.run_episode`): each turn samples at most what is left; no turn is sampled
     once a turn used the budget up (``budget_turn``) or the environment's reply left no token for one
     (``budget_reply``: that turn's answer is not kept); a turn that the reply left less room than it was asked for is
-    sampled again within that room (the same seed: the same tokens, cut), so no sampled token past the budget is
-    played, scored or trained."""
+    sampled again within that room (with the same seed), so no sampled token past the budget is played, scored or
+    trained."""
     from verifiers.clients import OpenAIChatCompletionsClient, OpenAICompletionsClient
 
     base = OpenAICompletionsClient if message_type == "completion" else OpenAIChatCompletionsClient
@@ -167,14 +169,15 @@ def _is_number(value: Any) -> bool:
 
 def _guarded(fn: Any, group: bool) -> Any:
     """``fn`` (a rubric function, sync or async) raising :class:`RubricRaised` where it raised, or returned something
-    that is not a number (a list of them for a ``group`` function); its name and signature kept (verifiers reads
-    them)."""
+    that is not a number (a list of them for a ``group`` function), while :func:`play_groups` scores (elsewhere, e.g.
+    verifiers' own evaluation of the same environment, it behaves as written); its name and signature kept (verifiers
+    reads them)."""
     if getattr(fn, _GUARDED, False):
         return fn
 
     def checked(result: Any) -> Any:
         ok = isinstance(result, (list, tuple)) and all(map(_is_number, result)) if group else _is_number(result)
-        if not ok:
+        if not ok and _SCORING.get():
             raise RubricRaised(fn, TypeError(f"returned {a_type(result)} ({result!r:.60}); a rubric function returns "
                                              f"{'a list of numbers, one per episode' if group else 'a number'}"))
         return result
@@ -183,7 +186,9 @@ def _guarded(fn: Any, group: bool) -> Any:
         try:
             result = await pending
         except Exception as exc:
-            raise RubricRaised(fn, exc) from exc
+            if _SCORING.get():
+                raise RubricRaised(fn, exc) from exc
+            raise
         return checked(result)
 
     @functools.wraps(fn)
@@ -191,7 +196,9 @@ def _guarded(fn: Any, group: bool) -> Any:
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            raise RubricRaised(fn, exc) from exc
+            if _SCORING.get():
+                raise RubricRaised(fn, exc) from exc
+            raise
         return awaited(result) if inspect.isawaitable(result) else checked(result)
 
     setattr(call, _GUARDED, True)
@@ -251,7 +258,9 @@ async def play_groups(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints:
         try:
             if getattr(env, "score_rollouts", True):
                 guard_rubric(env.rubric)
+                _SCORING.set(True)  # this group's task's own context: its scoring tasks inherit it
                 await env.rubric.score_group(states)
+                _SCORING.set(False)
             else:
                 await env.rubric.dummy_score_group(states)
             for state in states:

@@ -114,3 +114,16 @@ def test_a_judge_gone_in_the_rubric_fails_the_episode_and_on_error_drop_counts_i
     kept = failures.play_step(0, lambda: play([0, 1]), lambda g, attempt: play([g]), 2)
     assert kept.scores.rewards == [3.5, 3.5]  # group 1 alone: 2.5 + the judge's 1.0, each episode
     assert failures.metrics() == {"episodes/failed": 4, "episodes/retried": 4, "episodes/dropped": 2}
+
+
+def test_outside_the_runs_scoring_a_guarded_rubric_function_behaves_as_written(project):
+    """(verifiers' own evaluation of the same environment object still gets the function's own error)"""
+    from grpo_rollout.rollouts.verifiers_loading import load_env
+    from grpo_rollout.rollouts.verifiers_play import guard_rubric
+
+    env = load_env(f"{project.module(ENV_SOURCE)}:load_environment", {"rubric": "broken"})
+    guard_rubric(env.rubric)
+    [broken] = [f for rubric in env.rubric.rubrics for f in rubric.funcs if f.__name__ == "broken"]
+    assert hasattr(broken, "__wrapped__")
+    with pytest.raises(ZeroDivisionError):
+        broken(state={"trajectory": []})
