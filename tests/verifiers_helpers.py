@@ -65,7 +65,7 @@ from datasets import Dataset
 
 class Turns(vf.MultiTurnEnv):
     async def env_response(self, messages, state, **kwargs):
-        return [{"role": "user", "content": "more"}]
+        return [vf.UserMessage(content="more")]
 
 
 def answered(state):
