@@ -73,12 +73,6 @@ def check_algorithm(config: Config, problems: List[Problem]) -> None:
                       "built-in penalty (logged as rewards/overlong_penalty): the two would be logged, and left out "
                       "of held-out evaluation, as one", "rename your function (e.g. length_penalty), or set "
                       "training.overlong_buffer: 0 and keep yours", depends_on=(f"rewards[{i}].function",))
-    streaming, sync = t.streaming_setting()  # e.g. "training.max_staleness 2", "max_staleness: 0"
-    if config.rollout.on_error == "drop" and t.staleness() > 0:
-        add_error(problems, "rollout.on_error", "drop",
-                  f"cannot leave a group out of a streamed step yet ({streaming})",
-                  f"use on_error: retry (a group that keeps failing then stops the run), or {sync}",
-                  depends_on=("rollout.on_error", "training.max_staleness"))
     if isinstance(t.overlong_buffer, int) and isinstance(s.max_completion_length, int) \
             and t.overlong_buffer >= s.max_completion_length > 0:
         add_error(problems, "training.overlong_buffer", t.overlong_buffer,
@@ -117,6 +111,7 @@ def check_unused_settings(config: Config, problems: List[Problem]) -> None:
         (TrainingConfig, "turn_discount", "training.credit: turn", t.credit == "turn"),
         (TrainingConfig, "overlong_penalty", "training.overlong_buffer > 0", t.overlong_buffer != 0),
         (RolloutConfig, "max_retries", "rollout.on_error: retry", r.on_error == "retry"),
+        (RolloutConfig, "failure_errors", "rollout.on_error: retry or drop", r.on_error != "stop"),
         (DataConfig, "curriculum_patience", "data.curriculum: pass_rate", d.curriculum == "pass_rate"),
         (DataConfig, "curriculum_pause", "data.curriculum: pass_rate", d.curriculum == "pass_rate"),
         (DataConfig, "curriculum_success_reward", "data.curriculum: pass_rate", d.curriculum == "pass_rate"),

@@ -79,16 +79,27 @@ class DataConfig(Section):
                                     "request for `<answer>` tags ('' for none)")
 
 
+#: ``rollout.failure_errors``' default: Python's connection and timeout errors (``socket.timeout`` is TimeoutError),
+#: and httpx's network, timeout and server-hung-up errors (not all of ``httpx.TransportError``: its
+#: ``UnsupportedProtocol``, ``LocalProtocolError`` and ``ProxyError`` are mistakes in the calling code or its setup)
+FAILURE_ERRORS = ("ConnectionError", "TimeoutError", "httpx.NetworkError", "httpx.TimeoutException",
+                  "httpx.RemoteProtocolError")
+
+
 class RolloutConfig(Section):
     """The rollout function and the extra keyword arguments passed to it."""
 
     function: str = setting("", "`pkg.module:function` or `path/file.py:function`; empty = built-in sampling")
     kwargs: Dict[str, Any] = setting({}, "Extra keyword arguments for the rollout, passed as written")
     on_error: Literal["stop", "retry", "drop"] = setting(
-        "stop", "An episode failing outside the model (EpisodeFailure: a server gone, a sandbox crashed): stop the "
-        "run, play its group again (up to max_retries, then leave it out; with streamed rollouts stop the run), or "
-        "leave the group out of the step (not with streamed rollouts)")
+        "stop", "An episode failing outside the model (EpisodeFailure or a failure_errors type: a server gone, a "
+        "sandbox crashed): stop the run, play its group again (up to max_retries, then leave it out), or leave the "
+        "group out of the step; a group left out is counted, and its error kept in failures.jsonl")
     max_retries: int = setting(2, "With on_error retry: how many times a failed group is played again", ge=0, le=10)
+    failure_errors: List[str] = setting(
+        list(FAILURE_ERRORS), "With on_error retry or drop: exception types (builtin names or dotted paths) that "
+        "count as a failed episode when a rollout, environment or reward raises them, besides EpisodeFailure; any "
+        "other error stops the run as a bug")
 
 
 class RewardConfig(Section):

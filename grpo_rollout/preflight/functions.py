@@ -6,8 +6,9 @@ import difflib
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from ..user_code.exception_types import resolve_exception_types
 from ..user_code.resolve import ImportSpecError, resolve_callable
-from ..config.problems import Problem, add_error as _err, add_warning as _warn
+from ..config.problems import Problem, add_error as _err, add_warning as _warn, flagged
 from ..config.schema import Config
 from ..rewards.calling import STANDARD_REWARD_ARGS, implied_rewards
 from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ARGS
@@ -199,3 +200,20 @@ def check_training_functions(config: Config, problems: List[Problem], base_dir: 
             _err(problems, f"training.{key}", spec, f"cannot be called as {call}: {exc}", fix)
         except ValueError:  # no signature (a builtin): called as it is
             pass
+
+
+def check_failure_errors(config: Config, problems: List[Problem], base_dir: Path) -> None:
+    """Each ``rollout.failure_errors`` entry imports and names an exception class (a subclass of ``Exception``); a
+    warning for ``Exception`` itself, which makes every bug a failed episode."""
+    specs = config.rollout.failure_errors
+    if flagged(problems, ("rollout.failure_errors",)):  # refused while loading: it holds the default
+        return
+    types, failed = resolve_exception_types(specs, base_dir)
+    for i, spec, reason in failed:
+        _err(problems, f"rollout.failure_errors[{i}]", spec, f"does not name an exception class: {reason}",
+             "write a builtin's name (ConnectionError) or the class's dotted path (httpx.ConnectError, "
+             "mypkg.errors:SandboxDown), or leave it out")
+    if Exception in types:
+        _warn(problems, "rollout.failure_errors", list(specs), "lists Exception: every error, a bug in your code "
+              "included, then counts as a failed episode and is retried or dropped instead of stopping the run",
+              "name the errors of your sandbox's or service's client (e.g. httpx.ConnectError)")

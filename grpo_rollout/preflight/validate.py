@@ -22,7 +22,7 @@ from ..generation.server.exposure import check_server_exposure
 from ..generation.server.managed_flags import check_server_args
 from .dataset import check_dataset
 from .evaluation import check_evaluation
-from .functions import check_functions, check_training_functions
+from .functions import check_failure_errors, check_functions, check_training_functions
 from .lora import check_lora
 from .paths import check_paths
 from .processes import check_processes, check_sleep
@@ -64,6 +64,7 @@ def validate(config: Config, base_dir: Optional[Path] = None, load_data: bool = 
     columns = check_dataset(config, problems, base_dir) if load_data else None  # None: columns unknown
     check_functions(config, problems, base_dir, columns)
     check_training_functions(config, problems, base_dir)
+    check_failure_errors(config, problems, base_dir)
     check_evaluation(config, problems, base_dir, load_data, columns)
     return problems[len(known):]
 

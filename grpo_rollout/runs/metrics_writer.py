@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
-from .names import COMPLETIONS_FILE, METRICS_FILE, STEP
+from .names import COMPLETIONS_FILE, FAILURES_FILE, METRICS_FILE, STEP
 
 
 def _clean(value: Any) -> Any:
@@ -34,6 +34,7 @@ class MetricsLogger:
         report_to = list(report_to)
         self.metrics_path = self.output_dir / METRICS_FILE if "jsonl" in report_to and write else None
         self.completions_path = self.output_dir / COMPLETIONS_FILE if write else None
+        self.failures_path = self.output_dir / FAILURES_FILE if write else None  # the rollout stage writes it
         self._trackers: List[Any] = []
         for name in ("trackio", "wandb"):
             if name in report_to:
@@ -62,7 +63,7 @@ class MetricsLogger:
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (used when resuming, so replayed steps are not duplicated)."""
-        for path in (self.metrics_path, self.completions_path):
+        for path in (self.metrics_path, self.completions_path, self.failures_path):
             if path is None or not path.exists():
                 continue
             kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get(STEP, 0) <= step]

@@ -18,6 +18,7 @@ COMPLETIONS_FILE = "completions.jsonl"  # one JSON line per sampled completion o
 ROLLOUTS_DIR = "rollouts"              # token-level records, rollouts/step_<k>.jsonl (training.save_rollouts)
 ROLLOUT_FILE_PREFIX = "step_"
 VLLM_LOG = "vllm.log"                  # a spawned vLLM server's output (vllm-<i>.log with several servers)
+FAILURES_FILE = "failures.jsonl"       # one JSON line per episode attempt that failed outside the model (on_error)
 STEP = "step"                          # the 1-based step of every line of the .jsonl files
 
 
@@ -126,9 +127,11 @@ def extra(name: str) -> str:
 NUM_TURNS = extra(NUM_TURNS_EXTRA)
 ENV_DONE = extra(ENV_DONE_EXTRA)           # older environment runs' "episode ended by done" share
 CUT_BY_BUDGET = "episodes/cut_by_budget"  # episodes of the step that the token budget ended (count)
-EPISODES_FAILED = "episodes/failed"      # episodes that failed outside the model (EpisodeFailure), every attempt
+EPISODES_FAILED = "episodes/failed"      # episodes that failed outside the model (on_error), every attempt
 EPISODES_RETRIED = "episodes/retried"    # of those, played again (rollout.on_error: retry)
 EPISODES_DROPPED = "episodes/dropped"    # left out of the step, their groups with them
+EPISODES_PROMPTS_DROPPED = "episodes/prompts_dropped"  # groups (prompts) left out of the step: dropped ÷ n
+EPISODES_EPOCH_PROMPTS_DROPPED = "episodes/epoch_prompts_dropped"  # prompts the epoch lost so far (0 at its start)
 TURNS_CAPPED = "episodes/turns_capped"    # sampled turns of the step cut by max_turn_tokens (count)
 ENDED_PREFIX = "episodes/ended/"          # + reason: the step's share of episodes that ended so
 

@@ -236,7 +236,7 @@ class GRPORecipe:
             metrics.update(stream.metrics())
             self.say_notes(f"Step {step + 1}", stream.notes(self.cfg.training.staleness()))
         return {**metrics, **(refill.metrics() if refill is not None else {}), **memory,
-                **self.rollouts.metrics()}, records
+                **self.rollouts.metrics(step, self.reporter.message)}, records
 
     def evaluate(self, done: int) -> EvalResult:
         """The held-out evaluation after ``done`` completed steps (0: before the first; a collective); rank 0 writes

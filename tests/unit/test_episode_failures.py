@@ -1,5 +1,8 @@
 """Issue 32.6: episodes that fail outside the model are played again or left out, with hand-counted episodes; any
-other error still stops the run; the ranks are evened out; the built-in infrastructure errors are EpisodeFailures."""
+other error still stops the run; the ranks are evened out; the built-in infrastructure errors are EpisodeFailures.
+Issue 39.6 and 39.12: the failures' texts in failures.jsonl and on the console, the prompts an epoch lost;
+rollout.failure_errors (a client's connection error is a failed episode, a bug is not), checked by validate-config;
+a streamed group that keeps failing is left out."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from grpo_rollout import EpisodeFailure
 from grpo_rollout.rollouts.contract import RolloutError, RolloutOutput
 from grpo_rollout.rollouts.mcp_tools import MCPServerGone
 from grpo_rollout.trainer.batch import CompletionScores, ScoredBatch
+from grpo_rollout.config.schema import FAILURE_ERRORS
 from grpo_rollout.trainer.rollout.failures import EpisodeFailures, FailureCounts, play_group
 
 N = 2
@@ -27,8 +31,13 @@ def _batch(*groups):
 
 
 class FakeDist:
+    rank, is_main = 0, True
+
     def __init__(self, others):
         self.others = others
+
+    def gather(self, obj):
+        return [obj]
 
     def min(self, values):
         return [min(values[0], self.others)]
@@ -37,8 +46,13 @@ class FakeDist:
         return values
 
 
-def _failures(on_error, max_retries=2, others=99):
-    return EpisodeFailures(SimpleNamespace(on_error=on_error, max_retries=max_retries), N, FakeDist(others))
+def _failures(on_error, max_retries=2, others=99, errors=FAILURE_ERRORS, **kw):
+    return EpisodeFailures(SimpleNamespace(on_error=on_error, max_retries=max_retries, failure_errors=list(errors)), N,
+                           FakeDist(others), **kw)
+
+
+def _groups(k):
+    return [(i, f"Count to {i}.") for i in range(k)]
 
 
 def test_a_group_is_retried_until_it_plays_then_counted():
@@ -70,11 +84,13 @@ def test_a_failed_step_is_played_per_group_and_the_failing_group_left_out():
             raise EpisodeFailure("still gone")
         return _batch(group)
 
-    batch = failures.play_step(0, play_all, play_one, 3)
+    batch = failures.play_step(0, play_all, play_one, _groups(3))
     assert [ids[0] for ids in batch.rollout.completion_ids] == [0, 0, 2, 2]
     # the failed call: one group's episodes failed, all 3 groups played again; then group 1 failed and was dropped
-    assert failures.metrics() == {"episodes/failed": 4, "episodes/retried": 6, "episodes/dropped": 2}
-    assert failures.metrics() == {"episodes/failed": 0, "episodes/retried": 0, "episodes/dropped": 0}  # per step
+    assert failures.metrics() == {"episodes/failed": 4, "episodes/retried": 6, "episodes/dropped": 2,
+                                  "episodes/prompts_dropped": 1}
+    assert failures.metrics() == {"episodes/failed": 0, "episodes/retried": 0, "episodes/dropped": 0,
+                                  "episodes/prompts_dropped": 0}  # per step
 
 
 def test_stop_other_errors_and_a_step_with_nothing_left():
@@ -82,16 +98,16 @@ def test_stop_other_errors_and_a_step_with_nothing_left():
         raise EpisodeFailure("gone")
 
     with pytest.raises(EpisodeFailure, match="gone"):
-        _failures("stop").play_step(0, play_all, None, 2)
+        _failures("stop").play_step(0, play_all, None, _groups(2))
     assert _failures("stop").metrics() == {}
 
     def bug():
         raise RolloutError("`completion_ids` has 3 entries; expected 4")
 
     with pytest.raises(RolloutError, match="expected 4"):  # not an episode failure: never retried
-        _failures("retry").play_step(0, bug, None, 2)
+        _failures("retry").play_step(0, bug, None, _groups(2))
     with pytest.raises(EpisodeFailure, match=r"step 3: every group failed \(rollout.on_error: retry, max_retries: 1\)"):
-        _failures("retry", 1).play_step(2, play_all, lambda g, a: play_all(), 2)
+        _failures("retry", 1).play_step(2, play_all, lambda g, a: play_all(), _groups(2))
 
 
 def test_every_rank_trains_the_fewest_groups_any_rank_kept():
@@ -103,21 +119,6 @@ def test_every_rank_trains_the_fewest_groups_any_rank_kept():
 
 def test_the_built_in_infrastructure_errors_are_episode_failures():
     assert issubclass(MCPServerGone, EpisodeFailure) and issubclass(EpisodeFailure, RolloutError)
-
-
-def test_drop_with_streaming_is_refused(project, errs):
-    cfg = project.baseline()
-    cfg["rollout"] = {"on_error": "drop"}
-    cfg["training"]["max_staleness"] = 1
-    cfg["vllm"] = {"mode": "attach", "url": "http://127.0.0.1:9"}
-    assert "cannot leave a group out of a streamed step" in errs(project.check(cfg, load_data=False),
-                                                                "rollout.on_error")[0].message
-    # from a trial user: async_generation (max_staleness' alias) was named as "max_staleness 1", and the fix
-    # "max_staleness: 0" then clashed with async_generation
-    del cfg["training"]["max_staleness"]
-    cfg["training"]["async_generation"] = True
-    [problem] = errs(project.check(cfg, load_data=False), "rollout.on_error")
-    assert "(training.async_generation true)" in problem.message and "or async_generation: false" in problem.fix
 
 
 def test_a_streamed_group_played_again_gets_a_seed_no_other_attempt_has():

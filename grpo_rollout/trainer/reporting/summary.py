@@ -58,8 +58,9 @@ def _title_and_lines(result: TrainResult) -> Tuple[str, List[str]]:
     if last.get(rn.TOOL_SUCCESS_RATE) is not None:
         lines.append(f"tool calls in the last step: {last.get(rn.TOOL_CALLS, 0):.0f}, "
                      f"{last[rn.TOOL_SUCCESS_RATE]:.0%} succeeded")
-    lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
     out = escape(str(result.output_dir))
+    lines += failure_lines(result, out)
+    lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
     lines.append(f"metrics: {escape(str(result.output_dir / rn.METRICS_FILE))}  (plot: [cyan]grpo-rollout plot {out}[/])")
     if (result.output_dir / rn.ROLLOUTS_DIR).is_dir():
         lines.append(f"token-level rollouts: {out}/{rn.ROLLOUTS_DIR}  ([cyan]grpo-rollout inspect {out}[/])")
@@ -90,3 +91,14 @@ def held_out_lines(result: TrainResult, train_delta: float) -> List[str]:
                      "reward (reward hacking); read the held-out answers in eval/step_<k>.jsonl[/]")
     return lines
 
+
+
+def failure_lines(result: TrainResult, out: str) -> List[str]:
+    """With ``rollout.on_error`` retry or drop: the episodes that failed outside the model and the prompts left out
+    (nothing when none failed)."""
+    failed = sum(m.get(rn.EPISODES_FAILED) or 0 for m in result.history)
+    if not failed:
+        return []
+    lost = sum(m.get(rn.EPISODES_PROMPTS_DROPPED) or 0 for m in result.history)
+    return [f"[yellow]episodes that failed outside the model: {failed:.0f}; prompts left out: {lost:.0f}[/] (every "
+            f"failure's text: {out}/{rn.FAILURES_FILE})"]

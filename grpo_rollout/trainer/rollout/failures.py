@@ -1,26 +1,58 @@
 """Episodes that fail outside the model (``rollout.on_error``): played again, or left out of the step, instead of
 stopping the run or being scored 0 into their group's baseline.
 
-A rollout, or an environment, raises :class:`~grpo_rollout.rollouts.contract.EpisodeFailure` when an episode failed
-for a reason that is not the model's (an MCP or environment server gone, a sandbox crashed); any other error is a bug
-or a bad setting and stops the run whatever ``on_error`` says. Since a rollout call plays a whole step's groups, a
-failed call does not say which group failed: the step is then played again one group at a time
-(:func:`play_per_group`), each group ``1 + max_retries`` times at most with ``retry`` (once with ``drop``), each
-attempt with a seed of its own; the groups that still fail are left out. The failed call counts as one failed group
-(``episodes/failed`` += ``num_generations``) and all its groups as played again (``episodes/retried``). With several
-training processes every rank then trains the fewest groups any rank kept (FSDP needs the same micro-batches on every
-rank).
+An attempt *failed outside the model* when it raised :class:`~grpo_rollout.rollouts.contract.EpisodeFailure` (an MCP
+or environment server gone, a sandbox crashed), or one of ``rollout.failure_errors`` (by default Python's and httpx's
+connection and timeout errors: a third-party client the user's environment drives cannot raise EpisodeFailure) from
+the rollout, an environment or a reward (:func:`failure_cause`); any other error is a bug or a bad setting and stops
+the run whatever ``on_error`` says. Since a rollout call plays a whole step's groups, a failed call does not say which
+group failed: the step is then played again one group at a time (:func:`play_per_group`), each group
+``1 + max_retries`` times at most with ``retry`` (once with ``drop``), each attempt with a seed of its own; the groups
+that still fail are left out. The failed call counts as one failed group (``episodes/failed`` += ``num_generations``)
+and all its groups as played again (``episodes/retried``). With several training processes every rank then trains the
+fewest groups any rank kept (FSDP needs the same micro-batches on every rank). A streamed group that keeps failing is
+left out of its step likewise (:meth:`EpisodeFailures.play_group`). Every failed attempt is recorded
+(:mod:`.failure_report`).
 """
 
 from __future__ import annotations
 
+import builtins
 import threading
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
-from ...rollouts.contract import EpisodeFailure
+from ...rewards.calling import RewardError
+from ...rollouts.contract import EpisodeFailure, RolloutError
 from ...runs import names as rn
+from ...runs.failures import append_failures
+from ...user_code.exception_types import resolve_exception_types
 from ..batch import ScoredBatch
+from .failure_report import EpochLosses, FailureRecord, failure_notes, type_name
+
+#: grpo-rollout's own wrappers of what user code raised (the rollout function or an environment's method, a reward
+#: function), exactly these types: what counts is the exception they wrap (their ``__cause__``)
+WRAPPERS = (RolloutError, RewardError)
+#: ``note(attempt, raised, cause, outcome)``: one failed attempt (0-based), what it raised, the exception in it that
+#: made it count (:func:`failure_cause`), and what came of it: ``retried`` or ``dropped``
+Note = Callable[[int, BaseException, BaseException, str], None]
+
+
+def failure_cause(exc: BaseException, types: Tuple[Type[BaseException], ...]) -> Optional[BaseException]:
+    """What makes ``exc`` a failed episode: ``exc`` itself when it is an :class:`EpisodeFailure` or one of ``types``
+    (an exception group: when every exception in it is), looking through grpo-rollout's own :data:`WRAPPERS` to the
+    user code's exception; ``None`` when it is none of them (a bug: the run stops)."""
+    while type(exc) in WRAPPERS:
+        exc = exc.__cause__
+    if exc is None:
+        return None
+    if isinstance(exc, (EpisodeFailure, *types)):
+        return exc
+    group = getattr(builtins, "BaseExceptionGroup", ())
+    if isinstance(exc, group) and all(failure_cause(e, types) is not None for e in exc.exceptions):
+        return exc
+    return None
 
 
 @dataclass
@@ -42,31 +74,41 @@ class FailureCounts:
         return {rn.EPISODES_FAILED: self.failed, rn.EPISODES_RETRIED: self.retried, rn.EPISODES_DROPPED: self.dropped}
 
 
-def play_group(play: Callable[[int], ScoredBatch], n: int, on_error: str, max_retries: int,
-               counts: FailureCounts) -> Tuple[Optional[ScoredBatch], Optional[EpisodeFailure]]:
-    """One group played with ``play(attempt)`` until it does not raise :class:`EpisodeFailure`: at most
-    ``1 + max_retries`` times with ``on_error: retry``, once with ``drop``. Returns the batch, or ``None`` and the last
-    failure when every attempt failed (its ``n`` episodes counted dropped)."""
+def play_group(play: Callable[[int], ScoredBatch], n: int, on_error: str, max_retries: int, counts: FailureCounts,
+               types: Tuple[Type[BaseException], ...] = (), note: Optional[Note] = None
+               ) -> Tuple[Optional[ScoredBatch], Optional[BaseException]]:
+    """One group played with ``play(attempt)`` until it does not fail outside the model (:func:`failure_cause` with
+    ``types``): at most ``1 + max_retries`` times with ``on_error: retry``, once with ``drop``; ``note`` hears of
+    each failed attempt. Returns the batch, or ``None`` and the last failure when every attempt failed (its ``n``
+    episodes counted dropped). Raises what ``play`` raised when it is not a failure."""
     attempts = 1 + (max_retries if on_error == "retry" else 0)
     for attempt in range(attempts):
         try:
             return play(attempt), None
-        except EpisodeFailure as exc:
+        except Exception as exc:
+            cause = failure_cause(exc, types)
+            if cause is None:
+                raise
             counts.failed += n
             last = exc
             if attempt + 1 < attempts:
                 counts.retried += n
+            if note is not None:
+                note(attempt, exc, cause, "retried" if attempt + 1 < attempts else "dropped")
     counts.dropped += n
     return None, last
 
 
 def play_per_group(play: Callable[[int, int], ScoredBatch], num_groups: int, n: int, on_error: str,
-                   max_retries: int, counts: FailureCounts) -> Tuple[List[ScoredBatch], Optional[EpisodeFailure]]:
-    """Each of ``num_groups`` groups played by ``play(group, attempt)`` (:func:`play_group`); the groups that were
-    played, in order, and the last failure (``None``: none was left out)."""
+                   max_retries: int, counts: FailureCounts, types: Tuple[Type[BaseException], ...] = (),
+                   note: Optional[Callable[[int], Note]] = None
+                   ) -> Tuple[List[ScoredBatch], Optional[BaseException]]:
+    """Each of ``num_groups`` groups played by ``play(group, attempt)`` (:func:`play_group`; ``note(group)`` hears of
+    its failed attempts); the groups that were played, in order, and the last failure (``None``: none was left out)."""
     kept, last = [], None
     for group in range(num_groups):
-        batch, failure = play_group(lambda attempt: play(group, attempt), n, on_error, max_retries, counts)
+        batch, failure = play_group(lambda attempt: play(group, attempt), n, on_error, max_retries, counts, types,
+                                    note(group) if note else None)
         if batch is not None:
             kept.append(batch)
         last = failure or last
@@ -74,34 +116,70 @@ def play_per_group(play: Callable[[int, int], ScoredBatch], num_groups: int, n: 
 
 
 class EpisodeFailures:
-    """What a rollout stage does with :class:`EpisodeFailure` (``rollout.on_error``, ``rollout.max_retries``), and the
-    step's counts (several stream workers add to them at once).
+    """What a rollout stage does with an episode that failed outside the model (``rollout.on_error``,
+    ``rollout.max_retries``, ``rollout.failure_errors``), the step's counts and the failed attempts' records (several
+    stream workers add to them at once).
 
     Args:
         rollout: the config's ``rollout`` section. num_generations: episodes per group. dist: the process group.
+        output_dir: the run folder, where rank 0 appends ``failures.jsonl`` (``None``: no file). num_rows,
+        prompts_per_step: the dataset's size and the step's prompts, which make an epoch. base_dir: where a
+        ``file.py:Error`` in ``failure_errors`` is looked up.
+
+    Raises:
+        ValueError: a ``rollout.failure_errors`` entry names no exception class (validate-config says so first).
     """
 
-    def __init__(self, rollout: Any, num_generations: int, dist: Any):
+    def __init__(self, rollout: Any, num_generations: int, dist: Any, output_dir: Optional[Path] = None,
+                 num_rows: int = 1, prompts_per_step: int = 1, base_dir: Optional[Path] = None):
         self.on_error, self.max_retries, self.n, self.dist = rollout.on_error, rollout.max_retries, num_generations, dist
+        self.types: Tuple[Type[BaseException], ...] = ()
+        if self.on_error != "stop":
+            self.types, failed = resolve_exception_types(rollout.failure_errors, base_dir)
+            if failed:
+                i, spec, reason = failed[0]
+                raise ValueError(f"rollout.failure_errors[{i}] = {spec!r}: {reason}; run validate-config")
         self.counts, self.lock = FailureCounts(), threading.Lock()
+        self.records: List[FailureRecord] = []
+        self.file = None if output_dir is None else Path(output_dir) / rn.FAILURES_FILE
+        self.epochs = EpochLosses(num_rows, prompts_per_step)
+        self.in_a_row = 0  # streamed groups left out since one was played
+
+    def _note(self, row: Optional[int], prompt: Any) -> Note:
+        """A :data:`Note` that records the failed attempts of the group at dataset row ``row`` (its ``step`` is set
+        by :meth:`metrics`: the step that reports it)."""
+        def note(attempt: int, raised: BaseException, cause: BaseException, outcome: str) -> None:
+            bare = raised is cause and not isinstance(raised, EpisodeFailure)  # its text may not name its type
+            record = FailureRecord(0, self.dist.rank, row, prompt, attempt + 1, type_name(cause),
+                                   f"{type_name(raised)}: {raised}" if bare else str(raised), outcome)
+            with self.lock:
+                self.records.append(record)
+        return note
 
     def play_step(self, step: int, play_all: Callable[[], ScoredBatch], play_one: Callable[[int, int], ScoredBatch],
-                  num_groups: int) -> ScoredBatch:
-        """``play_all()``; when it raises :class:`EpisodeFailure` (and ``on_error`` is not ``stop``) each group again
-        with ``play_one(group, attempt)`` (:func:`play_per_group`), the groups that still fail left out.
+                  groups: Sequence[Tuple[Optional[int], Any]]) -> ScoredBatch:
+        """``play_all()``; when it fails outside the model (and ``on_error`` is not ``stop``) each group again with
+        ``play_one(group, attempt)`` (:func:`play_per_group`), the groups that still fail left out. ``groups``: each
+        group's dataset row index and prompt (for the records).
 
         Raises:
             EpisodeFailure: ``on_error: stop``, or every group failed (step ``step``, 0-based, named 1-based).
+            anything else ``play_all``/``play_one`` raised that is not a failure (:func:`failure_cause`).
         """
+        if self.on_error == "stop":
+            return play_all()
         try:
             return play_all()
-        except EpisodeFailure as exc:
-            if self.on_error == "stop":
+        except Exception as exc:
+            cause = failure_cause(exc, self.types)
+            if cause is None:
                 raise
             first = exc
+            self._note(None, [prompt for _, prompt in groups])(0, exc, cause, "played alone")
         # which group failed is not known: counted as one failed group, every group played again
-        counts = FailureCounts(failed=self.n, retried=num_groups * self.n)
-        kept, last = play_per_group(play_one, num_groups, self.n, self.on_error, self.max_retries, counts)
+        counts = FailureCounts(failed=self.n, retried=len(groups) * self.n)
+        kept, last = play_per_group(play_one, len(groups), self.n, self.on_error, self.max_retries, counts,
+                                    self.types, lambda g: self._note(*groups[g]))
         with self.lock:
             self.counts.add(counts)
         if not kept:
@@ -109,23 +187,28 @@ class EpisodeFailures:
                                  f"max_retries: {self.max_retries}); the last failure: {last or first}") from last
         return ScoredBatch.concat(kept)
 
-    def play_group(self, play: Callable[[int], ScoredBatch]) -> ScoredBatch:
-        """One streamed group, ``play(attempt)`` retried as :func:`play_group` says.
+    def play_group(self, play: Callable[[int], ScoredBatch], row: Optional[int], prompt: Any,
+                   most_in_a_row: int) -> Optional[ScoredBatch]:
+        """One streamed group (dataset row ``row``, ``prompt``), ``play(attempt)`` retried
+        as :func:`play_group` says; ``None`` when it is left out (every attempt failed).
 
         Raises:
-            EpisodeFailure: ``on_error: stop``, or every attempt failed (a stream cannot leave a group out yet:
-                validate-config refuses ``on_error: drop`` with ``training.max_staleness`` >= 1).
+            EpisodeFailure: the ``most_in_a_row``-th group in a row left out (e.g. a step's worth: the sandbox is
+                down for good; a synchronous step whose groups all failed stops likewise).
+            anything else ``play`` raised (``on_error: stop``: everything).
         """
         if self.on_error == "stop":
             return play(0)
         counts = FailureCounts()
-        batch, failure = play_group(play, self.n, self.on_error, self.max_retries, counts)
-        if batch is None:
-            counts.dropped -= self.n  # not left out: the stream stops the run
+        batch, failure = play_group(play, self.n, self.on_error, self.max_retries, counts, self.types,
+                                    self._note(row, prompt))
         with self.lock:
             self.counts.add(counts)
-        if batch is None:
-            raise EpisodeFailure(f"a group failed {1 + self.max_retries} times (rollout.on_error: retry): "
+            self.in_a_row = 0 if batch is not None else self.in_a_row + 1
+            give_up = self.in_a_row >= most_in_a_row
+        if give_up:
+            raise EpisodeFailure(f"{most_in_a_row} streamed groups in a row failed (rollout.on_error: "
+                                 f"{self.on_error}, max_retries: {self.max_retries}); the last failure: "
                                  f"{failure}") from failure
         return batch
 
@@ -141,12 +224,29 @@ class EpisodeFailures:
             batch = batch.select_groups(range(int(fewest)))
         return batch
 
-    def metrics(self) -> Dict[str, float]:
-        """The step's ``episodes/failed``, ``episodes/retried``, ``episodes/dropped`` over every rank (a collective
-        with ``on_error`` retry or drop; nothing with ``stop``), then counted from 0 again."""
+    def metrics(self, step: Optional[int] = None, say: Callable[[str], None] = lambda line: None
+                ) -> Dict[str, float]:
+        """The step's ``episodes/failed``, ``episodes/retried``, ``episodes/dropped`` and
+        ``episodes/prompts_dropped`` over every rank (a collective with ``on_error`` retry or drop; nothing with
+        ``stop``), then counted from 0 again. With ``step`` (0-based, the step being logged) also
+        ``episodes/epoch_prompts_dropped`` and the failed attempts' records, gathered: rank 0 appends them to
+        ``failures.jsonl`` and tells ``say`` the first of each kind and, at an epoch's end, the prompts it lost."""
         if self.on_error == "stop":
             return {}
         with self.lock:
             counts, self.counts = self.counts, FailureCounts()
-        failed, retried, dropped = self.dist.sum([counts.failed, counts.retried, counts.dropped])
-        return FailureCounts(int(failed), int(retried), int(dropped)).metrics()
+            records, self.records = self.records, []
+        failed, retried, dropped = (int(x) for x in self.dist.sum([counts.failed, counts.retried, counts.dropped]))
+        out = {**FailureCounts(failed, retried, dropped).metrics(), rn.EPISODES_PROMPTS_DROPPED: dropped // self.n}
+        if step is None:
+            return out
+        records = [replace(r, step=step + 1) for rank in self.dist.gather(records) for r in rank]
+        out[rn.EPISODES_EPOCH_PROMPTS_DROPPED], epoch_line = self.epochs.add(step + 1, dropped // self.n)
+        if self.dist.is_main:
+            if records and self.file is not None:
+                append_failures(self.file, [r.to_json() for r in records])
+            for line in failure_notes(records, self.on_error, str(self.file or "(no run folder)")):
+                say(f"Step {step + 1}: {line}")
+            if epoch_line:
+                say(epoch_line)
+        return out

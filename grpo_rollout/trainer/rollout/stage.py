@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config
 from ...user_code.resolve import resolve_callable
@@ -77,7 +77,9 @@ class RolloutStage(StreamedGroups):
         self.eos_ids: set = set()
         self.vocab_size = 0
         self.stream: Optional[GroupStream] = None  # max_staleness >= 1: the groups rolling out
-        self.failures = EpisodeFailures(config.rollout, config.sampling.num_generations, dist)  # rollout.on_error
+        self.failures = EpisodeFailures(config.rollout, config.sampling.num_generations, dist,  # rollout.on_error
+                                        Path(t.output_dir).expanduser(), len(self.dataset), t.prompts_per_step,
+                                        base_dir)
         self.version = 0  # the trainer's weight version, as of the last collect
 
     def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int) -> None:
@@ -173,14 +175,14 @@ class RolloutStage(StreamedGroups):
 
     def play_step(self, step: int, ids: List[int], version: int) -> ScoredBatch:
         """This rank's dataset rows ``ids`` rolled out and scored; with ``rollout.on_error`` retry or drop, played
-        again one group at a time when the call raises :class:`EpisodeFailure`
+        again one group at a time when the call fails outside the model
         (:meth:`.failures.EpisodeFailures.play_step`)."""
         rows = [self.dataset[i] for i in ids]
         return self.failures.play_step(step, lambda: self.generate_and_score(step, rows, None, version, row_ids=ids),
                                        lambda g, attempt: self.generate_and_score(
                                            step, [rows[g]], self.group_sampling(step, g, attempt + 1), version,
                                            row_ids=[ids[g]]),
-                                       len(rows))
+                                       [(i, row.get(self.cfg.data.prompt_column)) for i, row in zip(ids, rows)])
 
     def group_sampling(self, step: int, position: int, attempt: int, retry: int = 0) -> Dict[str, Any]:
         """The sampling settings of one group played alone: seeded from step ``step``'s seed, the group's
@@ -210,9 +212,10 @@ class RolloutStage(StreamedGroups):
             if self.stream is not None:
                 self.stream.wake()
 
-    def metrics(self) -> Dict[str, float]:
-        """The step's ``episodes/*`` (``rollout.on_error``) and ``curriculum/*`` metrics (a collective)."""
-        return {**self.failures.metrics(), **(self.curriculum.metrics() if self.curriculum else {})}
+    def metrics(self, step: int, say: Callable[[str], None]) -> Dict[str, float]:
+        """Step ``step``'s (0-based) ``episodes/*`` (``rollout.on_error``: rank 0 also writes the failed attempts to
+        ``failures.jsonl`` and says the first of each kind with ``say``) and ``curriculum/*`` metrics (a collective)."""
+        return {**self.failures.metrics(step, say), **(self.curriculum.metrics() if self.curriculum else {})}
 
     @staticmethod
     def checked_version(step: int, batch: ScoredBatch, current: int, allowed: int) -> ScoredBatch:

@@ -75,13 +75,17 @@ class StreamedGroups:
         applies)."""
         return self.prompt_order.ready(position // (self.cfg.training.prompts_per_step // self.dist.world_size))
 
-    def roll_group(self, position: int, step: int, row: Dict[str, Any], attempt: int) -> ScoredBatch:
-        """One group: ``row``'s rollout and rewards. Seeded from step ``step``'s seed, the group's ``position`` in
-        this rank's prompt sequence and its ``attempt`` (a group rolled again gets another seed): each group is its
-        own call, so two groups of the same prompt text (a repeated dataset row) must not share a seed."""
-        ids = [self.position_index(position)[1]] if self.curriculum is not None else None
+    def roll_group(self, position: int, step: int, row: Dict[str, Any], attempt: int) -> Optional[ScoredBatch]:
+        """One group: ``row``'s rollout and rewards (``None``: it failed outside the model on every attempt and is
+        left out, ``rollout.on_error``). Seeded from step ``step``'s seed, the group's ``position`` in this rank's
+        prompt sequence and its ``attempt`` (a group rolled again gets another seed): each group is its own call, so
+        two groups of the same prompt text (a repeated dataset row) must not share a seed."""
+        index = self.position_index(position)[1]
+        ids = [index] if self.curriculum is not None else None
+        share = self.cfg.training.prompts_per_step // self.dist.world_size
         return self.failures.play_group(lambda retry: self.generate_and_score(
-            step, [row], self.group_sampling(step, position, attempt, retry), self.version, row_ids=ids))
+            step, [row], self.group_sampling(step, position, attempt, retry), self.version, row_ids=ids),
+            index, row.get(self.cfg.data.prompt_column), most_in_a_row=share)
 
     def trained(self) -> None:
         """The step's groups were trained (streaming: their prompts now count as used)."""

@@ -37,8 +37,8 @@ from ...user_code.coroutines import SharedLoop, shared_loop
 from ..batch import ScoredBatch, StreamStats
 
 #: ``roll(position, step, row, attempt)``: one group's scored batch (``attempt``: 0, then 1, 2, ... for a prompt
-#: rolled again).
-Roll = Callable[[int, int, Dict[str, Any], int], ScoredBatch]
+#: rolled again), or ``None`` for a group left out of its epoch (its episodes failed outside the model: on_error).
+Roll = Callable[[int, int, Dict[str, Any], int], Optional[ScoredBatch]]
 
 
 @dataclass(order=True)
@@ -128,7 +128,7 @@ class GroupStream:
             step, row = self.row_at(position)
             with shared_loop(self._loop):
                 batch = self.roll(position, step, row, attempt)
-            kept = self.keep is None or self.keep(batch)
+            kept = batch is not None and (self.keep is None or self.keep(batch))
         except BaseException as exc:  # noqa: BLE001 - handed to the trainer, which stops the run naming it
             with self._cond:
                 self._ended(position)
@@ -137,6 +137,11 @@ class GroupStream:
             return
         with self._cond:
             self._ended(position)
+            if batch is None:  # failed outside the model on every attempt: left out (roll counted it)
+                self._mark_used(position)
+                self._fill()
+                self._cond.notify_all()
+                return
             forced = not kept and self.max_refused is not None and self._refused >= self.max_refused
             if kept or forced:  # forced: the step must go on, so it is taken anyway
                 version = batch.rollout.weight_version
