@@ -42,7 +42,9 @@ def test_every_group_is_at_most_k_versions_behind_and_no_prompt_trains_twice(tmp
     console = Console(record=True, width=300, force_terminal=False)
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(console=console))
     text = console.export_text()
-    assert "staleness=" in text and "dropped stale=" in text and "waited=" in text
+    assert f"Streaming rollouts: training.max_staleness {k}" in text and f"≤{k}  wait " in text  # issue 39.10
+    assert "wait s" in text and "gen s" not in text and "trainer busy" in text and "servers idle" in text
+    assert "verdict: " in text  # the final panel says which side is the bottleneck
     for panel in (p for p in DEFAULT_PANELS if p.only_when):  # the streaming panels draw what a streaming run logs
         assert panel.choose(list(result.history[-1])) == list(panel.choose.wanted), panel.title
     assert result.steps == 6
@@ -50,7 +52,10 @@ def test_every_group_is_at_most_k_versions_behind_and_no_prompt_trains_twice(tmp
         assert 0 <= m["async/staleness_mean"] <= m["async/staleness_max"] <= k
         assert m["sampler/weight_version_lag"] == m["async/staleness_max"]
         assert m["async/groups_in_flight"] >= 0 and m["async/buffer_groups"] >= 0
-        assert m["time/waiting_for_rollouts"] >= 0
+        assert m["time/waiting_for_rollouts"] >= 0 and 0 <= m["async/trainer_busy_share"] <= 1
+        parts = [m[key] for key in ("sampler/logprob_abs_diff_fresh", "sampler/logprob_abs_diff_stale") if key in m]
+        assert ("sampler/logprob_abs_diff_stale" in m) == (m["async/staleness_max"] > 0) and parts
+        assert min(parts) * (1 - 1e-6) <= m["sampler/logprob_abs_diff"] <= max(parts) * (1 + 1e-6)  # their mean
     assert max(m["async/staleness_max"] for m in result.history) >= 1  # it did run ahead
     trained = [p for prompts in trained_prompts(tmp_path / "out").values() for p in prompts]
     assert len(trained) == 24 == len(set(trained))  # 6 steps × 4 groups, none twice (40 prompts in the epoch)
