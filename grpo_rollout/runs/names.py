@@ -83,6 +83,9 @@ def per_iteration(metric: str, k: int) -> str:
 
 # -- sampler vs trainer ----------------------------------------------------------------------------------------------
 SAMPLER_LOGPROB_ABS_DIFF = "sampler/logprob_abs_diff"
+# streaming: the same gap over the samples drawn by the trainer's current weights (fresh), and by older ones (stale)
+SAMPLER_LOGPROB_ABS_DIFF_FRESH = "sampler/logprob_abs_diff_fresh"
+SAMPLER_LOGPROB_ABS_DIFF_STALE = "sampler/logprob_abs_diff_stale"
 SAMPLER_IS_WEIGHT_MEAN = "sampler/is_weight_mean"
 SAMPLER_IS_WEIGHT_MIN = "sampler/is_weight_min"
 SAMPLER_IS_WEIGHT_MAX = "sampler/is_weight_max"
@@ -168,6 +171,7 @@ GROUPS_SKIPPED_STALE = "async/groups_skipped_stale"  # dropped as stale on every
 GROUPS_IN_FLIGHT = "async/groups_in_flight"  # rolling out when the step took its groups
 BUFFER_GROUPS = "async/buffer_groups"  # finished groups left for later steps
 ROLLOUTS_IDLE_SHARE = "async/rollouts_idle_share"  # share of the step with no group rolling out: servers idle
+TRAINER_BUSY_SHARE = "async/trainer_busy_share"  # share of the step the trainer computed (not waiting for rollouts)
 
 # -- dynamic sampling ------------------------------------------------------------------------------------------------
 DS_ROUNDS = "dynamic_sampling/rounds"

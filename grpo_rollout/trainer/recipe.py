@@ -48,7 +48,7 @@ import torch
 from ..config import Config, to_yaml
 from ..models.lora import MERGED_DIR, is_peft_model, save_merged_model
 from ..runs.completion import CompletionRecord
-from ..runs.names import CONFIG_FILE
+from ..runs.names import CONFIG_FILE, TIME_STEP
 from .update.advantages import step_advantages
 from .update.surrogates import policy_term
 from .update.turn_credit import with_turn_credit
@@ -66,6 +66,7 @@ from ..runs.rollouts import save_now
 from .rollout.stage import RolloutStage
 from .setup import build_optimizer, load_policy, open_clients, restore
 from .reporting.step_metrics import save_rollouts, step_metrics
+from .reporting.streaming_view import startup_lines
 from .update.policy_update import PolicyUpdate, UpdateResult
 from .parallel.weight_sync import WeightSync
 
@@ -87,10 +88,8 @@ class GRPORecipe:
         self.rollouts = RolloutStage(config, base_dir, dist)  # data and functions first: no model for a bad config
         self.advantages = step_advantages(t, s.num_generations, base_dir)
         self.evaluator = Evaluator(config, base_dir, dist, self.rollouts) if evaluation_on(config) else None
-        if t.async_generation:
-            reporter.message("training.async_generation streams rollouts with training.max_staleness: 1 (each group "
-                             "at most one weight version behind; docs/vllm.md); set max_staleness instead to choose "
-                             "another bound")
+        if t.staleness() > 0:  # streaming rollouts: say so, with the bound
+            reporter.streaming(t.staleness(), startup_lines(t, dist.world_size))
         if self.evaluator is not None and self.evaluator.size_warning:
             reporter.message(self.evaluator.size_warning)
         self.output_dir = Path(t.output_dir).expanduser()
@@ -232,8 +231,8 @@ class GRPORecipe:
                 save_rollouts(self.output_dir, step + 1, records, tokens, self.tokenizer, g)
         memory = largest_rank_memory(dist)
         if batch.stream is not None:
-            stream = StreamStats.merge(dist.gather(batch.stream))
-            metrics.update(stream.metrics())
+            stream = StreamStats.merge(dist.gather(batch.stream.with_gaps(result.stats.gaps, g)))
+            metrics.update(stream.metrics(metrics[TIME_STEP]))
             self.say_notes(f"Step {step + 1}", stream.notes(self.cfg.training.staleness()))
         return {**metrics, **(refill.metrics() if refill is not None else {}), **memory,
                 **self.rollouts.metrics(step, self.reporter.message)}, records

@@ -14,8 +14,8 @@ import pytest
 
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
-from streaming_helpers import (ASYNC, RECORDING, TIMES, SimulatedServer, streaming_config, trained_prompts,
-                               use_simulated_server, user_module)
+from streaming_helpers import (ASYNC, RECORDING, SLOW_SEVENS, TIMES, SimulatedServer, streaming_config,
+                               trained_prompts, use_simulated_server, user_module)
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.model
@@ -42,7 +42,9 @@ def test_every_group_is_at_most_k_versions_behind_and_no_prompt_trains_twice(tmp
     console = Console(record=True, width=300, force_terminal=False)
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(console=console))
     text = console.export_text()
-    assert "staleness=" in text and "dropped stale=" in text and "waited=" in text
+    assert f"Streaming rollouts: training.max_staleness {k}" in text and f"≤{k}  wait " in text  # issue 39.10
+    assert "wait s" in text and "gen s" not in text and "trainer busy" in text and "servers idle" in text
+    assert "verdict: " in text  # the final panel says which side is the bottleneck
     for panel in (p for p in DEFAULT_PANELS if p.only_when):  # the streaming panels draw what a streaming run logs
         assert panel.choose(list(result.history[-1])) == list(panel.choose.wanted), panel.title
     assert result.steps == 6
@@ -50,7 +52,10 @@ def test_every_group_is_at_most_k_versions_behind_and_no_prompt_trains_twice(tmp
         assert 0 <= m["async/staleness_mean"] <= m["async/staleness_max"] <= k
         assert m["sampler/weight_version_lag"] == m["async/staleness_max"]
         assert m["async/groups_in_flight"] >= 0 and m["async/buffer_groups"] >= 0
-        assert m["time/waiting_for_rollouts"] >= 0
+        assert m["time/waiting_for_rollouts"] >= 0 and 0 <= m["async/trainer_busy_share"] <= 1
+        parts = [m[key] for key in ("sampler/logprob_abs_diff_fresh", "sampler/logprob_abs_diff_stale") if key in m]
+        assert ("sampler/logprob_abs_diff_stale" in m) == (m["async/staleness_max"] > 0) and parts
+        assert min(parts) * (1 - 1e-6) <= m["sampler/logprob_abs_diff"] <= max(parts) * (1 + 1e-6)  # their mean
     assert max(m["async/staleness_max"] for m in result.history) >= 1  # it did run ahead
     trained = [p for prompts in trained_prompts(tmp_path / "out").values() for p in prompts]
     assert len(trained) == 24 == len(set(trained))  # 6 steps × 4 groups, none twice (40 prompts in the epoch)
@@ -64,15 +69,41 @@ def test_every_group_is_at_most_k_versions_behind_and_no_prompt_trains_twice(tmp
 
 
 def test_a_resume_trains_no_prompt_twice_and_skips_none(tmp_path, tiny_model, monkeypatch):
-    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 2, rows=24, max_steps=3, save_steps=2)
-    train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    """The resumed run ends with the epoch, whose slow prompts (those with a 7) its last steps wait for (issue 39)."""
+    (tmp_path / "user_rollout.py").write_text(SLOW_SEVENS.replace("0.4 if", "2.0 if"))
+    runs = [streaming_config(tmp_path, tiny_model, monkeypatch, 2, rows=24, max_steps=steps, save_steps=2)
+            for steps in (3, 6)]
+    for cfg in runs:
+        cfg.rollout.function = f"{tmp_path / 'user_rollout.py'}:rollout"
+    train(runs[0], base_dir=tmp_path, reporter=RichReporter(quiet=True))
     first = trained_prompts(tmp_path / "out")
-    resumed = streaming_config(tmp_path, tiny_model, monkeypatch, 2, rows=24, max_steps=6, save_steps=2)
-    train(resumed, base_dir=tmp_path, resume=str(tmp_path / "out" / "checkpoint-2"), reporter=RichReporter(quiet=True))
+    train(runs[1], base_dir=tmp_path, resume=str(tmp_path / "out" / "checkpoint-2"), reporter=RichReporter(quiet=True))
     after = trained_prompts(tmp_path / "out")  # steps 3.. were logged again by the resumed run
     assert [after[s] for s in (1, 2)] == [first[s] for s in (1, 2)]
     trained = [p for s in sorted(after) for p in after[s]]
     assert len(trained) == 24 == len(set(trained))  # the whole epoch (24 prompts) once, across the resume
+
+
+SLOW_TWO_AND_FIVE = '''
+import time
+from grpo_rollout.rollouts import builtin_rollout
+
+def rollout(prompts, client, **kw):
+    time.sleep(2.0 if prompts[0] in ("Count to 2.", "Count to 5.") else 0.01)  # two stragglers
+    return builtin_rollout()(prompts, client=client, **kw)
+'''
+
+
+def test_the_last_steps_of_an_epoch_wait_for_its_slow_prompts(tmp_path, tiny_model, monkeypatch):
+    """Issue 39: num_epochs 1 over 8 prompts, two of them slow, max_staleness 1: the stream started groups of the next
+    epoch and the last steps took fast ones, so the two slow prompts were never trained and two fast ones twice."""
+    (tmp_path / "user_rollout.py").write_text(SLOW_TWO_AND_FIVE)
+    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 1, rows=8, num_epochs=1, prompts_per_step=2)
+    cfg.rollout.function = f"{tmp_path / 'user_rollout.py'}:rollout"
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 4
+    trained = [p for prompts in trained_prompts(tmp_path / "out").values() for p in prompts]
+    assert sorted(trained) == sorted(f"Count to {i}." for i in range(8))  # each once, the slow ones too
 
 
 def test_dynamic_sampling_drops_groups_without_variance_as_they_arrive(tmp_path, tiny_model, monkeypatch):

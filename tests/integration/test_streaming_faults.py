@@ -120,8 +120,9 @@ def test_two_processes_stream_their_own_groups_and_train_each_prompt_once(tmp_pa
 
     from test_distributed import _torchrun
 
-    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 2, rows=40, max_steps=4, prompts_per_step=8)
-    (tmp_path / "user_rollout.py").write_text(SLOW_SEVENS)
+    # one epoch of 32 prompts, those with a 7 slow: the last steps wait for them (issue 39), on each process
+    cfg = streaming_config(tmp_path, tiny_model, monkeypatch, 2, rows=32, num_epochs=1, prompts_per_step=8)
+    (tmp_path / "user_rollout.py").write_text(SLOW_SEVENS.replace("0.4 if", "2.0 if"))
     cfg.rollout.function = f"{tmp_path / 'user_rollout.py'}:rollout"
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(), sort_keys=False))
     (tmp_path / "driver.py").write_text(TWO_RANKS)
@@ -132,4 +133,4 @@ def test_two_processes_stream_their_own_groups_and_train_each_prompt_once(tmp_pa
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(m["async/staleness_max"] <= 2 for m in metrics)
     trained = [p for prompts in trained_prompts(tmp_path / "out").values() for p in prompts]
-    assert len(trained) == 32 == len(set(trained))  # 4 steps × 8 groups (4 per process), none twice
+    assert sorted(trained) == sorted(f"Count to {i}." for i in range(32))  # 4 steps × 8 groups: the epoch, once

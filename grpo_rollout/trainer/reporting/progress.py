@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ...runs import names as rn
 from .notebook_display import NotebookDisplay
+from .streaming_view import gap_text, step_text
 
 # (metric key, column header, format)
 COLUMNS = [
@@ -74,6 +75,7 @@ class RichReporter:
         self._per_epoch: Optional[float] = None
         #: the shell command that resumes this run (set by ``grpo-rollout train``; printed when a run stops early)
         self.resume_command: Optional[str] = None
+        self.stream_bound: Optional[int] = None  # streaming rollouts: training.max_staleness (:meth:`streaming`)
 
     def _out(self) -> Any:
         """Where printed lines go: the notebook's display, the live bar's console, or the console."""
@@ -84,6 +86,13 @@ class RichReporter:
         if not self.quiet:
             # soft_wrap: a path or command in the message stays on one line, so it can be copied
             self._out().print(f"[dim]•[/] {escape(text)}", soft_wrap=True)
+
+    def streaming(self, max_staleness: int, lines: List[str]) -> None:
+        """Rollouts stream with this bound: say ``lines``; each step then shows its staleness against the bound, and
+        the generation column is the trainer's wait for rollouts (``wait s``)."""
+        self.stream_bound = max_staleness
+        for line in lines:
+            self.message(line)
 
     def status(self, text: str):
         """A spinner shown while ``with reporter.status(text): ...`` runs (in a notebook: a line of the display)."""
@@ -154,7 +163,9 @@ class RichReporter:
             return
         out = self._out()
         if not self._header_done:
-            out.print("[bold]" + " ".join(f"{h:>8}" for h in ["step"] + [c[1] for c in COLUMNS]))
+            headers = [("wait s" if k == rn.TIME_GENERATION and self.stream_bound is not None else h)
+                       for k, h, _ in COLUMNS]
+            out.print("[bold]" + " ".join(f"{h:>8}" for h in ["step"] + headers))
             self._header_done = True
         row = [f"{step:>8}"] + [f"{_fmt(metrics.get(k), f):>8}" for k, _, f in COLUMNS]
         out.print(" ".join(row) + (f"  {escape(self._clock(step))}" if self.plain else ""), soft_wrap=self.plain)
@@ -171,17 +182,8 @@ class RichReporter:
             extra.append(f"tool calls={_fmt(metrics[rn.TOOL_CALLS], '{:.0f}')} "
                          f"ok={_fmt(metrics.get(rn.TOOL_SUCCESS_RATE), '{:.0%}')}")
         if rn.STALENESS_MAX in metrics:  # streaming rollouts
-            extra.append(f"staleness={_fmt(metrics[rn.STALENESS_MEAN], '{:.1f}')}/"
-                         f"{_fmt(metrics[rn.STALENESS_MAX], '{:.0f}')} dropped stale="
-                         f"{_fmt(metrics.get(rn.GROUPS_DROPPED_STALE), '{:.0f}')} in flight="
-                         f"{_fmt(metrics.get(rn.GROUPS_IN_FLIGHT), '{:.0f}')} buffered="
-                         f"{_fmt(metrics.get(rn.BUFFER_GROUPS), '{:.0f}')} waited="
-                         f"{_fmt(metrics.get(rn.TIME_WAITING_FOR_ROLLOUTS), '{:.1f}')} s rollouts idle="
-                         f"{_fmt(metrics.get(rn.ROLLOUTS_IDLE_SHARE), '{:.0%}')}"
-                         + (f" no-variance dropped={_fmt(metrics[rn.DS_GROUPS_DROPPED], '{:.0f}')}"
-                            if rn.DS_GROUPS_DROPPED in metrics else ""))
-        if rn.SAMPLER_LOGPROB_ABS_DIFF in metrics:
-            extra.append(f"|Δlogp| sampler-trainer={_fmt(metrics[rn.SAMPLER_LOGPROB_ABS_DIFF], '{:.2e}')}")
+            extra.append(step_text(metrics, self.stream_bound))
+        extra += [gap] if (gap := gap_text(metrics)) else []
         if per_fn or extra:
             out.print(f"[dim]{' ' * 9}{escape(per_fn)}  {'  '.join(extra)}[/]", soft_wrap=self.plain)
         if samples:

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ...runs import names as rn
 from ..evaluation.held_out import plus_minus
+from .streaming_view import summary_lines
 
 if TYPE_CHECKING:
     from ..run import TrainResult
@@ -50,10 +51,12 @@ def _title_and_lines(result: TrainResult) -> Tuple[str, List[str]]:
     times = {k: [m.get(key) or 0.0 for m in result.history]
              for k, key in (("step", rn.TIME_STEP), ("generation", rn.TIME_GENERATION), ("training", rn.TIME_TRAINING),
                             ("sync", rn.TIME_SYNC))}
-    n = len(result.history)
-    lines.append(f"time: {sum(times['step']):.0f} s, {sum(times['step']) / n:.1f} s/step (generation "
+    n, streamed = len(result.history), bool(summary_lines(result.history))
+    lines.append(f"time: {sum(times['step']):.0f} s, {sum(times['step']) / n:.1f} s/step "
+                 f"({'waiting for rollouts' if streamed else 'generation'} "
                  f"{sum(times['generation']) / n:.1f}, training {sum(times['training']) / n:.1f}, sync "
                  f"{sum(times['sync']) / n:.1f})")
+    lines += summary_lines(result.history)
     last = result.history[-1]
     if last.get(rn.TOOL_SUCCESS_RATE) is not None:
         lines.append(f"tool calls in the last step: {last.get(rn.TOOL_CALLS, 0):.0f}, "

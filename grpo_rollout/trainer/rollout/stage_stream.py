@@ -43,20 +43,23 @@ class StreamedGroups:
 
     def open_stream(self, step: int) -> GroupStream:
         """The stream of this rank's groups from step ``step`` on (after a resume: from where the saved run's stream
-        stood, when it had as many processes and prompts per step)."""
+        stood, when it had as many processes and prompts per step), up to the run's last step (``max_steps``, which
+        ``num_epochs`` sets): no group of a later step starts."""
         t = self.cfg.training
         share = t.prompts_per_step // self.dist.world_size
-        start, used = step * share, ()
+        start, used, replaced = step * share, (), 0
         saved = self.prompt_order.resumed_stream  # every rank's stream_state() at the checkpoint
         if saved and len(saved) == self.dist.world_size and all(r["groups_per_step"] == share for r in saved):
-            start, used = saved[self.dist.rank]["first_unused"], saved[self.dist.rank]["used"]
+            mine = saved[self.dist.rank]
+            start, used, replaced = mine["first_unused"], mine["used"], mine.get("replaced", 0)
         g = self.cfg.sampling.num_generations
         keep = (lambda batch: bool(groups_with_signal(batch.scores.rewards, g))) if t.dynamic_sampling.enabled \
             else None
         return GroupStream(self.roll_group, self.position_row, ready=self.position_ready, groups_per_step=share,
                            max_staleness=t.staleness(), max_inflight=t.max_inflight_groups or 2 * share,
                            start=start, used=tuple(used), keep=keep,
-                           max_refused=t.dynamic_sampling.max_rounds * share if keep else None)
+                           max_refused=t.dynamic_sampling.max_rounds * share if keep else None,
+                           end=t.max_steps * share, replaced=replaced)
 
     def position_index(self, position: int) -> Tuple[int, int]:
         """Position ``position`` of this rank's prompt sequence: the step it belongs to and its dataset row's index

@@ -19,6 +19,11 @@ and every position is trained once (or, with ``keep`` returning False, e.g. dyna
 variance, left out once). :meth:`GroupStream.state` names the first position not yet used and the used ones after it,
 so a resumed run rolls out again exactly what was in flight or buffered at its checkpoint.
 
+The run's end: with ``end`` (the run's last step × ``groups_per_step``), no group starts at a position past the last
+step's, so the last steps wait for their own groups (stragglers included) instead of taking the next epoch's fast
+ones. A position left out (refused by ``keep``, or after ``max_attempts`` stale rollouts) moves the end one position
+on: the next prompt takes its place, and every step still takes ``groups_per_step`` groups.
+
 Threads: a plain ``def`` rollout runs on the group's worker thread; an ``async def`` one runs on one event loop shared
 by every group (:class:`~grpo_rollout.user_code.coroutines.SharedLoop`), its worker thread waiting for it. Rewards are
 scored on the worker thread. Workers and the loop are daemon threads, so an interrupted run exits without waiting for
@@ -65,14 +70,16 @@ class GroupStream:
             ``None``: no bound). max_attempts: rollouts of one prompt dropped as stale before it is left out of the
             epoch (its episodes take longer than ``k`` steps; named in :class:`StreamStats`). ready: whether a new
             position's row can be known yet (a curriculum's draw waits for earlier steps' rewards: :meth:`wake` once
-            it can); default always.
+            it can); default always. end: the first position no group may start at (the run's steps × groups per
+            step; ``None``: no end). replaced: positions left out before a resume (its :meth:`state`), each
+            moving ``end`` one on.
     """
 
     def __init__(self, roll: Roll, row_at: Callable[[int], Tuple[int, Dict[str, Any]]], *,
                  ready: Optional[Callable[[int], bool]] = None, groups_per_step: int,
                  max_staleness: int, max_inflight: int, start: int = 0, used: Tuple[int, ...] = (),
                  keep: Optional[Callable[[ScoredBatch], bool]] = None, max_refused: Optional[int] = None,
-                 max_attempts: int = 3):
+                 max_attempts: int = 3, end: Optional[int] = None, replaced: int = 0):
         self.roll, self.row_at, self.keep, self.max_refused, self.max_attempts = roll, row_at, keep, max_refused, \
             max_attempts
         self.ready = ready
@@ -80,6 +87,8 @@ class GroupStream:
         self.cap = (max_staleness + 1) * groups_per_step  # running + buffered + taken for the step being trained
         self._next, self._used = start, set(used)
         self._frontier = start
+        self._replaced = replaced  # positions left out, each replaced by one past the end
+        self._end = None if end is None else end + replaced
         self._again: Deque[Tuple[int, int]] = deque()  # (position, attempt) to roll out before new positions
         self._running: Set[int] = set()
         self._buffer: List[_Finished] = []
@@ -114,6 +123,8 @@ class GroupStream:
         """Start groups while there is room (call holding the lock)."""
         while (not self._closed and self._error is None and len(self._running) < self.max_inflight
                and len(self._running) + len(self._buffer) + len(self._taken) < self.cap):
+            if not self._again and self._end is not None and self._peek_new() >= self._end:
+                break  # past the run's last step: no step would take it
             if not self._again and self.ready is not None and not self.ready(self._peek_new()):
                 break  # its row is not known yet: wake() starts it
             position, attempt = self._next_position()
@@ -148,7 +159,7 @@ class GroupStream:
                 self._buffer.append(_Finished(-1 if version is None else version, position, batch, attempt, forced))
             else:
                 self._dropped_no_signal, self._refused = self._dropped_no_signal + 1, self._refused + 1
-                self._mark_used(position)
+                self._left_out(position)
             self._fill()
             self._cond.notify_all()
 
@@ -167,6 +178,20 @@ class GroupStream:
             self._idle_since = now
         return min(1.0, idle / window) if window > 0 else 0.0
 
+    def _left_out(self, position: int) -> None:
+        """Position ``position`` is used without being trained: the next one past the end takes its place (holding
+        the lock)."""
+        self._mark_used(position)
+        self._replaced += 1
+        if self._end is not None:
+            self._end += 1
+
+    def _exhausted(self) -> bool:
+        """Whether no group is left to come: none running, buffered or to roll again, and no position before the end
+        (holding the lock)."""
+        return (not self._running and not self._buffer and not self._again and self._end is not None
+                and self._peek_new() >= self._end)
+
     def _mark_used(self, position: int) -> None:
         self._used.add(position)
         while self._frontier in self._used:
@@ -180,6 +205,8 @@ class GroupStream:
 
         Raises:
             whatever a rollout or reward raised (the first one; no group is started after it).
+            RuntimeError: no group is left to take (a step past the run's last: every position before ``end`` was
+                taken).
         """
         start = time.perf_counter()
         taken: List[_Finished] = []
@@ -197,6 +224,9 @@ class GroupStream:
                     self._taken.append(taken[-1].position)
                     continue
                 self._fill()
+                if self._exhausted():
+                    raise RuntimeError(f"the rollout stream has no group left for this step: every position before "
+                                       f"{self._end} (the run's last step's end) was taken")
                 self._cond.wait(timeout=1.0)
             self._fill()
             no_signal = None if self.keep is None else self._dropped_no_signal
@@ -231,14 +261,14 @@ class GroupStream:
             else:  # its episodes outlast k steps every time: left out of the epoch, and named
                 prompts = getattr(getattr(f.batch, "scores", None), "prompts", None)
                 self._skipped.append(prompts[0] if prompts else f"prompt at position {f.position}")
-                self._mark_used(f.position)
+                self._left_out(f.position)
 
     def state(self) -> Dict[str, Any]:
         """Where this rank's prompt sequence stands: ``first_unused`` (every earlier position was trained or left
-        out) and ``used`` (the later ones that were); running, buffered and taken but uncommitted groups count as
-        unused."""
+        out), ``used`` (the later ones that were; running, buffered and taken but uncommitted groups count as
+        unused) and ``replaced`` (positions left out so far, each replaced by one past the end)."""
         with self._cond:
-            return {"first_unused": self._frontier, "used": sorted(self._used)}
+            return {"first_unused": self._frontier, "used": sorted(self._used), "replaced": self._replaced}
 
     def close(self) -> None:
         """Start no more groups (running ones end on their daemon threads, their results unused)."""

@@ -4,9 +4,8 @@ For each iteration, each micro-batch (:mod:`.logprobs`): policy log-probs at the
 (:mod:`.logprobs`) → sampler-correction weights (:mod:`.objective`, first iteration) → the clipped
 surrogate (+ KL) per token (:func:`~.objective.per_token_loss`) → the ``loss_type`` aggregation normalised by the
 whole step's totals (:func:`~.objective.aggregate`), so N processes make the update one process would make → backward.
-Then clip the gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the
-sampler-correction weights and the sampler/trainer mismatch over every micro-batch and iteration, reduces them over
-ranks, and names them as metrics (:mod:`grpo_rollout.runs.names`).
+Then clip the gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the sampler
+weights and the sampler/trainer gap (also per sequence) over every micro-batch and iteration, reduced over ranks.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from ...generation.sampling_filter import FILTER_SETTINGS
 from ...rollouts.contract import RolloutOutput
 from ...runs import names as rn
 from ...runs.rollouts import token_record
-from ..batch import ScoredBatch
+from ..batch import ScoredBatch, SequenceGaps
 from ..guards import check_sampler_mismatch
 from ..parallel.distributed import Dist
 from ..parallel.precision import Precision
@@ -48,6 +47,7 @@ class UpdateStats:
     clip_high: float = 0.0
     ratio_max: float = 0.0
     lp_diff: float = 0.0
+    gaps: SequenceGaps = field(default_factory=SequenceGaps)  # lp_diff per sequence (this rank's, in batch order)
     sampler_weight_sum: float = 0.0
     sampler_weight_min: float = math.inf
     sampler_weight_max: float = -math.inf
@@ -76,7 +76,7 @@ class UpdateStats:
         self.clip_high += result.clipped_high[m].sum().item()
         self.ratio_max = max(self.ratio_max, ratio.max().item() if ratio.numel() else 0.0)
         if first_iteration and mb.sampler_logprobs is not None:
-            self.lp_diff += (old - mb.sampler_logprobs)[m].abs().sum().item()
+            self.lp_diff += self.gaps.add(old, mb.sampler_logprobs, m)
             w = mb.sampler_weights[m]
             if w.numel():
                 self.sampler_weight_sum += w.sum().item()
