@@ -52,7 +52,8 @@ from ..runs.names import CONFIG_FILE, TIME_STEP
 from .update.advantages import step_advantages
 from .update.surrogates import policy_term
 from .update.turn_credit import with_turn_credit
-from .batch import CompletionScores, ScoredBatch, StepTimes, StreamStats
+from .batch import CompletionScores, ScoredBatch, StepTimes
+from .stream_stats import StreamStats
 from .checkpoint import TrainerState, rng_state, save_checkpoint
 from .parallel.distributed import Dist
 from .rollout.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal

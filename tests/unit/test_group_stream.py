@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_rollout.trainer.batch import StreamStats
+from grpo_rollout.trainer.stream_stats import StreamStats
 from grpo_rollout.trainer.rollout.stream import GroupStream
 
 

@@ -86,3 +86,19 @@ def test_a_prompt_left_out_is_replaced_by_the_next_one_past_the_end():
     stream.close()
     assert sorted(r for step in taken for r in step) == [0, 1, 2, 4, 5, 6]
     assert state["replaced"] == 1 and max(row for row, _ in server.calls) == 6
+
+
+def test_a_group_left_out_by_on_error_drop_is_replaced_and_the_run_ends_full():
+    """A group whose episodes failed on every attempt (``roll`` returns None under ``rollout.on_error: drop``) is
+    left out like a refused one: the next prompt takes its place, so the last step is full and does not stop the run
+    with "no group left"."""
+    server = Scripted(lambda row, attempt: 0.01)
+    roll = server.roll
+    server.roll = lambda position, step, row, attempt: None if row == 3 else roll(position, step, row, attempt)
+    stream = GroupStream(server.roll, lambda p: (p // 2, p), groups_per_step=2, max_staleness=1, max_inflight=4,
+                         end=6)
+    taken, _ = _train(stream, server, 3)
+    state = stream.state()
+    stream.close()
+    assert sorted(r for step in taken for r in step) == [0, 1, 2, 4, 5, 6]
+    assert state["replaced"] == 1 and 3 in state["used"] + list(range(state["first_unused"]))

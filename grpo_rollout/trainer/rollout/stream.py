@@ -21,8 +21,8 @@ so a resumed run rolls out again exactly what was in flight or buffered at its c
 
 The run's end: with ``end`` (the run's last step × ``groups_per_step``), no group starts at a position past the last
 step's, so the last steps wait for their own groups (stragglers included) instead of taking the next epoch's fast
-ones. A position left out (refused by ``keep``, or after ``max_attempts`` stale rollouts) moves the end one position
-on: the next prompt takes its place, and every step still takes ``groups_per_step`` groups.
+ones. A position left out (refused by ``keep``, failed under ``rollout.on_error``, or stale ``max_attempts`` times)
+moves the end one position on: the next prompt takes its place, and every step still takes ``groups_per_step``.
 
 Threads: a plain ``def`` rollout runs on the group's worker thread; an ``async def`` one runs on one event loop shared
 by every group (:class:`~grpo_rollout.user_code.coroutines.SharedLoop`), its worker thread waiting for it. Rewards are
@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from ...user_code.coroutines import SharedLoop, shared_loop
-from ..batch import ScoredBatch, StreamStats
+from ..batch import ScoredBatch
+from ..stream_stats import StreamStats
 
 #: ``roll(position, step, row, attempt)``: one group's scored batch (``attempt``: 0, then 1, 2, ... for a prompt
 #: rolled again), or ``None`` for a group left out of its epoch (its episodes failed outside the model: on_error).
@@ -149,7 +150,7 @@ class GroupStream:
         with self._cond:
             self._ended(position)
             if batch is None:  # failed outside the model on every attempt: left out (roll counted it)
-                self._mark_used(position)
+                self._left_out(position)
                 self._fill()
                 self._cond.notify_all()
                 return

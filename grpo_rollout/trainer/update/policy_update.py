@@ -1,8 +1,7 @@
 """The update stage: ``num_iterations`` policy updates on one rank's share of a step, and what they measured.
 
-For each iteration, each micro-batch (:mod:`.logprobs`): policy log-probs at the completion tokens
-(:mod:`.logprobs`) → sampler-correction weights (:mod:`.objective`, first iteration) → the clipped
-surrogate (+ KL) per token (:func:`~.objective.per_token_loss`) → the ``loss_type`` aggregation normalised by the
+For each iteration, each micro-batch: policy log-probs at the completion tokens (:mod:`.logprobs`) → sampler-correction
+weights (:mod:`.objective`, first iteration) → the clipped surrogate (+ KL) per token (:func:`~.objective.per_token_loss`) → the ``loss_type`` aggregation normalised by the
 whole step's totals (:func:`~.objective.aggregate`), so N processes make the update one process would make → backward.
 Then clip the gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the sampler
 weights and the sampler/trainer gap (also per sequence) over every micro-batch and iteration, reduced over ranks.
@@ -21,7 +20,8 @@ from ...generation.sampling_filter import FILTER_SETTINGS
 from ...rollouts.contract import RolloutOutput
 from ...runs import names as rn
 from ...runs.rollouts import token_record
-from ..batch import ScoredBatch, SequenceGaps
+from ..batch import ScoredBatch
+from ..stream_stats import SequenceGaps
 from ..guards import check_sampler_mismatch
 from ..parallel.distributed import Dist
 from ..parallel.precision import Precision
