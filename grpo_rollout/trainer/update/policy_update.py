@@ -1,11 +1,10 @@
 """The update stage: ``num_iterations`` policy updates on one rank's share of a step, and what they measured.
 
 For each iteration, each micro-batch: policy log-probs at the completion tokens (:mod:`.logprobs`) → sampler-correction
-weights (:mod:`.objective`, first iteration) → the clipped surrogate (+ KL) per token
-(:func:`~.objective.per_token_loss`) → the ``loss_type`` aggregation normalised by the whole step's totals
-(:func:`~.objective.aggregate`), so N processes make the update one process would make → backward. Then clip the
-gradient norm, AdamW step, LR schedule step. :class:`UpdateStats` adds up KL, clipping, the sampler weights and the
-sampler/trainer gap (also per sequence) over every micro-batch and iteration, reduced over ranks.
+weights (:mod:`.objective`, first iteration) → the clipped surrogate (+ KL) per token (:func:`~.objective.per_token_loss`)
+→ the ``loss_type`` aggregation over the whole step's totals (:func:`~.objective.aggregate`: N processes make one
+process's update) → backward; then gradient clipping, AdamW, LR schedule. :class:`UpdateStats` adds up KL, clipping,
+the sampler weights and the per-sequence sampler/trainer gap over micro-batches and iterations, reduced over ranks.
 """
 
 from __future__ import annotations
