@@ -1,9 +1,10 @@
 """Tools for the tool-calling rollout: loading them by name, their JSON schemas, and running calls safely.
 
 A tool is a plain Python function with type hints and a Google-style docstring (``Args:`` describing every
-parameter); its JSON schema comes from ``transformers.utils.get_json_schema``. Running a call never raises: an
-unknown tool, bad arguments, an exception inside the tool or a timeout become a :class:`ToolResult` whose ``content``
-is an error message the model gets to read as the tool's answer.
+parameter); its full JSON schema is built from them (:mod:`.tool_schemas`), and a call's arguments are validated
+against it before the tool runs. Running a call never raises: an unknown tool, bad arguments, an exception inside the
+tool or a timeout become a :class:`ToolResult` whose ``content`` is an error message the model gets to read as the
+tool's answer.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +20,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 from .tool_examples import example_arguments, example_call  # noqa: F401 - re-exported: the tool API
 from .contract import RolloutError
 from .tool_parsing import ToolCall
+from .tool_schemas import ToolError, arguments_problem, converted, tool_schema  # noqa: F401 - re-exported
 
 ToolSpec = Union[str, Callable]
-
-
-class ToolError(ValueError):
-    """A configured tool cannot be used (not importable, not callable, or no usable schema)."""
 
 
 class ToolExited(RuntimeError):
@@ -89,36 +86,6 @@ def load_tools(specs: Sequence[ToolSpec], base_dir: Optional[Path] = None) -> Di
     return tools
 
 
-def tool_schema(fn: Callable) -> Dict[str, Any]:
-    """The OpenAI-style JSON schema of ``fn`` (``{"type": "function", "function": {name, description, parameters}}``):
-    its ``__tool_schema__`` when it has one (an MCP server's tool), else built from its type hints and docstring.
-
-    Raises:
-        ToolError: the function lacks type hints or a docstring describing each argument (the message says which).
-    """
-    from transformers.utils import get_json_schema
-
-    given = getattr(fn, "__tool_schema__", None)
-    if given is not None:  # a tool that brings its own schema (an MCP server's)
-        return given
-    name = getattr(fn, "__name__", fn)
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-        raise ToolError(f"tool {name!r} is a generator; a tool must return its answer")
-    try:
-        variadic = [p.name for p in inspect.signature(fn).parameters.values()
-                    if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    except (TypeError, ValueError):
-        variadic = []
-    if variadic:
-        raise ToolError(f"tool {name!r} takes *{variadic[0]}: the model can only pass named arguments, so give "
-                        "each one its own parameter")
-    try:
-        return get_json_schema(fn)
-    except Exception as exc:  # TypeHintParsingException / DocstringParsingException
-        raise ToolError(f"tool {getattr(fn, '__name__', fn)!r}: cannot build its JSON schema: {exc}. Give every "
-                        "parameter a type hint and describe it under `Args:` in the docstring") from exc
-
-
 def result_text(value: Any) -> str:
     """How a tool's return value is shown to the model: strings as they are, else JSON (``str()`` as a fallback)."""
     if isinstance(value, str):
@@ -173,31 +140,6 @@ async def _no_exit(coro: Any) -> Any:
         raise ToolExited(f"called sys.exit({exc.code!r})") from None
 
 
-#: JSON-schema type name → the Python types a value of it may have (bools are not numbers here): checking a tool
-#: call's arguments; ``config.json_schema`` maps the other way, writing a schema.
-_PY_TYPES_OF = {"integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,), "array": (list,),
-                "object": (dict,), "null": (type(None),)}
-
-
-def _type_problem(schema: Mapping[str, Any], arguments: Dict[str, Any]) -> Optional[str]:
-    """The first argument whose JSON type does not match the tool's schema (``Optional``/unions allow each type)."""
-    props = schema.get("function", {}).get("parameters", {}).get("properties", {})
-    for name, value in arguments.items():
-        kind = props.get(name, {}).get("type")
-        kinds = kind if isinstance(kind, list) else [kind]
-        if value is None and props.get(name, {}).get("nullable"):
-            continue
-        if kind is None or any(k not in _PY_TYPES_OF for k in kinds):
-            continue  # no type, or one this check does not know: let the tool decide
-        ok = any(isinstance(value, _PY_TYPES_OF[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
-                 for k in kinds) or ("integer" in kinds and isinstance(value, float) and value.is_integer())
-        if isinstance(value, float) and not math.isfinite(value):
-            ok = False
-        if not ok:
-            return f"argument {name!r} must be {' or '.join(kinds)}, got {json.dumps(value)[:40]}"
-    return None
-
-
 def _schema_or_none(fn: Callable) -> Optional[Dict[str, Any]]:
     try:
         return tool_schema(fn)
@@ -213,7 +155,7 @@ def _arguments_problem(fn: Callable, arguments: Dict[str, Any]) -> Optional[str]
     except ValueError:  # no signature available: let the call decide
         return None
     schema = _schema_of(fn)
-    return _type_problem(schema, arguments) if schema else None
+    return arguments_problem(schema, arguments) if schema else None
 
 
 #: tool schemas, by function (an environment's methods: by the class's function, not each instance's bound method)
@@ -225,14 +167,6 @@ def _schema_of(fn: Callable) -> Optional[Dict[str, Any]]:
     if key not in _SCHEMAS:
         _SCHEMAS[key] = _schema_or_none(fn)
     return _SCHEMAS[key]
-
-
-def _with_integers(fn: Callable, arguments: Dict[str, Any]) -> Dict[str, Any]:
-    """``arguments`` with whole floats given for ``integer`` parameters as ints (``3.0`` → ``3``, as JSON allows)."""
-    schema = _schema_of(fn)
-    props = schema.get("function", {}).get("parameters", {}).get("properties", {}) if schema else {}
-    return {k: int(v) if isinstance(v, float) and v.is_integer() and props.get(k, {}).get("type") == "integer" else v
-            for k, v in arguments.items()}
 
 
 def _safe_str(exc: BaseException) -> str:
@@ -265,7 +199,10 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
     if problem:
         return ToolResult(call.name, call.arguments, f"Error: bad arguments for {call.name}: {problem}",
                           "bad_arguments")
-    arguments = _with_integers(fn, call.arguments)
+    try:
+        arguments = converted(fn, call.arguments)
+    except ValueError as exc:
+        return ToolResult(call.name, call.arguments, f"Error: bad arguments for {call.name}: {exc}", "bad_arguments")
     loop = asyncio.get_running_loop()
     start = loop.time()
     try:
