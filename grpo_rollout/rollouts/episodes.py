@@ -81,7 +81,8 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
 
     Each turn's ``max_tokens`` is the remaining budget, or ``sampling.max_turn_tokens`` when smaller (a turn cut by
     that cap does not end the episode). ``on_turn`` is called after every sampled turn, also the last one, so
-    tools/environments see every answer.
+    tools/environments see every answer; ``conv.last_finish`` (``"length"``: a token limit stopped the turn) and
+    ``conv.truncated`` are set before, so a handler can tell a turn that was cut off from one the model finished.
     """
     continue_turn = getattr(on_turn, "continue_turn", None)
     budget = max_completion_length

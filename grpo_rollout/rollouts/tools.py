@@ -29,6 +29,16 @@ class ToolExited(RuntimeError):
     """A tool called ``sys.exit()``: reported to the model like any exception instead of ending the training run."""
 
 
+#: the ``error`` of a call that a token limit cut off before its ``</tool_call>``
+CUT = "truncated"
+
+
+def cut_result(call: ToolCall) -> ToolResult:
+    """The record of ``call``, cut off by a token limit before its ``</tool_call>``: it is not run."""
+    return ToolResult(call.name, call.arguments, "Error: this tool call was cut off by the token limit before "
+                      "</tool_call>, so it was not run", CUT)
+
+
 @dataclass
 class ToolResult:
     """The outcome of one call.
@@ -38,7 +48,8 @@ class ToolResult:
         arguments: the arguments the model wrote.
         content: what the model is shown: the tool's return value as text, or an error message.
         error: ``None`` on success, else a short kind: ``"malformed"``, ``"unknown_tool"``, ``"bad_arguments"``,
-            ``"exception"`` or ``"timeout"``.
+            ``"exception"`` or ``"timeout"``; or ``"truncated"``: a token limit cut the call off before its
+            ``</tool_call>`` (not run, and neither a call nor an error of the model's in the counts and rewards).
         seconds: wall time of the call (0 when the tool was not run).
     """
 
@@ -52,6 +63,11 @@ class ToolResult:
     def ok(self) -> bool:
         """True when the call ran and returned (``error`` is ``None``)."""
         return self.error is None
+
+    @property
+    def cut(self) -> bool:
+        """True for a call a token limit cut off (``error == "truncated"``)."""
+        return self.error == CUT
 
     def as_dict(self) -> Dict[str, Any]:
         """A JSON-friendly record (what the rollout returns in its ``tool_results`` extra)."""

@@ -1,6 +1,7 @@
 """Issue 39.4: a tool's whole JSON schema (enums, defaults, nested fields, descriptions) is shown to the model and a
 call's arguments are validated against all of it before the tool runs, for Python functions and a TRL environment's
-methods (MCP tools: tests/integration/test_tool_schemas_in_rollouts.py)."""
+methods (MCP tools: tests/integration/test_tool_schemas_in_rollouts.py). Issue 39.5 (text path): a call the budget
+cut off is not scored as malformed."""
 
 from __future__ import annotations
 
@@ -138,3 +139,12 @@ def test_an_environments_method_is_shown_and_checked_with_its_whole_schema():
     assert env.degrees == 22  # "sideways" did not move the thermostat (it used to: -1)
     assert tool_call_validity([""], tool_results=[[results[0].as_dict()]]) == [0.0]  # was 1.0
 
+
+def test_a_call_the_budget_cut_off_is_not_malformed_when_scoring_text():
+    done = format_tool_call("adjust", {"direction": "up"})
+    cut = done + '<tool_call>{"name": "adjust", "argu'
+    assert tool_call_validity([cut, cut, done + "<tool_call>{"], truncated=[True, False, False],
+                              tool_names=["adjust"]) == [1.0, 0.5, 0.5]
+    assert tool_call_validity(['<tool_call>{"name": "adj'], truncated=[True]) == [None]  # nothing to judge
+    cut_record = {"name": None, "arguments": {}, "error": "truncated"}
+    assert tool_call_validity([""], tool_results=[[{"name": "adjust", "error": None}, cut_record]]) == [1.0]
