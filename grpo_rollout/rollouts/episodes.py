@@ -81,7 +81,8 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
 
     Each turn's ``max_tokens`` is the remaining budget, or ``sampling.max_turn_tokens`` when smaller (a turn cut by
     that cap does not end the episode). ``on_turn`` is called after every sampled turn, also the last one, so
-    tools/environments see every answer.
+    tools/environments see every answer; ``conv.last_finish`` (``"length"``: a token limit stopped the turn) and
+    ``conv.truncated`` are set before, so a handler can tell a turn that was cut off from one the model finished.
     """
     continue_turn = getattr(on_turn, "continue_turn", None)
     budget = max_completion_length
@@ -142,20 +143,29 @@ async def _cancel(tasks: List["asyncio.Future"]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _errors(tasks: Sequence["asyncio.Future"]) -> List[BaseException]:
+    """The exceptions of the finished, not cancelled ``tasks``, in order. Reading each one marks it retrieved: an
+    exception nobody read is printed by asyncio ("Task exception was never retrieved", with its traceback) when
+    the task is collected, after the run already reported the first one."""
+    return [e for e in (t.exception() for t in tasks if t.done() and not t.cancelled()) if e is not None]
+
+
 async def gather_or_cancel(coros: Sequence[Awaitable[Any]]) -> List[Any]:
     """Run ``coros`` concurrently; return their results in order. When one raises, every other one still running is
     cancelled *and awaited* (so its in-flight generation request is closed before the error propagates: a server
-    is never left generating for a rollout that has already failed), then the first error is raised."""
+    is never left generating for a rollout that has already failed), then the first error is raised; every task's
+    outcome is retrieved, so the other failures (several episodes calling a server that died) print nothing."""
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     except BaseException:  # cancelled from outside (Ctrl-C): take the tasks down too
         await _cancel([t for t in tasks if not t.done()])
+        _errors(tasks)
         raise
-    await _cancel(list(pending))
-    failed = next((t for t in tasks if t in done and not t.cancelled() and t.exception() is not None), None)
-    if failed is not None:
-        raise failed.exception()
+    await _cancel(list(pending))  # (gather(return_exceptions=True) retrieves what they raise)
+    errors = _errors([t for t in tasks if t in done])
+    if errors:
+        raise errors[0]
     return [t.result() for t in tasks]
 
 

@@ -172,8 +172,11 @@ class MCPHost:
         host, name = self, tool.name
 
         async def call(**arguments: Any) -> str:
-            future = asyncio.run_coroutine_threadsafe(host._call(index, name, arguments), host._loop)
-            return await asyncio.wrap_future(future)
+            future = asyncio.run_coroutine_threadsafe(host._outcome(index, name, arguments), host._loop)
+            text, error = await asyncio.wrap_future(future)
+            if error is not None:
+                raise error
+            return text
 
         call.__name__ = call.__qualname__ = name
         call.__doc__ = tool.description or ""
@@ -181,6 +184,14 @@ class MCPHost:
             "name": name, "description": tool.description or "",
             "parameters": tool.input_schema or {"type": "object", "properties": {}}}}
         return call
+
+    async def _outcome(self, index: int, name: str, arguments: Dict[str, Any]) -> Tuple[Any, Optional[Exception]]:
+        """``(text, None)`` or ``(None, the error)``: the background task never ends with an exception, which asyncio
+        would print as "never retrieved" when the call was abandoned (cancelled) just as the server failed."""
+        try:
+            return await self._call(index, name, arguments), None
+        except Exception as exc:  # noqa: BLE001 - raised again by the caller, on its own loop
+            return None, exc
 
     async def _call(self, index: int, name: str, arguments: Dict[str, Any]) -> str:
         try:

@@ -35,7 +35,7 @@ from .episodes import run_multi_turn
 from .mcp_tools import mcp_problems, mcp_tools
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tool_prompt import ToolPrompt
-from .tools import ToolError, ToolResult, load_tools, run_tool_call, tool_schema
+from .tools import ToolError, ToolResult, cut_result, load_tools, run_tool_call, tool_schema
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
 TOOL_EXTRAS = (rn.NUM_TURNS_EXTRA, rn.NUM_TOOL_CALLS_EXTRA, rn.NUM_TOOL_ERRORS_EXTRA, rn.TOOL_RESULTS_EXTRA,
@@ -52,18 +52,24 @@ class _ToolEpisode:
     """Per-sample tool handling: parse the turn, run its calls (in the order written, or concurrently when
     ``parallel``), count them."""
 
-    def __init__(self, tools: Dict[str, Callable], timeout_s: Optional[float], parallel: bool = False):
-        self.tools, self.timeout_s, self.parallel = tools, timeout_s, parallel
+    def __init__(self, tools: Dict[str, Callable], timeout_s: Optional[float], parallel: bool = False,
+                 conv: Optional[Conversation] = None):
+        self.tools, self.timeout_s, self.parallel, self.conv = tools, timeout_s, parallel, conv
         self.results: List[ToolResult] = []
 
     async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
         calls = parse_tool_calls(text)
         if not calls:
             return None
+        # a token limit (max_completion_length, max_turn_tokens) stopped the turn inside its last call: cut off, not
+        # malformed; it is not run
+        cut = calls.pop() if not calls[-1].closed and self.conv is not None and self.conv.last_finish == "length" \
+            else None
         if self.parallel:
             results = list(await asyncio.gather(*(run_tool_call(c, self.tools, self.timeout_s) for c in calls)))
         else:  # one after the other: write(path) then read(path) in one turn must see the file
             results = [await run_tool_call(c, self.tools, self.timeout_s) for c in calls]
+        results += [cut_result(cut)] if cut is not None else []
         self.results += results
         return [tool_message(r) for r in results]
 
@@ -73,13 +79,15 @@ class _ToolEpisode:
         return stopped_inside_string(text)
 
     def extras(self) -> Dict[str, Any]:
-        """This sample's tool counts (total, errors, per configured tool) and its ``tool_results`` records."""
-        out: Dict[str, Any] = {rn.NUM_TOOL_CALLS_EXTRA: len(self.results),
-                               rn.NUM_TOOL_ERRORS_EXTRA: sum(not r.ok for r in self.results),
+        """This sample's tool counts (total, errors, per configured tool; a call cut off by a token limit is
+        neither) and its ``tool_results`` records (all of them)."""
+        made = [r for r in self.results if not r.cut]
+        out: Dict[str, Any] = {rn.NUM_TOOL_CALLS_EXTRA: len(made),
+                               rn.NUM_TOOL_ERRORS_EXTRA: sum(not r.ok for r in made),
                                rn.TOOL_RESULTS_EXTRA: [r.as_dict() for r in self.results]}
         for name in self.tools:
-            out[rn.TOOL_CALLS_PREFIX + name] = sum(r.name == name for r in self.results)
-            out[rn.TOOL_ERRORS_PREFIX + name] = sum(r.name == name and not r.ok for r in self.results)
+            out[rn.TOOL_CALLS_PREFIX + name] = sum(r.name == name for r in made)
+            out[rn.TOOL_ERRORS_PREFIX + name] = sum(r.name == name and not r.ok for r in made)
         return out
 
 
@@ -150,7 +158,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
         shown.append(prompts[k // n] if observation is None else messages)
         conv = Conversation.start(tokenizer, setup.messages(messages), eos, client.max_prompt_length,
                                   **setup.template_kwargs)
-        handler = _ToolEpisode(sample_tools, tool_timeout_s, parallel_tool_calls)
+        handler = _ToolEpisode(sample_tools, tool_timeout_s, parallel_tool_calls, conv)
         episodes.append((conv, handler))
         handlers.append(handler)
     out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,

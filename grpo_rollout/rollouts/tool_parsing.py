@@ -30,12 +30,15 @@ class ToolCall:
         arguments: the keyword arguments (``{}`` when absent or unreadable).
         raw: the text between the tags, as written.
         error: why the block is malformed, or ``None`` for a well-formed call (which may still name an unknown tool).
+        closed: False for a block that runs to the end of the text without ``</tool_call>`` (generation stopped
+            inside it: when a token limit stopped it, the call was cut off rather than malformed).
     """
 
     name: Optional[str]
     arguments: Dict[str, Any] = field(default_factory=dict)
     raw: str = ""
     error: Optional[str] = None
+    closed: bool = True
 
     @property
     def well_formed(self) -> bool:
@@ -141,8 +144,9 @@ def parse_tool_calls(text: str) -> List[ToolCall]:
     calls: List[ToolCall] = []
     for start, end, closed, _ in _blocks(text):
         call = _decode_call(text[start:end])
-        if not closed and end == len(text) and call.error is None:
-            call.error = f"unterminated: no {CALL_CLOSE}"
+        if not closed and end == len(text):
+            call.closed = False
+            call.error = call.error or f"unterminated: no {CALL_CLOSE}"
         calls.append(call)
     return calls
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 from .conversation import render
@@ -32,12 +32,77 @@ def template_renders_tools(tokenizer: Any, schemas: Sequence[Dict[str, Any]]) ->
     return with_tools != without and all(s["function"]["name"] in with_tools for s in schemas)
 
 
+#: nested objects deeper than this are written as ``object``
+MAX_DEPTH = 3
+
+
+def _resolved(prop: Any, defs: Dict[str, Any], seen: Sequence[str] = ()) -> Tuple[Dict[str, Any], Sequence[str]]:
+    """``prop`` with its local ``$ref`` (``#/$defs/Name``) followed; ``seen``: the definitions already entered."""
+    ref = prop.get("$ref") if isinstance(prop, dict) else None
+    if isinstance(ref, str) and ref.split("/")[-1] in defs and ref.split("/")[-1] not in seen:
+        name = ref.split("/")[-1]
+        return {**defs[name], **{k: v for k, v in prop.items() if k != "$ref"}}, (*seen, name)
+    return (prop if isinstance(prop, dict) else {}), seen
+
+
+def type_text(prop: Any, defs: Dict[str, Any], seen: Sequence[str] = (), depth: int = 0) -> str:
+    """A JSON schema written for the model: ``"up" | "down"``, ``integer | null``, ``array of string``,
+    ``{size: integer, fast: boolean = false}`` (nested objects' fields, to :data:`MAX_DEPTH` levels)."""
+    prop, seen = _resolved(prop, defs, seen)
+    if "enum" in prop:
+        return " | ".join(json.dumps(v) for v in prop["enum"])
+    if "const" in prop:
+        return json.dumps(prop["const"])
+    for key in ("anyOf", "oneOf"):
+        if isinstance(prop.get(key), list):
+            return " | ".join(type_text(p, defs, seen, depth) for p in prop[key])
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        return " | ".join(type_text({**prop, "type": k}, defs, seen, depth) for k in kind)
+    if kind == "object" and isinstance(prop.get("properties"), dict) and prop["properties"] and depth < MAX_DEPTH:
+        return "{" + fields_text(prop, defs, seen, depth + 1) + "}"
+    if kind == "array" and isinstance(prop.get("prefixItems"), list):
+        return "[" + ", ".join(type_text(p, defs, seen, depth + 1) for p in prop["prefixItems"]) + "]"
+    if kind == "array" and isinstance(prop.get("items"), dict) and prop["items"]:
+        inner = type_text(prop["items"], defs, seen, depth + 1)
+        return f"array of ({inner})" if " | " in inner else f"array of {inner}"
+    if kind == "object" and isinstance(prop.get("additionalProperties"), dict):
+        return f"object of {type_text(prop['additionalProperties'], defs, seen, depth + 1)}"
+    return kind if isinstance(kind, str) else "any"
+
+
+def fields_text(schema: Dict[str, Any], defs: Dict[str, Any], seen: Sequence[str] = (), depth: int = 0) -> str:
+    """An object schema's fields: ``name: type`` each, ``= default`` when it has one, ``name?`` when it may be left
+    out without a default."""
+    required = set(schema.get("required", []))
+    out = []
+    for name, prop in schema.get("properties", {}).items():
+        optional = "?" if name not in required and not (isinstance(prop, dict) and "default" in prop) else ""
+        default = f" = {json.dumps(prop['default'])}" if isinstance(prop, dict) and "default" in prop else ""
+        out.append(f"{name}{optional}: {type_text(prop, defs, seen, depth)}{default}")
+    return ", ".join(out)
+
+
+def _descriptions(schema: Dict[str, Any], defs: Dict[str, Any], prefix: str = "", depth: int = 0) -> List[str]:
+    """``  name: description`` for every described field, nested ones as ``opts.size``."""
+    lines = []
+    for name, prop in schema.get("properties", {}).items():
+        resolved, _ = _resolved(prop, defs)
+        if isinstance(prop, dict) and str(prop.get("description", "")).strip():
+            lines.append(f"  {prefix}{name}: {' '.join(str(prop['description']).split())}")
+        if depth < MAX_DEPTH and isinstance(resolved.get("properties"), dict):
+            lines += _descriptions(resolved, defs, f"{prefix}{name}.", depth + 1)
+    return lines
+
+
 def tool_signature(schema: Dict[str, Any]) -> str:
-    """One line describing a tool: ``- multiply(a: integer, b: integer): Multiply two integers.``"""
+    """A tool described for the model: ``- multiply(a: integer, b: integer): Multiply two integers.``, with allowed
+    values, defaults and nested fields in the parentheses, then one indented line per described argument."""
     fn = schema.get("function", schema)
-    props = fn.get("parameters", {}).get("properties", {})
-    params = ", ".join(f"{name}: {prop.get('type', 'any')}" for name, prop in props.items())
-    return f"- {fn['name']}({params}): {fn.get('description', '').strip()}"
+    params = fn.get("parameters") or {}
+    defs = params.get("$defs") or params.get("definitions") or {}
+    head = f"- {fn['name']}({fields_text(params, defs)}): {fn.get('description', '').strip()}"
+    return "\n".join([head, *_descriptions(params, defs)])
 
 
 def system_prompt_text(schemas: Sequence[Dict[str, Any]], template: Optional[str] = None) -> str:

@@ -1,9 +1,10 @@
 """Tools for the tool-calling rollout: loading them by name, their JSON schemas, and running calls safely.
 
 A tool is a plain Python function with type hints and a Google-style docstring (``Args:`` describing every
-parameter); its JSON schema comes from ``transformers.utils.get_json_schema``. Running a call never raises: an
-unknown tool, bad arguments, an exception inside the tool or a timeout become a :class:`ToolResult` whose ``content``
-is an error message the model gets to read as the tool's answer.
+parameter); its full JSON schema is built from them (:mod:`.tool_schemas`), and a call's arguments are validated
+against it before the tool runs. Running a call never raises: an unknown tool, bad arguments, an exception inside the
+tool or a timeout become a :class:`ToolResult` whose ``content`` is an error message the model gets to read as the
+tool's answer.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +20,23 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 from .tool_examples import example_arguments, example_call  # noqa: F401 - re-exported: the tool API
 from .contract import RolloutError
 from .tool_parsing import ToolCall
+from .tool_schemas import ToolError, arguments_problem, converted, tool_schema  # noqa: F401 - re-exported
 
 ToolSpec = Union[str, Callable]
 
 
-class ToolError(ValueError):
-    """A configured tool cannot be used (not importable, not callable, or no usable schema)."""
-
-
 class ToolExited(RuntimeError):
     """A tool called ``sys.exit()``: reported to the model like any exception instead of ending the training run."""
+
+
+#: the ``error`` of a call that a token limit cut off before its ``</tool_call>``
+CUT = "truncated"
+
+
+def cut_result(call: ToolCall) -> ToolResult:
+    """The record of ``call``, cut off by a token limit before its ``</tool_call>``: it is not run."""
+    return ToolResult(call.name, call.arguments, "Error: this tool call was cut off by the token limit before "
+                      "</tool_call>, so it was not run", CUT)
 
 
 @dataclass
@@ -41,7 +48,8 @@ class ToolResult:
         arguments: the arguments the model wrote.
         content: what the model is shown: the tool's return value as text, or an error message.
         error: ``None`` on success, else a short kind: ``"malformed"``, ``"unknown_tool"``, ``"bad_arguments"``,
-            ``"exception"`` or ``"timeout"``.
+            ``"exception"`` or ``"timeout"``; or ``"truncated"``: a token limit cut the call off before its
+            ``</tool_call>`` (not run, and neither a call nor an error of the model's in the counts and rewards).
         seconds: wall time of the call (0 when the tool was not run).
     """
 
@@ -55,6 +63,11 @@ class ToolResult:
     def ok(self) -> bool:
         """True when the call ran and returned (``error`` is ``None``)."""
         return self.error is None
+
+    @property
+    def cut(self) -> bool:
+        """True for a call a token limit cut off (``error == "truncated"``)."""
+        return self.error == CUT
 
     def as_dict(self) -> Dict[str, Any]:
         """A JSON-friendly record (what the rollout returns in its ``tool_results`` extra)."""
@@ -87,36 +100,6 @@ def load_tools(specs: Sequence[ToolSpec], base_dir: Optional[Path] = None) -> Di
             raise ToolError(f"two tools are named {name!r}; tool names must be unique")
         tools[name] = fn
     return tools
-
-
-def tool_schema(fn: Callable) -> Dict[str, Any]:
-    """The OpenAI-style JSON schema of ``fn`` (``{"type": "function", "function": {name, description, parameters}}``):
-    its ``__tool_schema__`` when it has one (an MCP server's tool), else built from its type hints and docstring.
-
-    Raises:
-        ToolError: the function lacks type hints or a docstring describing each argument (the message says which).
-    """
-    from transformers.utils import get_json_schema
-
-    given = getattr(fn, "__tool_schema__", None)
-    if given is not None:  # a tool that brings its own schema (an MCP server's)
-        return given
-    name = getattr(fn, "__name__", fn)
-    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-        raise ToolError(f"tool {name!r} is a generator; a tool must return its answer")
-    try:
-        variadic = [p.name for p in inspect.signature(fn).parameters.values()
-                    if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    except (TypeError, ValueError):
-        variadic = []
-    if variadic:
-        raise ToolError(f"tool {name!r} takes *{variadic[0]}: the model can only pass named arguments, so give "
-                        "each one its own parameter")
-    try:
-        return get_json_schema(fn)
-    except Exception as exc:  # TypeHintParsingException / DocstringParsingException
-        raise ToolError(f"tool {getattr(fn, '__name__', fn)!r}: cannot build its JSON schema: {exc}. Give every "
-                        "parameter a type hint and describe it under `Args:` in the docstring") from exc
 
 
 def result_text(value: Any) -> str:
@@ -173,31 +156,6 @@ async def _no_exit(coro: Any) -> Any:
         raise ToolExited(f"called sys.exit({exc.code!r})") from None
 
 
-#: JSON-schema type name → the Python types a value of it may have (bools are not numbers here): checking a tool
-#: call's arguments; ``config.json_schema`` maps the other way, writing a schema.
-_PY_TYPES_OF = {"integer": (int,), "number": (int, float), "string": (str,), "boolean": (bool,), "array": (list,),
-                "object": (dict,), "null": (type(None),)}
-
-
-def _type_problem(schema: Mapping[str, Any], arguments: Dict[str, Any]) -> Optional[str]:
-    """The first argument whose JSON type does not match the tool's schema (``Optional``/unions allow each type)."""
-    props = schema.get("function", {}).get("parameters", {}).get("properties", {})
-    for name, value in arguments.items():
-        kind = props.get(name, {}).get("type")
-        kinds = kind if isinstance(kind, list) else [kind]
-        if value is None and props.get(name, {}).get("nullable"):
-            continue
-        if kind is None or any(k not in _PY_TYPES_OF for k in kinds):
-            continue  # no type, or one this check does not know: let the tool decide
-        ok = any(isinstance(value, _PY_TYPES_OF[k]) and not (isinstance(value, bool) and k in ("integer", "number"))
-                 for k in kinds) or ("integer" in kinds and isinstance(value, float) and value.is_integer())
-        if isinstance(value, float) and not math.isfinite(value):
-            ok = False
-        if not ok:
-            return f"argument {name!r} must be {' or '.join(kinds)}, got {json.dumps(value)[:40]}"
-    return None
-
-
 def _schema_or_none(fn: Callable) -> Optional[Dict[str, Any]]:
     try:
         return tool_schema(fn)
@@ -213,7 +171,7 @@ def _arguments_problem(fn: Callable, arguments: Dict[str, Any]) -> Optional[str]
     except ValueError:  # no signature available: let the call decide
         return None
     schema = _schema_of(fn)
-    return _type_problem(schema, arguments) if schema else None
+    return arguments_problem(schema, arguments) if schema else None
 
 
 #: tool schemas, by function (an environment's methods: by the class's function, not each instance's bound method)
@@ -225,14 +183,6 @@ def _schema_of(fn: Callable) -> Optional[Dict[str, Any]]:
     if key not in _SCHEMAS:
         _SCHEMAS[key] = _schema_or_none(fn)
     return _SCHEMAS[key]
-
-
-def _with_integers(fn: Callable, arguments: Dict[str, Any]) -> Dict[str, Any]:
-    """``arguments`` with whole floats given for ``integer`` parameters as ints (``3.0`` → ``3``, as JSON allows)."""
-    schema = _schema_of(fn)
-    props = schema.get("function", {}).get("parameters", {}).get("properties", {}) if schema else {}
-    return {k: int(v) if isinstance(v, float) and v.is_integer() and props.get(k, {}).get("type") == "integer" else v
-            for k, v in arguments.items()}
 
 
 def _safe_str(exc: BaseException) -> str:
@@ -265,7 +215,10 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
     if problem:
         return ToolResult(call.name, call.arguments, f"Error: bad arguments for {call.name}: {problem}",
                           "bad_arguments")
-    arguments = _with_integers(fn, call.arguments)
+    try:
+        arguments = converted(fn, call.arguments)
+    except ValueError as exc:
+        return ToolResult(call.name, call.arguments, f"Error: bad arguments for {call.name}: {exc}", "bad_arguments")
     loop = asyncio.get_running_loop()
     start = loop.time()
     try:
