@@ -89,6 +89,11 @@ class RolloutConfig(Section):
         "run, play its group again (up to max_retries, then leave it out; with streamed rollouts stop the run), or "
         "leave the group out of the step (not with streamed rollouts)")
     max_retries: int = setting(2, "With on_error retry: how many times a failed group is played again", ge=0, le=10)
+    env_timeout_s: float = setting(
+        300.0, "Seconds each call an episode makes outside the model may take: an environment's reset, step, "
+        "get_reward, a verifiers environment's work between two model calls, its rubric (tools: "
+        "rollout.kwargs.tool_timeout_s); past it the episode fails (rollout.on_error)", gt=0, le=86400,
+        fix="e.g. 300; raise it for an environment that really needs longer (a sandbox that starts slowly)")
 
 
 class RewardConfig(Section):

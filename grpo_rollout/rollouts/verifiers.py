@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .verifiers_loading import env_problems, load_env
 from .verifiers_play import play_groups, run_on_loop
 
@@ -184,7 +185,8 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
                       temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
                       min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                       max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
-                      base_dir: Optional[str] = None, **_: Any) -> Dict[str, List[Any]]:
+                      base_dir: Optional[str] = None, env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S,
+                      **_: Any) -> Dict[str, List[Any]]:
     """Play ``n`` episodes per dataset row in a verifiers environment (see the module docstring).
 
     Args:
@@ -193,7 +195,8 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
         env: an installed environment's id, or ``module:function`` / ``path/file.py:function`` returning a
             ``vf.Environment``; env_args: that function's keyword arguments.
         n, temperature, ..., seed: sampling (``max_completion_length`` bounds each turn and the whole episode).
-        base_dir: where a relative ``env`` file is also looked up.
+        base_dir: where a relative ``env`` file is also looked up. env_timeout_s: seconds the environment may work
+            between two model calls of an episode, and each rubric call (``rollout.env_timeout_s``).
 
     Returns:
         the contract dict (``P × n`` completions; sampler log-probs; masks 0 on the environment's tokens) and the
@@ -201,6 +204,7 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
         score, a dict), ``num_turns`` and ``truncated``.
 
     Raises:
+        EnvTimeout: the environment or its rubric ran past ``env_timeout_s`` (an EpisodeFailure).
         RolloutError: the environment does not load, the run has no vLLM server, an episode failed in the
             environment (its error), or the server returned no token ids.
     """
@@ -214,7 +218,7 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
                 "logprobs": True, "extra_body": {**(own.get("extra_body") or {}), "top_k": top_k, "min_p": min_p,
                                                  "repetition_penalty": repetition_penalty, "return_token_ids": True}}
     groups = run_on_loop(play_groups(environment, inputs, n, endpoints, models, sampling, seed,
-                                     max_completion_length))
+                                     max_completion_length, env_timeout_s))
     out: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "completion_mask",
                                                   *verifiers_rollout.extras)}
     for g, states in enumerate(groups):

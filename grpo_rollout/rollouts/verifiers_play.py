@@ -14,14 +14,18 @@ stays bound to the loop it first ran on.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+import time
+from typing import Any, Awaitable, Dict, List, Optional, Tuple
 
 from ..generation.seeds import derive_seed
 from ..user_code.coroutines import SharedLoop
+from ..user_code.deadlines import task_at
 from ..user_code.signatures import raised_at
 from .contract import RolloutError
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, EnvTimeout, bounded_call
 
 _LOOP: Optional[SharedLoop] = None
 _LOOP_LOCK = threading.Lock()
@@ -35,6 +39,51 @@ def run_on_loop(coro: Any) -> Any:
         if _LOOP is None:
             _LOOP = SharedLoop("grpo-rollout-verifiers")
     return _LOOP.run(coro)
+
+
+class EnvClock:
+    """How long an episode has been outside the model: since its last model call returned (or it started), while
+    no model call is running (the environment's own work: its setup, its answers, its tools, its stop checks)."""
+
+    def __init__(self) -> None:
+        self.since, self.in_model = time.monotonic(), 0
+
+    def model_call(self, start: bool) -> None:
+        """A model call starts (``True``) or returns (``False``)."""
+        self.in_model += 1 if start else -1
+        self.since = time.monotonic()
+
+    def left(self, timeout_s: float) -> float:
+        """Seconds before the episode is over its time outside the model (``timeout_s`` while the model runs)."""
+        return timeout_s if self.in_model else timeout_s - (time.monotonic() - self.since)
+
+
+_CLOCK: contextvars.ContextVar[Optional[EnvClock]] = contextvars.ContextVar("grpo_rollout_env_clock", default=None)
+
+
+async def outside_model_within(episode: Awaitable[Any], timeout_s: Optional[float], label: str) -> Any:
+    """``await episode`` (a verifiers ``env.rollout(...)``), its time outside the model limited to ``timeout_s``
+    seconds at a stretch (``rollout.env_timeout_s``); the model's own time is not counted.
+
+    Raises:
+        EnvTimeout: the environment took longer between two model calls (``label`` names it); the episode is
+            cancelled.
+    """
+    clock = EnvClock()
+    _CLOCK.set(clock)  # this task's context: the episode's task, and its model calls, inherit it
+    task = asyncio.ensure_future(episode)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=None if timeout_s is None else max(clock.left(timeout_s), 0))
+            if task in done:
+                return task.result()
+            if timeout_s is not None and clock.left(timeout_s) <= 0:
+                where = task_at(task)
+                task.cancel()
+                raise EnvTimeout(label, timeout_s, where)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
 
 
 def episode_tokens_used(state: Dict[str, Any]) -> int:
@@ -68,7 +117,14 @@ def training_client(message_type: str, openai_client: Any, budget: int) -> Any:
                         args["seed"] = derive_seed(args["seed"], turn)
                     left = self.budget - episode_tokens_used(state)
                     args["max_tokens"] = max(1, min(int(args.get("max_tokens") or left), left))
-                return await super().get_response(prompt, model, args, tools, **kwargs)
+                clock = _CLOCK.get()
+                if clock is not None:
+                    clock.model_call(True)
+                try:
+                    return await super().get_response(prompt, model, args, tools, **kwargs)
+                finally:
+                    if clock is not None:
+                        clock.model_call(False)
 
         TrainingClient.__qualname__ = TrainingClient.__name__ = f"Training{base.__name__}"
         _CLASSES[base.__name__] = TrainingClient
@@ -79,11 +135,13 @@ def training_client(message_type: str, openai_client: Any, budget: int) -> Any:
 
 async def play_groups(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints: List[Tuple[str, Optional[str]]],
                       models: List[str], sampling: Dict[str, Any], seed: Optional[int],
-                      budget: int) -> List[List[Any]]:
+                      budget: int, timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S) -> List[List[Any]]:
     """Play ``n`` episodes of each input (``env.rollout``), each group on one server, and score each group with the
-    environment's rubric (``rubric.score_group``); the states, per group.
+    environment's rubric (``rubric.score_group``); the states, per group. ``timeout_s`` (``rollout.env_timeout_s``)
+    bounds an episode's time outside the model at a stretch and each rubric call.
 
     Raises:
+        EnvTimeout: the environment or its rubric took longer than ``timeout_s`` (the other episodes are cancelled).
         RolloutError: the environment or its rubric raised (named with the prompt, the episode and the user code's
             file:line); the other episodes are cancelled.
     """
@@ -102,8 +160,12 @@ async def play_groups(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints:
     async def episode(g: int, j: int) -> Any:
         server = g % len(clients)
         try:
-            return await env.rollout(json.loads(json.dumps(inputs[g], default=str)), clients[server], models[server],
-                                     args(g, j))
+            return await outside_model_within(env.rollout(json.loads(json.dumps(inputs[g], default=str)),
+                                                          clients[server], models[server], args(g, j)),
+                                              timeout_s, f"{type(env).__name__}.rollout (its own work between "
+                                                         "two model calls)")
+        except EnvTimeout:
+            raise
         except Exception as exc:
             raise RolloutError(f"prompt {g}, episode {j}: the environment raised {type(exc).__name__}: {exc}"
                                f"{raised_at(exc)}") from exc
@@ -113,12 +175,13 @@ async def play_groups(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints:
             running = [tasks.create_task(episode(g, j)) for j in range(n)]
         states = [t.result() for t in running]
         try:
-            if getattr(env, "score_rollouts", True):
-                await env.rubric.score_group(states)
-            else:
-                await env.rubric.dummy_score_group(states)
+            rubric = type(env.rubric).__name__
+            scoring = "score_group" if getattr(env, "score_rollouts", True) else "dummy_score_group"
+            await bounded_call(f"{rubric}.{scoring}", getattr(env.rubric, scoring), (states,), timeout_s=timeout_s)
             for state in states:
-                await env.rubric.cleanup(state)
+                await bounded_call(f"{rubric}.cleanup", env.rubric.cleanup, (state,), timeout_s=timeout_s)
+        except EnvTimeout:
+            raise
         except Exception as exc:
             raise RolloutError(f"prompt {g}: the environment's rubric raised {type(exc).__name__}: {exc}"
                                f"{raised_at(exc)}") from exc
