@@ -10,6 +10,7 @@ the run's error nor Ctrl-C. The error says where the call was when its time ran 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sys
 import threading
 import traceback
@@ -70,8 +71,9 @@ def task_at(task: "asyncio.Task[Any]") -> str:
 
 async def call_in_daemon_thread(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None,
                                 timeout_s: Optional[float] = None) -> Any:
-    """``fn(*args, **kwargs)`` on a fresh daemon thread, awaited for at most ``timeout_s`` seconds (``None``: no
-    limit); cancelling the caller (Ctrl-C in ``asyncio.run``) stops the wait at once.
+    """``fn(*args, **kwargs)`` on a fresh daemon thread, in a copy of the caller's context (its context variables, as
+    ``asyncio.to_thread`` gives them), awaited for at most ``timeout_s`` seconds (``None``: no limit); cancelling the
+    caller (Ctrl-C in ``asyncio.run``) stops the wait at once.
 
     Raises:
         StillRunning: it did not return in time (the thread goes on, abandoned).
@@ -80,6 +82,7 @@ async def call_in_daemon_thread(fn: Callable, args: Sequence[Any] = (), kwargs: 
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future = loop.create_future()
+    context = contextvars.copy_context()
 
     def deliver(value: Any, exc: Optional[BaseException]) -> None:
         if not future.done():
@@ -87,7 +90,7 @@ async def call_in_daemon_thread(fn: Callable, args: Sequence[Any] = (), kwargs: 
 
     def target() -> None:
         try:
-            value, exc = fn(*args, **(kwargs or {})), None
+            value, exc = context.run(fn, *args, **(kwargs or {})), None
         except Exception as e:  # noqa: BLE001 - handed to the awaiting coroutine
             value, exc = None, e
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt from the user's own code

@@ -59,6 +59,23 @@ def test_a_reset_that_never_returns_fails_the_episode_naming_class_method_line_a
     assert _no_thread_the_exit_waits_for()
 
 
+def test_a_plain_method_sees_the_callers_context_variables():
+    """As under asyncio.to_thread before: e.g. the weight versions a rollout records (generation/versions.py)."""
+    import contextvars
+
+    seen = contextvars.ContextVar("seen", default="unset")
+
+    class Env:
+        def reset(self, **row):
+            return seen.get()
+
+    async def main():
+        seen.set("the caller's")
+        return await call_env(Env(), "reset", timeout_s=5)
+
+    assert asyncio.run(main()) == "the caller's"
+
+
 def test_sys_exit_in_an_async_step_is_still_the_environments_error():
     with pytest.raises(RolloutError, match=r"AsyncSleepyEnv\.step raised SystemExit: 2"):
         asyncio.run(call_env(AsyncSleepyEnv(), "step", ("hi",), timeout_s=5))
