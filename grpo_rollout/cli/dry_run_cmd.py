@@ -21,12 +21,17 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer.dry_run import dry_run
+    from .interrupts import interrupts_raise
 
     say = lambda text: console.print(f"[dim]•[/] {escape(text)}", soft_wrap=True)  # noqa: E731
     try:
-        with console.status("Dry run: loading the model, then calling the rollout and rewards on 2 prompts × 2 "
-                            "completions…"):
+        with interrupts_raise(), console.status("Dry run: loading the model, then calling the rollout and rewards on "
+                                                "2 prompts × 2 completions (each environment call may take "
+                                                f"rollout.env_timeout_s = {config.rollout.env_timeout_s:g} s)…"):
             result = dry_run(config, base_dir, say=say)
+    except KeyboardInterrupt:
+        console.print("[yellow]Interrupted.[/]")
+        return 130
     except (RolloutError, RewardError, BackendError, ServerError) as exc:
         console.print(Panel(escape(str(exc)), title=f"[red]Dry run failed: {type(exc).__name__}", border_style="red"))
         if exc.__cause__ is not None:

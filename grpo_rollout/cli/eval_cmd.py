@@ -29,6 +29,7 @@ def run_eval(console: Console, config_path: Path, overrides: List[str], checkpoi
     from ..trainer.checkpoint import find_checkpoint
     from ..trainer.evaluation.eval_run import evaluate
     from ..trainer.reporting.progress import RichReporter
+    from .interrupts import interrupts_raise
 
     quiet = os.environ.get("RANK", "0") != "0"
     shown = Console(stderr=True) if as_json else console  # JSON alone on stdout
@@ -40,7 +41,12 @@ def run_eval(console: Console, config_path: Path, overrides: List[str], checkpoi
     try:
         if checkpoint:  # before anything loads; and the table names the folder, not `latest`
             checkpoint = str(find_checkpoint(Path(loaded.config.training.output_dir).expanduser(), checkpoint))
-        result = evaluate(loaded.config, loaded.base_dir, checkpoint, RichReporter(shown, quiet=quiet), check=False)
+        with interrupts_raise():
+            result = evaluate(loaded.config, loaded.base_dir, checkpoint, RichReporter(shown, quiet=quiet),
+                              check=False)
+    except KeyboardInterrupt:
+        shown.print("[yellow]Interrupted.[/]")
+        return 130
     except ConfigError as exc:
         print_problems(shown, exc.problems)
         return 1

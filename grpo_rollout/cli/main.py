@@ -236,8 +236,16 @@ def plot(run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", show_defa
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. An interrupted command (exit status 130) that cleaned up ends at once, even
+    when user code is still stuck in a thread the interpreter's exit would wait for (:mod:`.interrupts`)."""
+    try:
+        app()
+    except SystemExit as exc:
+        if exc.code == 130:
+            from .interrupts import exit_leaving_stuck_threads
+
+            exit_leaving_stuck_threads(130)
+        raise
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
@@ -49,16 +48,14 @@ def _train_and_summarise(console: Console, loaded: LoadedConfig, config_path: Pa
     from ..trainer.guards import NonFiniteError, StaleWeightsError
     from ..trainer.reporting.progress import RichReporter
 
-    def _terminate(signum, frame):  # `kill` / a job scheduler: stop like Ctrl-C (save finished steps, stop vLLM)
-        raise KeyboardInterrupt
-
     from ..trainer.reporting.resume_hint import resume_command
+    from .interrupts import interrupts_raise
 
-    signal.signal(signal.SIGTERM, _terminate)
     reporter = RichReporter(console)
     reporter.resume_command = resume_command(config_path, overrides, int(os.environ.get("WORLD_SIZE", "1")))
     try:
-        train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=reporter, check=False)
+        with interrupts_raise():  # Ctrl-C and `kill` / a job scheduler: stop at once (save finished steps, stop vLLM)
+            train(loaded.config, base_dir=loaded.base_dir, resume=resume, reporter=reporter, check=False)
     except KeyboardInterrupt:
         console.print("[yellow]Interrupted.[/]")
         return 130

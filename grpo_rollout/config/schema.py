@@ -100,6 +100,11 @@ class RolloutConfig(Section):
         list(FAILURE_ERRORS), "With on_error retry or drop: exception types (builtin names or dotted paths) that "
         "count as a failed episode when a rollout, environment or reward raises them, besides EpisodeFailure; any "
         "other error stops the run as a bug")
+    env_timeout_s: float = setting(
+        300.0, "Seconds each call an episode makes outside the model may take: an environment's reset, step, "
+        "get_reward, a verifiers environment's work between two model calls, its rubric (tools: "
+        "rollout.kwargs.tool_timeout_s); past it the episode fails (rollout.on_error)", gt=0, le=86400,
+        fix="e.g. 300; raise it for an environment that really needs longer (a sandbox that starts slowly)")
 
 
 class RewardConfig(Section):

@@ -20,7 +20,8 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Seq
 
 from ..runs import names as rn
 from ..user_code.coroutines import run_coroutine
-from ..user_code.signatures import defined_at, describe, raised_at, required_params, select_kwargs
+from ..rollouts.contract import EpisodeFailure
+from ..user_code.signatures import defined_at, describe, named_params, raised_at, required_params, select_kwargs
 from .scores import RewardScores, mean_std
 
 #: Arguments every reward function can ask for by name.
@@ -73,10 +74,11 @@ class RewardResult:
 
 
 def implied_rewards(rollout_fn: Callable, rollout_kwargs: Mapping[str, Any], base_dir: Any = None,
-                    taken: Collection[str] = ()) -> List[RewardFunction]:
+                    taken: Collection[str] = (), env_timeout_s: Optional[float] = None) -> List[RewardFunction]:
     """The reward functions a rollout adds to the configured ones: what its optional hook
     ``rollout_fn.implied_rewards(kwargs, base_dir) -> [(name, function) or (name, function, weight), ...]`` returns
-    (weight 1 when not given). The tool-calling rollout's: one per TRL environment class with a ``get_reward`` method;
+    (weight 1 when not given; a hook naming ``env_timeout_s`` gets it too, when given: ``rollout.env_timeout_s``).
+    The tool-calling rollout's: one per TRL environment class with a ``get_reward`` method;
     the verifiers rollout's: one per rubric function, with the rubric's weight. A name already ``taken`` gets a ``_2``
     suffix.
 
@@ -85,7 +87,9 @@ def implied_rewards(rollout_fn: Callable, rollout_kwargs: Mapping[str, Any], bas
     """
     hook = getattr(rollout_fn, "implied_rewards", None)
     out, names = [], set(taken)
-    for name, fn, *weight in (hook(dict(rollout_kwargs), base_dir) if callable(hook) else []):
+    extra = {"env_timeout_s": env_timeout_s} if env_timeout_s is not None and callable(hook) and \
+        "env_timeout_s" in named_params(hook) else {}
+    for name, fn, *weight in (hook(dict(rollout_kwargs), base_dir, **extra) if callable(hook) else []):
         unique = name if name not in names else next(f"{name}_{i}" for i in range(2, len(names) + 3)
                                                      if f"{name}_{i}" not in names)
         names.add(unique)
@@ -141,6 +145,8 @@ async def _call_all(functions: Sequence[RewardFunction], args: Mapping[str, Any]
             if inspect.iscoroutinefunction(rf.fn) or inspect.iscoroutinefunction(getattr(rf.fn, "__call__", None)):
                 return await rf.fn(**kwargs)
             return rf.fn(**kwargs)
+        except EpisodeFailure:  # an environment's get_reward past rollout.env_timeout_s: a failed episode, as it is
+            raise
         except (Exception, SystemExit) as exc:  # SystemExit too: a reward calling sys.exit() must not end the run
             raise RewardError(f"reward function `{rf.name}` ({describe(rf.fn)}) raised "
                               f"{type(exc).__name__}: {exc}{raised_at(exc)}") from exc

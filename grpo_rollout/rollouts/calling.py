@@ -20,7 +20,8 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         prompts: the ``P`` unique prompts of the step.
         sampling: ``n``, ``temperature``, ... (see :data:`~grpo_rollout.rollouts.contract.SAMPLING_ARGS`).
         rollout_kwargs: the config's ``rollout.kwargs`` (sampling keys in it agree with ``sampling``, checked earlier).
-        context: ``client``, ``tokenizer``, ``rows``, ``step``, ``base_dir``; each is passed only if ``fn`` names it.
+        context: ``client``, ``tokenizer``, ``rows``, ``step``, ``base_dir``, ``env_timeout_s``; each is passed only
+            if ``fn`` names it.
 
     Raises:
         RolloutError: the function raised, or returned something that breaks the contract.

@@ -10,7 +10,8 @@ A rollout function is called once per training step::
   everything in ``rollout.kwargs``.
 - context objects, passed only to functions that name them as parameters: ``client`` (the generation backend, see
   :class:`grpo_rollout.generation.GenerationClient`), ``tokenizer``, ``rows`` (the P dataset rows, dicts), ``step``,
-  ``base_dir`` (the config file's folder, a string: where relative file paths in ``rollout.kwargs`` are looked up).
+  ``base_dir`` (the config file's folder, a string: where relative file paths in ``rollout.kwargs`` are looked up),
+  ``env_timeout_s`` (``rollout.env_timeout_s``: seconds each environment call of an episode may take).
   A function written as ``def rollout(prompts, **sampling_kwargs)`` receives the sampling settings only.
 
 It returns a dict with:
@@ -51,7 +52,7 @@ SAMPLING_DEFAULTS = SamplingConfig()
 SAMPLING_ALIASES: Dict[str, str] = aliases(SamplingConfig)
 
 #: Objects passed only to rollout functions that name them.
-CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir")
+CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir", "env_timeout_s")
 #: Keys of the returned dict that are not extras.
 CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask")
 

@@ -34,6 +34,8 @@ from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .kwargs_checks import check_constructor_kwargs, type_problems, unknown_settings
 from ..runs import names as rn
 from ..user_code.coroutines import run_coroutine
+from ..user_code.deadlines import ExitedInUserCode
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, bounded_call
 from .conversation import Conversation, as_messages, eos_ids_of, is_message
 from .episodes import run_multi_turn
 
@@ -46,13 +48,17 @@ def _label(env: Any, method: str) -> str:
     return f"{type(env).__name__}.{method}"
 
 
-async def call_env(env: Any, method: str, *args: Any, **kwargs: Any) -> Any:
-    """``env.<method>(*args, **kwargs)``: awaited when ``async def``, else in a worker thread.
+async def call_env(env: Any, method: str, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None,
+                   timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S) -> Any:
+    """``env.<method>(*args, **kwargs)`` within ``timeout_s`` seconds (``rollout.env_timeout_s``): awaited when
+    ``async def``, else on a daemon thread of its own (:func:`.env_timeouts.bounded_call`).
 
     Raises:
+        EnvTimeout: it did not return in time (an :class:`~.contract.EpisodeFailure`).
         RolloutError: the method raised (the message names the environment class and the method).
     """
     fn = getattr(env, method)
+    kwargs = kwargs or {}
     try:
         inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as exc:  # said before the call: its traceback would point here, not at the user's method
@@ -62,11 +68,11 @@ async def call_env(env: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     except ValueError:  # no signature to check: the call will tell
         pass
     try:
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await bounded_call(_label(env, method), fn, args, kwargs, timeout_s)
     except RolloutError:
         raise
+    except ExitedInUserCode as exc:  # sys.exit() in a plain method: inside asyncio it would end the run unexplained
+        raise RolloutError(f"{_label(env, method)} raised {exc}{raised_at(exc.__cause__)}") from exc.__cause__
     except (Exception, SystemExit) as exc:  # SystemExit too: inside asyncio it would end the whole run unexplained
         raise RolloutError(f"{_label(env, method)} raised {type(exc).__name__}: {exc}{raised_at(exc)}") from exc
 
@@ -90,14 +96,14 @@ def observation_messages(observation: Any) -> List[Dict[str, Any]]:
 class _EnvEpisode:
     """Feeds each sampled turn to one environment instance and sums its rewards."""
 
-    def __init__(self, env: Any):
-        self.env = env
+    def __init__(self, env: Any, timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S):
+        self.env, self.timeout_s = env, timeout_s
         self.total_reward = 0.0
         self.turn_rewards: List[Optional[float]] = []  # one per step: the reward after each sampled turn, or None
         self.done = False
 
     async def __call__(self, text: str) -> Optional[List[Dict[str, Any]]]:
-        result = await call_env(self.env, "step", text)
+        result = await call_env(self.env, "step", (text,), timeout_s=self.timeout_s)
         label = _label(self.env, "step")
         if not isinstance(result, (tuple, list)) or len(result) != 3:
             raise RolloutError(f"{label} must return (observation, reward or None, done), got {str(result)[:80]!r}")
@@ -145,8 +151,8 @@ def load_env(env: Any, base_dir: Optional[Path] = None) -> Any:
     return env
 
 
-async def _reset_all(envs: List[Any], rows: List[Any]) -> List[Any]:
-    return list(await asyncio.gather(*(call_env(e, "reset", r) for e, r in zip(envs, rows))))
+async def _reset_all(envs: List[Any], rows: List[Any], timeout_s: Optional[float]) -> List[Any]:
+    return list(await asyncio.gather(*(call_env(e, "reset", (r,), timeout_s=timeout_s) for e, r in zip(envs, rows))))
 
 
 def _make_envs(env_class: Any, count: int, env_kwargs: Optional[Dict[str, Any]]) -> List[Any]:
@@ -176,7 +182,7 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
                         max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
                         max_turns: int = 4, env_kwargs: Optional[Dict[str, Any]] = None,
                         stop: Optional[Sequence[str]] = None, max_turn_tokens: Optional[int] = None,
-                        base_dir: Optional[str] = None,
+                        base_dir: Optional[str] = None, env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S,
                         **_: Any) -> Dict[str, List[Any]]:
     """Run ``n`` episodes of the environment per dataset row.
 
@@ -188,7 +194,8 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
         n, temperature, ..., seed: sampling settings; ``max_completion_length`` bounds the whole completion
             (sampled + observation tokens). max_turns: sampled turns per episode. stop: extra stop strings per turn.
             max_turn_tokens: tokens per turn at most (a turn cut there still goes to ``step``).
-        base_dir: where a relative env file path is also looked up.
+        base_dir: where a relative env file path is also looked up. env_timeout_s: seconds each ``reset``/``step``
+            call may take (``rollout.env_timeout_s``).
 
     Returns:
         the contract dict (``prompt_ids`` one per completion) with extras ``env_reward`` (float: sum of the step
@@ -198,6 +205,7 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
         (what ``reset`` returned: the prompt the model saw; the trainer logs it as the sample's prompt).
 
     Raises:
+        EnvTimeout: a ``reset`` or ``step`` did not return within ``env_timeout_s`` (an EpisodeFailure).
         RolloutError: the environment cannot be loaded, or it broke its interface.
     """
     if max_turns < 1:
@@ -208,7 +216,7 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
     env_class = load_env(env, Path(base_dir) if base_dir else None)
     envs = _make_envs(env_class, len(prompts) * n, env_kwargs)
     per_env_rows = [dict(rows[i // n]) for i in range(len(envs))]
-    first_prompts = run_coroutine(_reset_all(envs, per_env_rows))
+    first_prompts = run_coroutine(_reset_all(envs, per_env_rows, env_timeout_s))
     eos = eos_ids_of(client, tokenizer)
     episodes, handlers = [], []
     for e, first in zip(envs, first_prompts):
@@ -218,7 +226,7 @@ def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, 
             raise RolloutError(f"{_label(e, 'reset')} must return the first prompt: a string or a list of chat "
                                f"messages, got {str(first)[:80]!r}") from None
         conv = Conversation.start(tokenizer, messages, eos, client.max_prompt_length)
-        handler = _EnvEpisode(e)
+        handler = _EnvEpisode(e, env_timeout_s)
         episodes.append((conv, handler))
         handlers.append(handler)
     out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,

@@ -20,6 +20,8 @@ What an environment written for TRL's ``GRPOTrainer(environment_factory=...)`` (
 - its public methods (not ``reset`` or ``get_reward``, not ``_``-prefixed) are the episode's tools, beside any
   ``tools`` of the config: type hints and an ``Args:`` docstring each, as for any tool. With several environments a
   prompt is shown only its own environment's tools;
+- ``reset`` and ``get_reward`` may each take ``rollout.env_timeout_s`` seconds (:mod:`.env_timeouts`); the tools,
+  ``rollout.kwargs.tool_timeout_s``;
 - ``get_reward()`` (optional; plain or ``async def``): after the episode the environment scores it. Each environment
   class that has one adds a reward function of weight 1 named after the class (``rewards/<Class>``), summed with the
   configured ones, which may then be empty;
@@ -39,6 +41,7 @@ from ..runs import names as rn
 from ..user_code.coroutines import run_coroutine
 from ..user_code.signatures import a_type
 from .contract import RolloutError
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, bounded_call
 from .environment import call_env
 
 #: methods of an environment that are not tools
@@ -125,12 +128,13 @@ def with_observation(messages: List[Dict[str, Any]], observation: Any, label: st
 
 
 def start_environments(factories: Factories, rows: Optional[Sequence[Mapping[str, Any]]], num_prompts: int,
-                       n: int) -> Tuple[List[Any], List[Any]]:
+                       n: int, timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S) -> Tuple[List[Any], List[Any]]:
     """One environment per episode (``num_prompts × n``, grouped by prompt), each reset with its prompt's row
-    (concurrently; plain ``reset`` methods in worker threads). Returns the environments and what each ``reset``
-    returned.
+    (concurrently; plain ``reset`` methods on daemon threads, each given ``timeout_s`` seconds:
+    ``rollout.env_timeout_s``). Returns the environments and what each ``reset`` returned.
 
     Raises:
+        EnvTimeout: a ``reset`` did not return in time (an EpisodeFailure).
         RolloutError: no rows, a row naming an unknown environment (or none, with several), or a factory or
             ``reset`` that raised.
     """
@@ -151,7 +155,8 @@ def start_environments(factories: Factories, rows: Optional[Sequence[Mapping[str
             kwargs.append(reset_kwargs)
 
     async def reset_all() -> List[Any]:
-        return list(await asyncio.gather(*(call_env(e, "reset", **k) for e, k in zip(envs, kwargs))))
+        return list(await asyncio.gather(*(call_env(e, "reset", kwargs=k, timeout_s=timeout_s)
+                                           for e, k in zip(envs, kwargs))))
 
     return envs, run_coroutine(reset_all())
 
@@ -161,25 +166,30 @@ def _environment_class(factory: Callable[[], Any]) -> type:
     return factory if inspect.isclass(factory) else type(make_environment(factory))
 
 
-def _get_reward_of(cls: type) -> Callable:
-    """A reward function scoring each completion whose environment is a ``cls`` by its ``get_reward()`` (``None``
-    for completions of other environments)."""
-    if inspect.iscoroutinefunction(cls.get_reward):
-        async def reward(environments: Sequence[Any], **_: Any) -> List[Optional[float]]:
-            mine = [e for e in environments if type(e) is cls]
-            scores = iter(await asyncio.gather(*(e.get_reward() for e in mine)))
-            return [next(scores) if type(e) is cls else None for e in environments]
-    else:
-        def reward(environments: Sequence[Any], **_: Any) -> List[Optional[float]]:
-            return [e.get_reward() if type(e) is cls else None for e in environments]
+def _get_reward_of(cls: type, timeout_s: Optional[float]) -> Callable:
+    """A reward function (``async def``) scoring each completion whose environment is a ``cls`` by its
+    ``get_reward()`` (``None`` for completions of other environments): ``async def`` ones concurrently, plain ones
+    one after another (as TRL calls them), each on a daemon thread; every call given ``timeout_s`` seconds (raises
+    :class:`~.env_timeouts.EnvTimeout` past it)."""
+    label = f"{cls.__name__}.get_reward"
+
+    async def reward(environments: Sequence[Any], **_: Any) -> List[Optional[float]]:
+        mine = [e for e in environments if type(e) is cls]
+        if inspect.iscoroutinefunction(cls.get_reward):
+            scores = iter(await asyncio.gather(*(bounded_call(label, e.get_reward, timeout_s=timeout_s)
+                                                 for e in mine)))
+        else:
+            scores = iter([await bounded_call(label, e.get_reward, timeout_s=timeout_s) for e in mine])
+        return [next(scores) if type(e) is cls else None for e in environments]
     reward.__name__ = reward.__qualname__ = cls.__name__
     reward.__module__ = cls.__module__
     return reward
 
 
-def environment_rewards(spec: Any, base_dir: Optional[Path] = None) -> List[Tuple[str, Callable]]:
+def environment_rewards(spec: Any, base_dir: Optional[Path] = None,
+                        env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S) -> List[Tuple[str, Callable]]:
     """The reward functions ``environment_factory`` ``spec`` adds: ``(class name, function)`` for each environment
-    class with a ``get_reward`` method (none when ``spec`` is ``None``).
+    class with a ``get_reward`` method (none when ``spec`` is ``None``); each call given ``env_timeout_s`` seconds.
 
     Raises:
         RolloutError: see :func:`load_factories` and :func:`make_environment`.
@@ -187,7 +197,7 @@ def environment_rewards(spec: Any, base_dir: Optional[Path] = None) -> List[Tupl
     if spec is None:
         return []
     classes = dict.fromkeys(_environment_class(f) for f in load_factories(spec, base_dir).values())
-    return [(cls.__name__, _get_reward_of(cls)) for cls in classes if callable(getattr(cls, "get_reward", None))]
+    return [(cls.__name__, _get_reward_of(cls, env_timeout_s)) for cls in classes if callable(getattr(cls, "get_reward", None))]
 
 
 def environment_extras(envs: Sequence[Any], observations: Sequence[Any],

@@ -33,6 +33,8 @@ def unknown_settings(fn: Callable, kwargs: Mapping[str, Any]) -> List[KwargsProb
             continue
         close = difflib.get_close_matches(key, known, n=1)
         fix = f"did you mean `{close[0]}`?" if close else f"its settings: {', '.join(known)}"
+        if key == "env_timeout_s":  # the trainer passes it from its own key
+            fix = "it is rollout.env_timeout_s (a key of rollout, beside kwargs)"
         problems.append((_key(key), f"{fn.__name__} has no setting `{key}`", fix))
     return problems
 

@@ -28,18 +28,16 @@ from __future__ import annotations
 
 import inspect
 import json
-import logging
-import socket
-import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..user_code.signatures import a_type, describe, raised_at
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .environment import ENV_EXTRAS, environment_rollout
 from .kwargs_checks import type_problems, unknown_settings
+from .openenv_serving import _SERVED, close_openenv_servers, serve_app  # noqa: F401 - the OpenEnv rollout's API
 
 #: observation fields tried, in order, for its text when no ``observation`` function is configured
 TEXT_FIELDS = ("prompt", "message", "text", "content", "output")
@@ -65,11 +63,11 @@ def _at_capacity(exc: Exception) -> bool:
     return "capacity" in str(exc).lower() or type(exc).__name__.startswith("ConnectionClosed")
 
 
-class _Episode:
+class OpenEnvSession:
     """One OpenEnv session in the environment rollout's shape (``reset(row)`` / ``step(text)``)."""
 
     def __init__(self, url: str, to_action: Callable, to_text: Callable, prompt_column: str,
-                 opened: List["_Episode"]):
+                 opened: List["OpenEnvSession"]):
         self.url, self.to_action, self.to_text, self.prompt_column = url, to_action, to_text, prompt_column
         self.env: Any = None
         opened.append(self)
@@ -153,7 +151,8 @@ def openenv_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows
                     repetition_penalty: float = D.repetition_penalty,
                     max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
                     max_turns: int = 4, stop: Optional[Sequence[str]] = None, max_turn_tokens: Optional[int] = None,
-                    base_dir: Optional[str] = None, **_: Any) -> Dict[str, List[Any]]:
+                    base_dir: Optional[str] = None, env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S,
+                    **_: Any) -> Dict[str, List[Any]]:
     """Play ``n`` episodes per dataset row on an OpenEnv server (see the module docstring).
 
     Args:
@@ -163,7 +162,8 @@ def openenv_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows
             process serves for the run (:func:`serve_app`). observation: the function turning an observation (a dict)
             into the text the model reads (default :func:`observation_text`). prompt_column: the row's prompt column
             (``data.prompt_column``), not sent to ``reset``. max_turns, stop, max_turn_tokens: as the environment
-            rollout's. base_dir: where relative file names are also looked up.
+            rollout's. base_dir: where relative file names are also looked up. env_timeout_s: seconds a reset or step
+            may take.
 
     Returns:
         the environment rollout's contract dict and extras (``env_reward``, ``env_done``, ``num_turns``, ...).
@@ -181,14 +181,15 @@ def openenv_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows
     address = url if url else serve_app(server, base)
     to_action = _function(action, "action", base)
     to_text = _function(observation, "observation", base) if observation is not None else observation_text
-    opened: List[_Episode] = []
+    opened: List[OpenEnvSession] = []
     try:
-        return environment_rollout(prompts, client=client, tokenizer=tokenizer, rows=rows, env=_Episode, n=n,
+        return environment_rollout(prompts, client=client, tokenizer=tokenizer, rows=rows, env=OpenEnvSession, n=n,
                                    env_kwargs={"url": address, "to_action": to_action, "to_text": to_text,
                                                "prompt_column": prompt_column, "opened": opened},
                                    temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                                    repetition_penalty=repetition_penalty, max_completion_length=max_completion_length,
-                                   seed=seed, max_turns=max_turns, stop=stop, max_turn_tokens=max_turn_tokens)
+                                   seed=seed, max_turns=max_turns, stop=stop, max_turn_tokens=max_turn_tokens,
+                                   env_timeout_s=env_timeout_s)
     finally:
         for episode in opened:
             episode.close()
@@ -196,61 +197,6 @@ def openenv_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows
 
 openenv_rollout.extras = ENV_EXTRAS
 openenv_rollout.uses_prompts = False  # reset's observation makes the prompt: data.prompt_column is optional
-
-_SERVED: Dict[str, Tuple[str, Any]] = {}
-_LOCK = threading.Lock()
-
-
-def serve_app(spec: str, base_dir: Optional[Path] = None, timeout_s: float = 60.0) -> str:
-    """Serve the OpenEnv app ``spec`` (``module:app`` or ``path/file.py:app``) on a free local port from a thread of
-    this process, once per process; return its address.
-
-    Raises:
-        RolloutError: it does not import or does not start within ``timeout_s``.
-    """
-    import uvicorn
-
-    with _LOCK:
-        if spec in _SERVED:
-            return _SERVED[spec][0]
-        app = _function(spec, "server", base_dir)
-        if inspect.isclass(app) or not hasattr(app, "routes"):
-            raise RolloutError(f"rollout.kwargs.server {spec} is {a_type(app)}, not an OpenEnv app (name the "
-                               "app that create_app(...) returned)")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        logging.getLogger("uvicorn.error").addFilter(_no_disconnect_tracebacks)
-        thread = threading.Thread(target=server.run, name=f"openenv-{port}", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not server.started and thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not server.started:
-            server.should_exit = True
-            raise RolloutError(f"the OpenEnv app {spec} did not start within {timeout_s:g} s")
-        address = f"http://127.0.0.1:{port}"
-        _SERVED[spec] = (address, (server, thread))
-        return address
-
-
-def _no_disconnect_tracebacks(record: logging.LogRecord) -> bool:
-    """Drop the traceback openenv-core's server logs when it closes a WebSocket the client already closed (each
-    episode's end); every other record passes."""
-    exc = record.exc_info[1] if record.exc_info else None
-    return type(exc).__name__ != "WebSocketDisconnect"
-
-
-def close_openenv_servers() -> None:
-    """Stop the OpenEnv apps this process serves (the next rollout serves them again)."""
-    with _LOCK:
-        served = list(_SERVED.values())
-        _SERVED.clear()
-    for _, (server, thread) in served:
-        server.should_exit = True
-        thread.join(timeout=10)
-
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, ...]]:
     """Static checks of ``rollout.kwargs`` for :func:`openenv_rollout` (validate-config): the package is installed,

@@ -31,6 +31,7 @@ from .kwargs_checks import check_bool, check_optional_text, check_positive_secon
 from .conversation import Conversation, as_messages, eos_ids_of
 from .environment_factory import (environment_extras, environment_rewards, environment_tools, factory_problems,
                                   load_factories, start_environments, with_observation)
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .episodes import run_multi_turn
 from .mcp_tools import mcp_problems, mcp_tools
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
@@ -101,7 +102,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
                          parallel_tool_calls: bool = False, mcp_servers: Optional[Sequence[Any]] = None,
                          environment_factory: Any = None,
                          rows: Optional[Sequence[Dict[str, Any]]] = None, base_dir: Optional[str] = None,
-                         **_: Any) -> Dict[str, List[Any]]:
+                         env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S, **_: Any) -> Dict[str, List[Any]]:
     """Sample ``n`` tool-using conversations per prompt.
 
     Args:
@@ -125,7 +126,8 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
             ``{url}``; :mod:`.mcp_tools`).
         environment_factory: TRL's environment factory (a class or its name, or a mapping of names to them): one
             environment per episode, reset with its prompt's row, whose public methods are tools
-            (:mod:`.environment_factory`). rows: the ``P`` dataset rows (for ``reset``).
+            (:mod:`.environment_factory`). rows: the ``P`` dataset rows (for ``reset``). env_timeout_s: seconds
+            each ``reset`` may take (``rollout.env_timeout_s``, the trainer's; raises EnvTimeout past it).
         base_dir: where relative tool file paths are also looked up.
 
     Returns:
@@ -146,7 +148,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any,
         envs, observations = [None] * (len(prompts) * n), [None] * (len(prompts) * n)
     else:
         factories = load_factories(environment_factory, Path(base_dir) if base_dir else None)
-        envs, observations = start_environments(factories, rows, len(prompts), n)
+        envs, observations = start_environments(factories, rows, len(prompts), n, env_timeout_s)
     eos = eos_ids_of(client, tokenizer)
     episodes, handlers, shown, setups = [], [], [], {}
     for k, (env, observation) in enumerate(zip(envs, observations)):
@@ -208,8 +210,8 @@ def _with_environment_tools(functions: Dict[str, Callable], env: Any) -> Dict[st
 
 
 tool_calling_rollout.extras = TOOL_EXTRAS + (rn.ENVIRONMENTS_EXTRA, rn.FIRST_PROMPT_EXTRA)
-tool_calling_rollout.implied_rewards = lambda kwargs, base_dir=None: environment_rewards(
-    kwargs.get("environment_factory"), base_dir)
+tool_calling_rollout.implied_rewards = lambda kwargs, base_dir=None, env_timeout_s=DEFAULT_ENV_TIMEOUT_S: \
+    environment_rewards(kwargs.get("environment_factory"), base_dir, env_timeout_s)
 
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:

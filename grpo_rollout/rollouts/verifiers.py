@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .verifiers_loading import env_problems, load_env
 from .episodes import BUDGET_REASONS
 from .verifiers_play import play_groups, run_on_loop, why_ended
@@ -186,7 +187,8 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
                       temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
                       min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                       max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
-                      base_dir: Optional[str] = None, **_: Any) -> Dict[str, List[Any]]:
+                      base_dir: Optional[str] = None, env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S,
+                      **_: Any) -> Dict[str, List[Any]]:
     """Play ``n`` episodes per dataset row in a verifiers environment (see the module docstring).
 
     Args:
@@ -195,7 +197,8 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
         env: an installed environment's id, or ``module:function`` / ``path/file.py:function`` returning a
             ``vf.Environment``; env_args: that function's keyword arguments.
         n, temperature, ..., seed: sampling (``max_completion_length`` bounds each turn and the whole episode).
-        base_dir: where a relative ``env`` file is also looked up.
+        base_dir: where a relative ``env`` file is also looked up. env_timeout_s: seconds the environment may work
+            between two model calls of an episode, and each rubric call (``rollout.env_timeout_s``).
 
     Returns:
         the contract dict (``P × n`` completions; sampler log-probs; masks 0 on the environment's tokens) and the
@@ -207,6 +210,7 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
             or a rubric function raised or returned no number (named, with its file:line).
         EpisodeFailure: an episode failed in the environment (its error), or a rubric function raised one or a
             ``vf.Error``.
+        EnvTimeout: the environment or its rubric ran past ``env_timeout_s`` (an EpisodeFailure).
     """
     environment = load_env(env, env_args, Path(base_dir) if base_dir else None)
     endpoints = _endpoints(client)
@@ -218,7 +222,7 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
                 "logprobs": True, "extra_body": {**(own.get("extra_body") or {}), "top_k": top_k, "min_p": min_p,
                                                  "repetition_penalty": repetition_penalty, "return_token_ids": True}}
     groups = run_on_loop(play_groups(environment, inputs, n, endpoints, models, sampling, seed,
-                                     max_completion_length))
+                                     max_completion_length, env_timeout_s))
     out: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "completion_mask",
                                                   *verifiers_rollout.extras)}
     for g, states in enumerate(groups):

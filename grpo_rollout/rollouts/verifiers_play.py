@@ -14,23 +14,23 @@ stays bound to the loop it first ran on.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
+import contextvars
 import json
 import threading
-from contextvars import ContextVar
-from typing import Any, Dict, List, Optional, Tuple
+import time
+from typing import Any, Awaitable, Dict, List, Optional, Tuple
 
 from ..generation.seeds import derive_seed
 from ..user_code.coroutines import SharedLoop
-from ..user_code.signatures import a_type, defined_at, raised_at
-from .contract import EpisodeFailure, RolloutError
+from ..user_code.deadlines import ExitedInUserCode, task_at
+from ..user_code.signatures import raised_at
+from .contract import RolloutError
+from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, EnvTimeout, bounded_call
+from .verifiers_rubric import SCORING, RubricRaised, guard_rubric
 
 _LOOP: Optional[SharedLoop] = None
 _LOOP_LOCK = threading.Lock()
 _CLASSES: Dict[str, type] = {}
-_GUARDED = "__grpo_rollout_guarded__"  # a rubric function's wrapper (guard_rubric)
-_SCORING: ContextVar[bool] = ContextVar("grpo_rollout_verifiers_scoring", default=False)  # play_groups is scoring
 
 
 def run_on_loop(coro: Any) -> Any:
@@ -40,6 +40,51 @@ def run_on_loop(coro: Any) -> Any:
         if _LOOP is None:
             _LOOP = SharedLoop("grpo-rollout-verifiers")
     return _LOOP.run(coro)
+
+
+class EnvClock:
+    """How long an episode has been outside the model: since its last model call returned (or it started), while
+    no model call is running (the environment's own work: its setup, its answers, its tools, its stop checks)."""
+
+    def __init__(self) -> None:
+        self.since, self.in_model = time.monotonic(), 0
+
+    def model_call(self, start: bool) -> None:
+        """A model call starts (``True``) or returns (``False``)."""
+        self.in_model += 1 if start else -1
+        self.since = time.monotonic()
+
+    def left(self, timeout_s: float) -> float:
+        """Seconds before the episode is over its time outside the model (``timeout_s`` while the model runs)."""
+        return timeout_s if self.in_model else timeout_s - (time.monotonic() - self.since)
+
+
+_CLOCK: contextvars.ContextVar[Optional[EnvClock]] = contextvars.ContextVar("grpo_rollout_env_clock", default=None)
+
+
+async def outside_model_within(episode: Awaitable[Any], timeout_s: Optional[float], label: str) -> Any:
+    """``await episode`` (a verifiers ``env.rollout(...)``), its time outside the model limited to ``timeout_s``
+    seconds at a stretch (``rollout.env_timeout_s``); the model's own time is not counted.
+
+    Raises:
+        EnvTimeout: the environment took longer between two model calls (``label`` names it); the episode is
+            cancelled.
+    """
+    clock = EnvClock()
+    _CLOCK.set(clock)  # this task's context: the episode's task, and its model calls, inherit it
+    task = asyncio.ensure_future(episode)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=None if timeout_s is None else max(clock.left(timeout_s), 0))
+            if task in done:
+                return task.result()
+            if timeout_s is not None and clock.left(timeout_s) <= 0:
+                where = task_at(task)
+                task.cancel()
+                raise EnvTimeout(label, timeout_s, where)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
 
 
 def episode_tokens_used(state: Dict[str, Any]) -> int:
@@ -102,6 +147,18 @@ def training_client(message_type: str, openai_client: Any, budget: int) -> Any:
             async def get_response(self, prompt: Any, model: str, sampling_args: Dict[str, Any], tools: Any = None,
                                    **kwargs: Any) -> Any:
                 state = kwargs.get("state")
+                clock = _CLOCK.get()
+                if clock is not None:  # model time is not the environment's: env_timeout_s does not count it
+                    clock.model_call(True)
+                try:
+                    return await self._within_budget(prompt, model, sampling_args, tools, **kwargs)
+                finally:
+                    if clock is not None:
+                        clock.model_call(False)
+
+            async def _within_budget(self, prompt: Any, model: str, sampling_args: Dict[str, Any], tools: Any,
+                                     **kwargs: Any) -> Any:
+                state = kwargs.get("state")
                 if state is None:
                     return await super().get_response(prompt, model, sampling_args, tools, **kwargs)
                 args, turn = dict(sampling_args), len(state.get("trajectory") or [])
@@ -134,99 +191,47 @@ def training_client(message_type: str, openai_client: Any, budget: int) -> Any:
     return client
 
 
-class RubricRaised(BaseException):
-    """A rubric function raised (or returned no number): carried past verifiers' ``except Exception`` around each
-    rubric function, which would log it and score the episode 0, to :func:`play_groups`. A ``BaseException`` only on
-    that way; :meth:`error_for` turns it into the error the run sees."""
+async def _score(env: Any, states: List[Any], where: str, timeout_s: Optional[float]) -> None:
+    """Score one group's ``states`` with the environment's rubric (each call within ``timeout_s``), then clean up.
 
-    def __init__(self, fn: Any, error: BaseException):
-        super().__init__(f"{getattr(fn, '__name__', fn)}: {error}")
-        self.fn, self.error = fn, error
-
-    def error_for(self, where: str) -> RolloutError:
-        """The error naming the function, its ``def``'s file:line and where it raised: an :class:`EpisodeFailure`
-        when the function raised one or a verifiers ``vf.Error`` (a judge's server gone: outside the user's code;
-        ``rollout.on_error`` applies), else a :class:`RolloutError` (a bug in the rubric: the run stops)."""
-        from verifiers.errors import Error as VerifiersError
-
-        kind = EpisodeFailure if isinstance(self.error, (EpisodeFailure, VerifiersError)) else RolloutError
-        name = getattr(self.fn, "__qualname__", getattr(self.fn, "__name__", repr(self.fn)))
-        fix = "" if kind is EpisodeFailure else "; fix the function (verifiers would score the episode 0 and train on)"
-        return kind(f"{where}: the rubric function `{name}`{defined_at(self.fn)} raised {type(self.error).__name__}: "
-                    f"{self.error}{raised_at(self.error)}{fix}")
-
-
-def _is_number(value: Any) -> bool:
-    """What verifiers takes as a score (``float(value)`` works), text left out."""
-    if isinstance(value, (str, bytes)):
-        return False
+    Raises:
+        EnvTimeout: a rubric call ran past ``timeout_s``.
+        RolloutError / EpisodeFailure: a rubric function raised or returned no number (:class:`RubricRaised`), or the
+            rubric itself raised (``where`` names the prompt).
+    """
+    rubric = type(env.rubric).__name__
     try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _guarded(fn: Any, group: bool) -> Any:
-    """``fn`` (a rubric function, sync or async) raising :class:`RubricRaised` where it raised, or returned something
-    that is not a number (a list of them for a ``group`` function), while :func:`play_groups` scores (elsewhere, e.g.
-    verifiers' own evaluation of the same environment, it behaves as written); its name and signature kept (verifiers
-    reads them)."""
-    if getattr(fn, _GUARDED, False):
-        return fn
-
-    def checked(result: Any) -> Any:
-        ok = isinstance(result, (list, tuple)) and all(map(_is_number, result)) if group else _is_number(result)
-        if not ok and _SCORING.get():
-            raise RubricRaised(fn, TypeError(f"returned {a_type(result)} ({result!r:.60}); a rubric function returns "
-                                             f"{'a list of numbers, one per episode' if group else 'a number'}"))
-        return result
-
-    async def awaited(pending: Any) -> Any:
-        try:
-            result = await pending
-        except Exception as exc:
-            if _SCORING.get():
-                raise RubricRaised(fn, exc) from exc
-            raise
-        return checked(result)
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            if _SCORING.get():
-                raise RubricRaised(fn, exc) from exc
-            raise
-        return awaited(result) if inspect.isawaitable(result) else checked(result)
-
-    setattr(call, _GUARDED, True)
-    return call
-
-
-def guard_rubric(rubric: Any) -> None:
-    """Every function of ``rubric`` and of the rubrics it holds (a ``RubricGroup``'s, an ``EnvGroup``'s environments')
-    :func:`_guarded`, in place (again for functions added since: a guarded one is kept as it is)."""
-    todo, seen = [rubric], set()
-    while todo:
-        r = todo.pop()
-        if r is None or id(r) in seen:
-            continue
-        seen.add(id(r))
-        if isinstance(getattr(r, "funcs", None), list):
-            r.funcs[:] = [_guarded(f, r._is_group_func(f)) for f in r.funcs]
-        todo += list(getattr(r, "rubrics", None) or [])
-        todo += [getattr(e, "rubric", None) for e in (getattr(r, "env_map", None) or {}).values()]
+        if getattr(env, "score_rollouts", True):
+            guard_rubric(env.rubric)
+            SCORING.set(True)  # this task's own context: the scoring tasks inherit it
+            await bounded_call(f"{rubric}.score_group", env.rubric.score_group, (states,), timeout_s=timeout_s)
+            SCORING.set(False)
+        else:
+            await bounded_call(f"{rubric}.dummy_score_group", env.rubric.dummy_score_group, (states,),
+                               timeout_s=timeout_s)
+        for state in states:
+            await bounded_call(f"{rubric}.cleanup", env.rubric.cleanup, (state,), timeout_s=timeout_s)
+    except (RubricRaised, ExitedInUserCode) as raised:
+        carried = raised if isinstance(raised, RubricRaised) else raised.__cause__
+        if not isinstance(carried, RubricRaised):  # a rubric's own sys.exit(): the rubric raised it
+            raise RolloutError(f"{where}: the environment's rubric raised {raised}{raised_at(raised)}") from raised
+        raise carried.error_for(where) from carried.error
+    except EnvTimeout:
+        raise
+    except Exception as exc:
+        raise RolloutError(f"{where}: the environment's rubric raised {type(exc).__name__}: {exc}"
+                           f"{raised_at(exc)}") from exc
 
 
 async def play_groups(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints: List[Tuple[str, Optional[str]]],
                       models: List[str], sampling: Dict[str, Any], seed: Optional[int],
-                      budget: int) -> List[List[Any]]:
+                      budget: int, timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S) -> List[List[Any]]:
     """Play ``n`` episodes of each input (``env.rollout``), each group on one server, and score each group with the
-    environment's rubric (``rubric.score_group``); the states, per group.
+    environment's rubric (``rubric.score_group``); the states, per group. ``timeout_s`` (``rollout.env_timeout_s``)
+    bounds an episode's time outside the model at a stretch and each rubric call.
 
     Raises:
+        EnvTimeout: the environment or its rubric took longer than ``timeout_s`` (the other episodes are cancelled).
         RolloutError: the environment or its rubric raised (named with the prompt, the episode and the user code's
             file:line); the other episodes are cancelled.
     """
@@ -245,8 +250,12 @@ async def play_groups(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints:
     async def episode(g: int, j: int) -> Any:
         server = g % len(clients)
         try:
-            return await env.rollout(json.loads(json.dumps(inputs[g], default=str)), clients[server], models[server],
-                                     args(g, j))
+            return await outside_model_within(env.rollout(json.loads(json.dumps(inputs[g], default=str)),
+                                                          clients[server], models[server], args(g, j)),
+                                              timeout_s, f"{type(env).__name__}.rollout (its own work between "
+                                                         "two model calls)")
+        except EnvTimeout:
+            raise
         except Exception as exc:
             raise RolloutError(f"prompt {g}, episode {j}: the environment raised {type(exc).__name__}: {exc}"
                                f"{raised_at(exc)}") from exc
@@ -255,21 +264,7 @@ async def play_groups(env: Any, inputs: List[Dict[str, Any]], n: int, endpoints:
         async with asyncio.TaskGroup() as tasks:
             running = [tasks.create_task(episode(g, j)) for j in range(n)]
         states = [t.result() for t in running]
-        try:
-            if getattr(env, "score_rollouts", True):
-                guard_rubric(env.rubric)
-                _SCORING.set(True)  # this group's task's own context: its scoring tasks inherit it
-                await env.rubric.score_group(states)
-                _SCORING.set(False)
-            else:
-                await env.rubric.dummy_score_group(states)
-            for state in states:
-                await env.rubric.cleanup(state)
-        except RubricRaised as raised:
-            raise raised.error_for(f"prompt {g}") from raised.error
-        except Exception as exc:
-            raise RolloutError(f"prompt {g}: the environment's rubric raised {type(exc).__name__}: {exc}"
-                               f"{raised_at(exc)}") from exc
+        await _score(env, states, f"prompt {g}", timeout_s)
         return states
 
     try:

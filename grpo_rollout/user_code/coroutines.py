@@ -93,7 +93,8 @@ def run_coroutine(coro: Awaitable[Any], shared: bool = False) -> Any:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
-    thread = threading.Thread(target=target, name="grpo-rollout-coroutine")
+    # a daemon thread: after Ctrl-C the interpreter's exit does not wait for a coroutine still stuck in it
+    thread = threading.Thread(target=target, name="grpo-rollout-coroutine", daemon=True)
     thread.start()
     thread.join()
     if "error" in box:

@@ -94,10 +94,17 @@ def raised_at(exc: BaseException) -> str:
     """`` (at FILE:LINE)`` of the user code that raised ``exc``: the innermost traceback frame outside grpo_rollout,
     the standard library and installed packages (a user's own helper modules count), else the innermost frame
     outside grpo_rollout; ``""`` when there is none."""
-    import sysconfig
     import traceback
 
-    frames = traceback.extract_tb(exc.__traceback__)
+    found = user_frame(traceback.extract_tb(exc.__traceback__))
+    return f" (at {found.filename}:{found.lineno})" if found is not None else ""
+
+
+def user_frame(frames: Any) -> Any:
+    """Of ``frames`` (a ``traceback.StackSummary``, outermost first), the innermost outside grpo_rollout, the
+    standard library and installed packages, else the innermost outside grpo_rollout; ``None`` when there is none."""
+    import sysconfig
+
     libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
 
     def ours(name: str) -> bool:
@@ -110,5 +117,5 @@ def raised_at(exc: BaseException) -> str:
     for pick in (lambda f: not ours(f.filename) and not library(f.filename), lambda f: not ours(f.filename)):
         found = [f for f in frames if pick(f)]
         if found:
-            return f" (at {found[-1].filename}:{found[-1].lineno})"
-    return ""
+            return found[-1]
+    return None

@@ -40,9 +40,10 @@ def test_a_trl_environment_plays_its_episode_with_its_methods_as_tools(envs, tin
     assert "helper" not in json.dumps(out["tool_results"])
     [(name, reward)] = [(r.name, r.fn) for r in implied_rewards(tool_calling_rollout,
                                                                  {"environment_factory": f"{envs}:CounterEnv"})]
-    assert name == "CounterEnv" and reward(environments=made) == [1.0] * 4
+    # an async reward function (each get_reward on a daemon thread, within rollout.env_timeout_s)
+    assert name == "CounterEnv" and asyncio.run(reward(environments=made)) == [1.0] * 4
     made[0].counter = 2
-    assert reward(environments=made) == [0.0, 1.0, 1.0, 1.0]
+    assert asyncio.run(reward(environments=made)) == [0.0, 1.0, 1.0, 1.0]
 
 
 @pytest.mark.model
@@ -57,7 +58,7 @@ def test_several_environments_chosen_by_the_environment_column(envs, tiny_model)
     assert notes.notes == {"a": "b"} and counter.counter == 2
     assert out["tool_calls/write"] == [0, 0, 1, 1] and out["tool_calls/increment"] == [1, 1, 0, 0]
     rewards = {r.name: r.fn for r in implied_rewards(tool_calling_rollout, {"environment_factory": factory})}
-    assert rewards["CounterEnv"](environments=out["environments"]) == [1.0, 1.0, None, None]
+    assert asyncio.run(rewards["CounterEnv"](environments=out["environments"])) == [1.0, 1.0, None, None]
     assert asyncio.run(rewards["NotesEnv"](environments=out["environments"])) == [None, None, 1.0, 1.0]
     with pytest.raises(RolloutError, match="the row of prompt .*Take notes.* has environment='chess'.*counter, notes"):
         play(envs, tiny_model, [rows[0], {**rows[1], "environment": "chess"}], factory)

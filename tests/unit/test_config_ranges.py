@@ -55,6 +55,7 @@ RANGE_CASES = {
     "training.sapo_tau_negative": ([0.0], [1.05]),
     "training.overlong_buffer": ([-1], [0, 4]),
     "rollout.max_retries": ([-1, 11], [0, 2, 10]),
+    "rollout.env_timeout_s": ([0, -1, 86401], [0.5, 300, 86400]),
     "data.curriculum_patience": ([0, 1001], [1, 2, 1000]),
     "data.curriculum_pause": ([0, -1], [1, 3]),
     "data.curriculum_success_reward": ([math.nan, math.inf], [-1.0, 0.5, 1.0]),

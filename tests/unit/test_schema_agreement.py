@@ -46,6 +46,7 @@ EXPECTED_RANGES: Dict[str, Dict[str, float]] = {
     "training.sapo_tau_negative": {"gt": 0},
     "training.overlong_buffer": {"ge": 0},
     "rollout.max_retries": {"ge": 0, "le": 10},
+    "rollout.env_timeout_s": {"gt": 0, "le": 86400},
     "data.curriculum_patience": {"ge": 1, "le": 1000},
     "data.curriculum_pause": {"ge": 1, "le": 1000},
     "training.turn_discount": {"ge": 0, "le": 1},

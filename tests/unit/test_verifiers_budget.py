@@ -99,8 +99,8 @@ def test_a_rubric_function_returning_no_number_is_named(project, monkeypatch):
 def test_a_judge_gone_in_the_rubric_fails_the_episode_and_on_error_drop_counts_it(project, monkeypatch):
     """A vf.Error from a rubric function (its judge's server gone: outside the user's code) is an EpisodeFailure:
     rollout.on_error: drop leaves that group out and counts its episodes failed."""
-    failures = EpisodeFailures(SimpleNamespace(on_error="drop", max_retries=0), 2,
-                               SimpleNamespace(sum=lambda values: values))
+    failures = EpisodeFailures(SimpleNamespace(on_error="drop", max_retries=0, failure_errors=[]), 2,
+                               SimpleNamespace(sum=lambda values: values, rank=0))
     answers = ("judge-down", "fine")
 
     def play(groups):
@@ -111,15 +111,16 @@ def test_a_judge_gone_in_the_rubric_fails_the_episode_and_on_error_drop_counts_i
     with pytest.raises(EpisodeFailure, match=r"prompt 0: the rubric function `judged` .* raised InfraError: the "
                                              r"judge's server is gone"):
         play([0, 1])
-    kept = failures.play_step(0, lambda: play([0, 1]), lambda g, attempt: play([g]), 2)
+    kept = failures.play_step(0, lambda: play([0, 1]), lambda g, attempt: play([g]), list(enumerate(answers)))
     assert kept.scores.rewards == [3.5, 3.5]  # group 1 alone: 2.5 + the judge's 1.0, each episode
-    assert failures.metrics() == {"episodes/failed": 4, "episodes/retried": 4, "episodes/dropped": 2}
+    assert failures.metrics() == {"episodes/failed": 4, "episodes/retried": 4, "episodes/dropped": 2,
+                                 "episodes/prompts_dropped": 1}
 
 
 def test_outside_the_runs_scoring_a_guarded_rubric_function_behaves_as_written(project):
     """(verifiers' own evaluation of the same environment object still gets the function's own error)"""
     from grpo_rollout.rollouts.verifiers_loading import load_env
-    from grpo_rollout.rollouts.verifiers_play import guard_rubric
+    from grpo_rollout.rollouts.verifiers_rubric import guard_rubric
 
     env = load_env(f"{project.module(ENV_SOURCE)}:load_environment", {"rubric": "broken"})
     guard_rubric(env.rubric)

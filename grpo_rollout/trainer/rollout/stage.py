@@ -65,7 +65,7 @@ class RolloutStage(StreamedGroups):
         self.rewards = [RewardFunction(name, fn, r.weight, dict(r.kwargs))
                         for name, fn, r in zip(unique_names(fns), fns, config.rewards)]
         self.rewards += implied_rewards(self.rollout_fn, dict(config.rollout.kwargs), base_dir,
-                                        {r.name for r in self.rewards})
+                                        {r.name for r in self.rewards}, config.rollout.env_timeout_s)
         self.rewards += overlong_reward(config)  # DAPO's length shaping, when training.overlong_buffer > 0
         self.curriculum = pass_rate_curriculum(config.data)  # data.curriculum: pass_rate, else None
         # a stream draws steps ahead of training: its draws see the visits of max_staleness + 2 steps before
@@ -113,7 +113,7 @@ class RolloutStage(StreamedGroups):
         with record_versions() as seen:
             out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs),
                                {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
-                                "base_dir": str(self.base_dir)},
+                                "base_dir": str(self.base_dir), "env_timeout_s": cfg.rollout.env_timeout_s},
                                self.vocab_size)
         versions = None
         if not self.client.shares_weights:  # shared weights are always the trainer's current ones

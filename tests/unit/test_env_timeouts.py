@@ -1,0 +1,223 @@
+"""Issue 39.8, without a model: every user call of an episode outside the model (an environment's reset, step and
+get_reward, a verifiers environment's own work and its rubric) is bounded by rollout.env_timeout_s, and a call stuck
+for good leaves no thread the interpreter's exit would wait for; the CLI's first Ctrl-C ends a command whatever
+thread is stuck."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from grpo_rollout.rollouts.contract import EpisodeFailure, RolloutError
+from grpo_rollout.rollouts.env_timeouts import EnvTimeout
+from grpo_rollout.rollouts.environment import call_env
+from grpo_rollout.rollouts.environment_factory import environment_rewards, start_environments
+
+HERE = r".*test_env_timeouts\.py:\d+"
+
+
+class SleepyEnv:
+    def reset(self, **row):
+        time.sleep(10 ** 6)
+
+    def get_reward(self):
+        time.sleep(10 ** 6)
+
+
+class AsyncSleepyEnv:
+    async def reset(self, **row):
+        await asyncio.Event().wait()
+
+    async def get_reward(self):
+        await asyncio.sleep(10 ** 6)
+
+    async def step(self, text):
+        sys.exit(2)
+
+
+def _no_thread_the_exit_waits_for():
+    """Only the main thread and daemons are left: a stuck call does not keep the process alive."""
+    return [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()] == []
+
+
+@pytest.mark.parametrize("env", [SleepyEnv(), AsyncSleepyEnv()])
+def test_a_reset_that_never_returns_fails_the_episode_naming_class_method_line_and_key(env):
+    start = time.monotonic()
+    with pytest.raises(EnvTimeout) as caught:
+        asyncio.run(call_env(env, "reset", kwargs={"target": 3}, timeout_s=0.3))
+    assert time.monotonic() - start < 3  # asyncio.run did not wait for the thread still sleeping
+    name = type(env).__name__
+    assert caught.match(rf"{name}\.reset did not return within rollout\.env_timeout_s = 0\.3 s \(at {HERE} in "
+                        r"reset\).*raise rollout\.env_timeout_s")
+    assert isinstance(caught.value, EpisodeFailure) and isinstance(caught.value, TimeoutError)  # rollout.on_error
+    assert _no_thread_the_exit_waits_for()
+
+
+def test_a_plain_method_sees_the_callers_context_variables():
+    """As under asyncio.to_thread before: e.g. the weight versions a rollout records (generation/versions.py)."""
+    import contextvars
+
+    seen = contextvars.ContextVar("seen", default="unset")
+
+    class Env:
+        def reset(self, **row):
+            return seen.get()
+
+    async def main():
+        seen.set("the caller's")
+        return await call_env(Env(), "reset", timeout_s=5)
+
+    assert asyncio.run(main()) == "the caller's"
+
+
+def test_sys_exit_in_an_async_step_is_still_the_environments_error():
+    with pytest.raises(RolloutError, match=r"AsyncSleepyEnv\.step raised SystemExit: 2"):
+        asyncio.run(call_env(AsyncSleepyEnv(), "step", ("hi",), timeout_s=5))
+
+
+@pytest.mark.parametrize("where", ["main", "worker thread", "event loop"])
+def test_environment_factory_resets_are_bounded_from_any_thread_or_loop(where):
+    call = lambda: start_environments({None: SleepyEnv}, [{"prompt": "p"}], 1, 2, timeout_s=0.3)  # noqa: E731
+    out = {}
+
+    def record():
+        try:
+            call()
+        except EnvTimeout as exc:
+            out["error"] = exc
+
+    async def inside_a_loop():  # a notebook: the rollout is called inside a running event loop
+        record()
+
+    start = time.monotonic()
+    if where == "worker thread":
+        thread = threading.Thread(target=record)
+        thread.start()
+        thread.join(10)
+    else:
+        asyncio.run(inside_a_loop()) if where == "event loop" else record()
+    assert time.monotonic() - start < 5
+    assert "SleepyEnv.reset did not return within rollout.env_timeout_s = 0.3 s" in str(out["error"])
+    assert _no_thread_the_exit_waits_for()
+
+
+@pytest.mark.parametrize("cls", [SleepyEnv, AsyncSleepyEnv])
+def test_get_reward_is_bounded_too(cls):
+    [(name, reward)] = environment_rewards(cls, env_timeout_s=0.3)
+    with pytest.raises(EnvTimeout, match=rf"{cls.__name__}\.get_reward did not return within rollout\.env_timeout_s "
+                                         rf"= 0\.3 s \(at {HERE} in get_reward\)"):
+        asyncio.run(reward(environments=[cls(), cls()]))
+
+
+def test_the_trainers_timeout_reaches_get_reward_through_the_rollouts_hook():
+    from grpo_rollout.rewards.calling import implied_rewards
+    from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
+
+    [rf] = implied_rewards(tool_calling_rollout, {"environment_factory": SleepyEnv}, env_timeout_s=0.2)
+    with pytest.raises(EnvTimeout, match=r"= 0\.2 s"):
+        asyncio.run(rf.fn(environments=[SleepyEnv()]))
+
+
+def test_the_key_written_under_rollout_kwargs_is_pointed_to_its_place():
+    from grpo_rollout.rollouts.kwargs_checks import unknown_settings
+    from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
+
+    [(key, _, fix)] = unknown_settings(tool_calling_rollout, {"env_timeout_s": 5})
+    assert key == "rollout.kwargs.env_timeout_s" and "rollout.env_timeout_s" in fix
+
+
+def _verifiers_env(setup_state=None):
+    import verifiers as vf
+    from datasets import Dataset
+
+    class StuckEnv(vf.SingleTurnEnv):
+        async def setup_state(self, state):
+            return await setup_state(state) if setup_state else state
+
+    return StuckEnv(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]), rubric=vf.Rubric(funcs=[]))
+
+
+def _play(env, timeout_s, monkeypatch, model_s=0.0):
+    """One group of 2 episodes of ``env``, the model answering in ``model_s`` seconds (no server)."""
+    from test_verifiers_rollout import _answer
+
+    from grpo_rollout.rollouts import verifiers_play
+
+    made = verifiers_play.training_client
+
+    def slow_model(kind, openai_client, budget):
+        client = made(kind, openai_client, budget)
+
+        async def native(*args, **kwargs):
+            await asyncio.sleep(model_s)
+            return _answer("a")
+
+        client.get_native_response = native
+        return client
+
+    monkeypatch.setattr(verifiers_play, "training_client", slow_model)
+    inputs = [{"prompt": [{"role": "user", "content": "q"}], "answer": "a", "example_id": 0, "info": {}}]
+    return verifiers_play.run_on_loop(verifiers_play.play_groups(
+        env, inputs, 2, [("http://127.0.0.1:9", None)], ["m"], {"max_tokens": 4, "extra_body": {}}, 1, 8, timeout_s))
+
+
+def test_a_verifiers_environment_stuck_between_model_calls_fails_naming_where(monkeypatch):
+    async def stuck(state):
+        await asyncio.Event().wait()
+
+    with pytest.raises(EnvTimeout, match=rf"StuckEnv\.rollout \(its own work between two model calls\) did not "
+                                         rf"return within rollout\.env_timeout_s = 0\.3 s \(at {HERE} in stuck\)"):
+        _play(_verifiers_env(stuck), 0.3, monkeypatch)
+
+
+def test_the_models_own_time_is_not_the_environments(monkeypatch):
+    """A model answering in 0.8 s is no timeout at a limit of 0.4 s: only the environment's own time counts."""
+    states = _play(_verifiers_env(), 0.4, monkeypatch, model_s=0.8)
+    assert [s.get("error") for s in states[0]] == [None, None] and len(states[0]) == 2
+
+
+def test_a_rubric_that_never_returns_fails_naming_it(monkeypatch):
+    env = _verifiers_env()
+
+    async def score_group(states, **kwargs):
+        await asyncio.sleep(10 ** 6)
+
+    monkeypatch.setattr(env.rubric, "score_group", score_group)
+    with pytest.raises(EnvTimeout, match=r"RubricGroup\.score_group did not return within rollout\.env_timeout_s "
+                                         r"= 0\.3 s"):
+        _play(env, 0.3, monkeypatch)
+
+
+STUCK_IN_ASYNCIO_RUN = textwrap.dedent('''
+    import asyncio, os, signal, sys, threading, time
+    from grpo_rollout.cli.interrupts import exit_leaving_stuck_threads, interrupts_raise
+
+    async def stuck():
+        time.sleep(60)  # plain code stuck inside asyncio.run, as a rollout calling a hanging reset is
+
+    threading.Thread(target=time.sleep, args=(60,)).start()  # not a daemon: the exit would wait for it
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    start = time.monotonic()
+    try:
+        with interrupts_raise():
+            asyncio.run(stuck())
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - start:.1f} s", flush=True)
+    exit_leaving_stuck_threads(130, grace_s=0.5)
+''')
+
+
+def test_the_first_ctrl_c_ends_a_command_stuck_in_asyncio_run_and_the_process_exits():
+    """asyncio.run's own SIGINT handler only cancels its task, which cannot end while plain code is stuck in it (the
+    first Ctrl-C did nothing for 45 s); then a non-daemon thread kept the process alive after "Interrupted."."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", STUCK_IN_ASYNCIO_RUN], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "interrupted after 1." in proc.stdout and time.monotonic() - start < 15
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
