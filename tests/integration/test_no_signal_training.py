@@ -17,7 +17,7 @@ from grpo_rollout.trainer.reporting.progress import RichReporter
 from grpo_rollout.trainer.update import policy_update
 from tiny_model import tiny_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.model]
+pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)
 
 # step 0 (the reward's `step`): the share of even token ids, which varies; later steps: every completion 1.0
 FIRST_STEP_ONLY = '''
@@ -99,3 +99,39 @@ def test_a_kl_term_or_an_entropy_bonus_still_updates(tmp_path, tiny_model, monke
     second = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True)).history[1]
     assert second["no_signal_skipped"] == 0 and second["frac_reward_zero_std"] == 1.0 and seen[1]["forwards"] > 0
     assert second["grad_norm"] > 0 and not _same(seen[1]["before"][0], seen[1]["after"][0])
+
+
+RANKS = '''
+from types import SimpleNamespace
+import torch
+from grpo_rollout.trainer.batch import ScoredBatch
+from grpo_rollout.trainer.parallel.distributed import Dist
+from grpo_rollout.trainer.update.no_signal import step_has_signal
+
+class Rollout(SimpleNamespace):
+    def __len__(self):
+        return len(self.completion_ids)
+
+dist = Dist.from_env(device="cpu", timeout_s=60)
+training = SimpleNamespace(beta=0.0, entropy_coef=0.0, loss_function="", mask_truncated_completions=False)
+rollout = Rollout(completion_ids=[[5, 6]] * 2, completion_mask=[[1, 1]] * 2)
+said = []
+for moving_rank in (None, 1):  # every group flat on both ranks; then rank 1's only with an advantage
+    advantages = [0.5, -0.5] if dist.rank == moving_rank else [0.0, 0.0]
+    batch = ScoredBatch(rollout, SimpleNamespace(truncated=[False, False]), 0.0, advantages=torch.tensor(advantages))
+    said.append(step_has_signal(batch, training, dist))
+open(f"rank{dist.rank}.txt", "w").write(repr(said))
+dist.close()
+'''
+
+
+@pytest.mark.multiproc
+def test_every_rank_takes_the_same_decision(tmp_path):
+    """Two processes, each with only its own groups: one rank with signal means both update (a rank that skipped
+    alone would leave the other waiting in FSDP's gradient all-reduce)."""
+    from test_distributed import _torchrun
+
+    (tmp_path / "ranks.py").write_text(RANKS)
+    proc = _torchrun([str(tmp_path / "ranks.py")], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["[False, True]"] * 2
