@@ -8,7 +8,8 @@ One JSON line per completion of the step, enough to see every number the update 
      "prompt_ids": [...], "completion_ids": [...],
      "completion_mask": "1111000111",        # one character per completion token: 1 trained, 0 tool/env token
      "sampler_logprobs": [...] | null,       # nats; null where the rollout gave none or on an untrained placeholder
-     "trainer_logprobs": [...],              # nats, the policy before this step's update (first iteration)
+     "trainer_logprobs": [...] | null,       # nats, the policy before this step's update (first iteration);
+                                             # null on a step without signal (no update, no forward pass)
      "importance_weights": [...] | null,     # sampler-correction weight of each token (training.sampler_correction)
      "advantage": 0.71, "reward": 1.0, "rewards": {"fn": 1.0}, "extras": {...},
      "weight_versions": [3, 4] | null}       # the oldest and newest weight version that sampled its turns
@@ -58,7 +59,7 @@ def _finite(value: Any) -> Any:
 
 
 def token_record(prompt_ids: Sequence[int], completion_ids: Sequence[int], mask: Sequence[int],
-                 sampler_logprobs: Optional[Sequence[float]], trainer_logprobs: Sequence[float],
+                 sampler_logprobs: Optional[Sequence[float]], trainer_logprobs: Optional[Sequence[float]],
                  importance_weights: Optional[Sequence[float]]) -> Dict[str, Any]:
     """The token-level part of one completion's line (the lists have one entry per completion token; untrained
     tokens' placeholders and non-finite values are written as ``null``)."""

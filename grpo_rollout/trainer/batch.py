@@ -178,6 +178,12 @@ class ScoredBatch:
                            CompletionScores.merge([b.scores for b in batches]),
                            max(b.generated_at for b in batches), max(b.sampler_lag for b in batches))
 
+    def trained_masks(self, mask_truncated: bool) -> List[List[int]]:
+        """Each completion's mask of trained tokens (0/1 per completion token); with ``mask_truncated``
+        (``training.mask_truncated_completions``) a truncated completion's is all 0."""
+        return [[0] * len(m) if (mask_truncated and cut) else m
+                for m, cut in zip(self.rollout.completion_mask, self.scores.truncated)]
+
     def with_advantages(self, advantages: torch.Tensor, step_advantages: torch.Tensor) -> "ScoredBatch":
         """This batch with its advantages ``(len,)`` and the whole step's ``(every rank's len,)``."""
         return replace(self, advantages=advantages, step_advantages=step_advantages)

@@ -69,6 +69,7 @@ from .setup import build_optimizer, load_policy, open_clients, restore
 from .reporting.step_metrics import save_rollouts, step_metrics
 from .reporting.streaming_view import startup_lines
 from .update.policy_update import PolicyUpdate, UpdateResult
+from .update.no_signal import update_or_skip
 from .parallel.weight_sync import WeightSync
 
 
@@ -185,19 +186,19 @@ class GRPORecipe:
         return batch, counts
 
     def update(self, step: int, batch: ScoredBatch, times: StepTimes) -> UpdateResult:
-        """The policy update on this rank's groups (:class:`~.update.policy_update.PolicyUpdate`); none when the whole step has no
-        signal (every advantage 0 and ``beta`` 0). Stops the run after ``training.max_nonfinite_steps`` skipped
-        updates in a row. ``step`` 0-based; :attr:`applied` and the messages count from 1."""
-        t = self.cfg.training
-        signal = t.beta > 0 or bool(batch.step_advantages.abs().max() > 0)  # the same on every rank
-        result = self.updater.update(batch, keep_tokens=self.keeps_rollouts(step), signal=signal)
+        """The policy update on this rank's groups (:class:`~.update.policy_update.PolicyUpdate`); none, not even its
+        forward and backward passes, when the whole step has no signal (:mod:`.update.no_signal`: every trained
+        token's advantage 0, no KL or entropy term, on every rank). Stops the run after
+        ``training.max_nonfinite_steps`` skipped updates in a row. ``step`` 0-based; :attr:`applied` and the messages
+        count from 1."""
+        result = update_or_skip(self.updater, batch, self.keeps_rollouts(step))  # the same decision on every rank
         self.applied = step + 1  # the weights now include this step, whatever happens next
         self.rollouts.trained()  # streaming: the step's prompts are used (a checkpoint will not roll them again)
         self.nonfinite.after_step(step, result.skipped)
-        if not signal:
-            self.reporter.message(f"Step {step + 1}: every group's rewards were equal (all advantages 0, beta 0): no "
-                                  "update this step; the weights, AdamW's moments and the learning-rate schedule are "
-                                  "unchanged")
+        if result.stats.no_signal:
+            self.reporter.message(f"Step {step + 1}: every group's rewards were equal (all advantages 0, no KL or "
+                                  "entropy term): no update this step, its forward and backward passes skipped; the "
+                                  "weights, AdamW's moments and the learning-rate schedule are unchanged")
         times.trained = time.perf_counter()
         return result
 

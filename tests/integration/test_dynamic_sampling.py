@@ -96,7 +96,8 @@ def test_a_step_without_signal_makes_no_update(tmp_path, tiny_model):
     assert all(torch.equal(before[k], after[k]) for k in before)
     text = console.export_text()
     assert "no group with reward variance, so no update" in text
-    assert "Step 1: every group's rewards were equal (all advantages 0, beta 0): no update this step" in text
+    assert ("Step 1: every group's rewards were equal (all advantages 0, no KL or entropy term): no update this step"
+            in text)
 
 
 def test_refills_never_repeat_a_prompt_of_the_same_step(tmp_path, tiny_model):

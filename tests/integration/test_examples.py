@@ -109,8 +109,9 @@ def _common_checks(result):
     for m in result.history:
         assert "extras/num_turns" in m and m["extras/num_turns"] >= 1
         # vLLM's log-probs of the sampled (mask 1) tokens agree with the trainer's on the same weights: the
-        # multi-turn sequences the trainer scores are token for token what vLLM generated from
-        assert m["sampler/logprob_abs_diff"] < 0.01, m["sampler/logprob_abs_diff"]
+        # multi-turn sequences the trainer scores are token for token what vLLM generated from (a step without
+        # signal makes no forward pass: nothing compared)
+        assert m["no_signal_skipped"] or m["sampler/logprob_abs_diff"] < 0.01, m["sampler/logprob_abs_diff"]
 
 
 @pytest.mark.vllm
@@ -142,7 +143,7 @@ def test_trl_counter_trains_two_steps_with_vllm(tmp_path, monkeypatch, server):
     result = _train_two_steps("trl_counter", tmp_path, monkeypatch, server)
     _common_checks(result)
     for m in result.history:
-        assert m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
+        assert m["no_signal_skipped"] or m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
         assert m["reward"] == pytest.approx(m["rewards/CounterEnv/mean"] + 0.2 * m["rewards/used_the_tool/mean"])
         assert "extras/tool_calls/increment" in m
 
@@ -155,7 +156,7 @@ def test_verifiers_sums_trains_two_steps_with_vllm(tmp_path, monkeypatch, server
     result = _train_two_steps("verifiers_sums", tmp_path, monkeypatch, server)
     _common_checks(result)
     for m in result.history:
-        assert m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
+        assert m["no_signal_skipped"] or m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
         assert m["reward"] == pytest.approx(m["rewards/correct_answer/mean"] + 0.2 * m["rewards/short_reply/mean"])
         assert m["reward"] == pytest.approx(m["extras/verifiers_reward"]) == pytest.approx(m["rewards/rubric/mean"])
         assert 1 <= m["extras/num_turns"] <= 2

@@ -49,7 +49,7 @@ above).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 import torch
 
@@ -157,6 +157,20 @@ def per_token_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: tor
             raise ValueError("entropy_coef > 0 needs the tokens' entropy")
         loss = loss - entropy_coef * entropy
     return TokenLosses(loss=loss, ratio=ratio, kl=kl, clipped_low=term.clipped_low, clipped_high=term.clipped_high)
+
+
+def gradient_without_advantages(training: "object") -> List[str]:
+    """The terms of the loss a ``training`` config section asks for that can have a gradient when every advantage
+    is 0 (their config keys; empty: a step whose trained tokens all have advantage 0 has no gradient at all).
+
+    Every policy term is a product with ``A``, so at ``A = 0`` its value and gradient are 0 for every ratio: PPO's
+    clip (``grpo``, ``dr_grpo``, ``dapo``, ``bnpo``, also GSPO's ``importance_level: sequence``), CISPO (``-sg(ŵ)·A``)
+    and SAPO (``-f_τ(r)·A``), and the sampler-correction weights multiply it. Not so the KL term (``beta > 0``), the
+    entropy bonus (``entropy_coef > 0``), and a function of yours (``loss_function``: it may not vanish).
+    """
+    terms = [("training.beta", training.beta > 0), ("training.entropy_coef", training.entropy_coef > 0),
+             ("training.loss_function", bool(training.loss_function))]
+    return [key for key, on in terms if on]
 
 
 #: the loss types whose policy term is not PPO's clip, averaged like one that is: CISPO over the batch's tokens (its

@@ -55,7 +55,7 @@ class UpdateStats:
     grad_norms: List[float] = field(default_factory=list)  # per iteration, before clipping
     skipped: int = 0
     learning_rate: float = float("nan")  # what the step's (first) optimizer update used
-    no_signal: bool = False  # every advantage 0 and no KL term: no optimizer update at all
+    no_signal: bool = False  # no signal: no forward, backward or update at all (:mod:`.no_signal`)
 
     def add(self, result: TokenLosses, mb: MicroBatch, old: torch.Tensor, first_iteration: bool,
             entropy: Optional[torch.Tensor] = None) -> None:
@@ -233,12 +233,11 @@ class PolicyUpdate:
         stats.add(result, mb, old, first_iteration=first, entropy=entropy if first else None)
         return loss.item(), old, mb
 
-    def update(self, batch: ScoredBatch, keep_tokens: bool = False, signal: bool = True) -> UpdateResult:
+    def update(self, batch: ScoredBatch, keep_tokens: bool = False) -> UpdateResult:
         """``num_iterations`` optimizer updates on this rank's share of the step (``batch``: its checked rollout and
         its ``(len(batch),)`` advantages); the loss of every ``loss_type`` is normalised by the whole step's totals, so
-        N processes make the update one process would make on the same batch. ``signal`` false (the whole step's
-        advantages are all 0 and there is no KL term): everything is measured, but neither the optimizer nor the
-        learning-rate schedule steps. After the first iteration's backward passes, the step's mean
+        N processes make the update one process would make on the same batch (a step without signal is not
+        passed here: :mod:`.no_signal`). After the first iteration's backward passes, the step's mean
         |sampler - trainer| log-prob gap goes to the stale-weights guard (:func:`~..guards.check_sampler_mismatch`,
         with the batch's own ``sampler_lag``).
 
@@ -246,8 +245,7 @@ class PolicyUpdate:
             StaleWeightsError: the gap is over ``vllm.max_logprob_mismatch`` on a batch sampled with current weights.
         """
         t, dist, out = self.cfg.training, self.dist, batch.rollout
-        masks = [[0] * len(m) if (t.mask_truncated_completions and tr) else m
-                 for m, tr in zip(out.completion_mask, batch.scores.truncated)]
+        masks = batch.trained_masks(t.mask_truncated_completions)
         batches, totals, real, padded = self.micro_batches(out, batch.token_advantages or batch.advantages, masks)
         stats = UpdateStats()
         kept: List[Tuple[List[float], Optional[List[float]]]] = []  # per sequence: trainer log-probs, IS weights
@@ -266,7 +264,7 @@ class PolicyUpdate:
                 if math.isfinite(lp_diff):  # non-finite: the trainer's own log-probs; the update is skipped below
                     check_sampler_mismatch(lp_diff / max(totals.num_tokens, 1), self.cfg.vllm.max_logprob_mismatch,
                                            self.cfg.vllm.mode, batch.sampler_lag)
-            self.step_optimizer(stats, dist.sum([loss_sum])[0], iteration, signal)
+            self.step_optimizer(stats, dist.sum([loss_sum])[0], iteration)
         records = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
                                 None if out.logprobs is None else out.logprobs[i], lp, w)
                    for i, (lp, w) in enumerate(kept)]
@@ -274,17 +272,15 @@ class PolicyUpdate:
                             has_sampler_logprobs=out.logprobs is not None, tokens_forward=real, tokens_padded=padded,
                             token_records=records)
 
-    def step_optimizer(self, stats: UpdateStats, loss_sum: float, iteration: int, signal: bool) -> None:
-        """Clip the gradients, then step AdamW and the schedule, unless the step has no signal or the loss or gradient
-        is NaN/inf (that would poison the weights and AdamW's moments); record what happened in ``stats``."""
+    def step_optimizer(self, stats: UpdateStats, loss_sum: float, iteration: int) -> None:
+        """Clip the gradients, then step AdamW and the schedule, unless the loss or gradient is NaN/inf (that would
+        poison the weights and AdamW's moments); record what happened in ``stats``."""
         grad_norm = self.clip_gradients()
         stats.losses.append(loss_sum)
         stats.grad_norms.append(grad_norm)
         if iteration == 0:
             stats.learning_rate = self.optimizer.param_groups[0]["lr"]  # before the schedule moves on
-        if not signal:  # AdamW would still move every weight through its momentum (and weight decay)
-            stats.no_signal = True
-        elif math.isfinite(loss_sum) and math.isfinite(grad_norm):
+        if math.isfinite(loss_sum) and math.isfinite(grad_norm):
             self.optimizer.step()
             self.scheduler.step()
         else:

@@ -1,0 +1,68 @@
+"""A step without learning signal: whether a step has one (the same answer on every rank), and what a step without
+one reports instead of an update.
+
+A step has no signal when no trained token on any rank has a nonzero advantage (every group's rewards were equal;
+with ``training.credit: turn``, every turn's) and no term of the loss has a gradient without one
+(:func:`~.objective.gradient_without_advantages`: ``beta > 0``, ``entropy_coef > 0``, a ``loss_function``). Its
+gradient would be exactly 0, and AdamW would still move every weight through its momentum and weight decay: so the
+step makes no forward or backward pass, no optimizer or learning-rate schedule step (:func:`update_or_skip`), and the
+recipe sends no weights (:meth:`..recipe.GRPORecipe.sync`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List
+
+from ...runs.rollouts import token_record
+from ..batch import ScoredBatch
+from ..parallel.distributed import Dist
+from .objective import gradient_without_advantages
+from .policy_update import PolicyUpdate, UpdateResult, UpdateStats
+
+
+def moving_tokens(batch: ScoredBatch, masks: List[List[int]]) -> int:
+    """This rank's trained tokens (``masks``: one 0/1 list per completion) whose advantage is not 0 (a NaN
+    counts: the update's non-finite guard deals with it)."""
+    if batch.token_advantages is not None:
+        return sum(1 for row, mask in zip(batch.token_advantages, masks) for a, m in zip(row, mask) if m and a != 0)
+    return sum(sum(mask) for a, mask in zip(batch.advantages.tolist(), masks) if a != 0)
+
+
+def step_has_signal(batch: ScoredBatch, training: "object", dist: Dist) -> bool:
+    """Whether the step's update can change the weights: a loss term has a gradient without advantages, or a
+    trained token on any rank has a nonzero advantage. A collective (every rank calls it and gets the same answer:
+    one rank with signal means every rank updates)."""
+    if gradient_without_advantages(training):
+        return True
+    [moving] = dist.max([moving_tokens(batch, batch.trained_masks(training.mask_truncated_completions))])
+    return moving > 0
+
+
+def skipped_update(updater: PolicyUpdate, batch: ScoredBatch, keep_tokens: bool) -> UpdateResult:
+    """What a step without signal reports (a collective), with the metric names of an update: ``loss``,
+    ``grad_norm``, ``kl`` and the clip ratios 0 and ``ratio/max`` 1 (what its passes would give),
+    ``no_signal_skipped`` 1, ``tokens/forward`` and ``tokens/padded`` 0 (no pass ran), ``entropy`` and the sampler
+    comparison ``nan`` (not measured: the stale-weights guard checks the next step that updates); with
+    ``keep_tokens``, token records without trainer log-probs or importance weights."""
+    t, out = updater.cfg.training, batch.rollout
+    masks = batch.trained_masks(t.mask_truncated_completions)
+    [num_tokens] = updater.dist.sum([sum(map(sum, masks))])
+    n = t.num_iterations
+    stats = UpdateStats(losses=[0.0] * n, grad_norms=[0.0] * n, no_signal=True, entropy=math.nan, ratio_max=1.0,
+                        lp_diff=math.nan, sampler_weight_sum=math.nan,
+                        learning_rate=updater.optimizer.param_groups[0]["lr"])  # the rate a step would use
+    records = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
+                            None if out.logprobs is None else out.logprobs[i], None, None)
+               for i in range(len(out))] if keep_tokens else []
+    return UpdateResult(stats, num_tokens=int(num_tokens), num_iterations=n,
+                        has_sampler_logprobs=out.logprobs is not None, tokens_forward=0, tokens_padded=0,
+                        token_records=records)
+
+
+def update_or_skip(updater: PolicyUpdate, batch: ScoredBatch, keep_tokens: bool) -> UpdateResult:
+    """The step's update (:meth:`~.policy_update.PolicyUpdate.update`), or, on a step without signal (the same
+    decision on every rank), :func:`skipped_update`: no forward, backward, optimizer or schedule step."""
+    if step_has_signal(batch, updater.cfg.training, updater.dist):
+        return updater.update(batch, keep_tokens=keep_tokens)
+    return skipped_update(updater, batch, keep_tokens)
