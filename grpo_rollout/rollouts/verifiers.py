@@ -38,6 +38,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from ..generation.versions import confirmed_version
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
@@ -198,7 +199,8 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
     Returns:
         the contract dict (``P × n`` completions; sampler log-probs; masks 0 on the environment's tokens) and the
         extras ``verifiers_reward`` (the rubric's weighted sum, float), ``verifiers_scores`` (each rubric function's
-        score, a dict), ``num_turns`` and ``truncated``.
+        score, a dict), ``num_turns`` and ``truncated``; ``weight_versions``: the servers' confirmed versions when
+        the episodes started and ended (the OpenAI routes' answers carry none).
 
     Raises:
         RolloutError: the environment does not load, the run has no vLLM server, an episode failed in the
@@ -213,8 +215,10 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
     sampling = {**own, "temperature": temperature, "top_p": top_p, "max_tokens": max_completion_length,
                 "logprobs": True, "extra_body": {**(own.get("extra_body") or {}), "top_k": top_k, "min_p": min_p,
                                                  "repetition_penalty": repetition_penalty, "return_token_ids": True}}
+    first = confirmed_version(client)
     groups = run_on_loop(play_groups(environment, inputs, n, endpoints, models, sampling, seed,
                                      max_completion_length))
+    last = confirmed_version(client)
     out: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "completion_mask",
                                                   *verifiers_rollout.extras)}
     for g, states in enumerate(groups):
@@ -233,6 +237,7 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
             out[rn.NUM_TURNS_EXTRA].append(len(state.get("trajectory") or []))
             out[rn.TRUNCATED_EXTRA].append(bool(cut or state.get("is_truncated")))
             out[REBASED_TURNS].append(rebased)
+    out["weight_versions"] = [None if first is None else (first, last)] * len(out[REBASED_TURNS])
     return out
 
 

@@ -1,7 +1,7 @@
 """The streaming half of the rollout stage (``training.max_staleness`` >= 1): each group its own rollout call on a
 :class:`~.stream.GroupStream`, a step taking the groups that finished, at most ``max_staleness`` weight versions
 behind. A mixin of :class:`~.stage.RolloutStage`, whose attributes it reads (``cfg``, ``dist``, ``dataset``,
-``prompt_order``, ``curriculum``, ``failures``, ``version``, ``stream``) and whose :meth:`generate_and_score` it
+``prompt_order``, ``curriculum``, ``failures``, ``stream``) and whose :meth:`generate_and_score` it
 calls for each group.
 """
 
@@ -81,7 +81,7 @@ class StreamedGroups:
         own call, so two groups of the same prompt text (a repeated dataset row) must not share a seed."""
         ids = [self.position_index(position)[1]] if self.curriculum is not None else None
         return self.failures.play_group(lambda retry: self.generate_and_score(
-            step, [row], self.group_sampling(step, position, attempt, retry), self.version, row_ids=ids))
+            step, [row], self.group_sampling(step, position, attempt, retry), row_ids=ids))
 
     def trained(self) -> None:
         """The step's groups were trained (streaming: their prompts now count as used)."""
