@@ -19,6 +19,7 @@ import pytest
 
 from grpo_rollout.config import Config
 from grpo_rollout.generation.base import GenerationClient, GenerationResult
+from grpo_rollout.generation.versions import widened
 from grpo_rollout.rewards.calling import RewardFunction
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.single_turn import single_turn
@@ -132,6 +133,15 @@ def test_built_in_rollouts_return_their_answers_versions():
     out = single_turn(["a", "b"], client=SimpleNamespace(encode_prompts=lambda p: [[1]] * len(p),
                                                          generate=StampingClient(4).generate), n=2)
     assert out["weight_versions"] == [(4, 4)] * 4
+
+
+def test_an_episode_spans_the_versions_of_its_turns():  # what the multi-turn built-ins return per conversation
+    turns = [GenerationResult([], [], [], [], 3, 3), GenerationResult([], [], [], [], 3, 5),
+             GenerationResult([], [], [], [], None, None)]
+    span = None
+    for result in turns:
+        span = widened(span, result)
+    assert span == (3, 5) and widened(None, turns[2]) is None
 
 
 def test_weight_versions_reach_the_rollout_file_and_inspect(tmp_path):
