@@ -19,7 +19,6 @@ from typing import Any, Callable, Hashable, List, Optional, Sequence
 
 from grpo_rollout.generation.base import GenerationClient, GenerationResult
 from grpo_rollout.generation.seeds import derive_seed
-from grpo_rollout.generation.versions import note_version
 
 
 def lognormal_latency(median_s: float, tail_ratio: float = 10.0, seed: int = 0) -> Callable[[], float]:
@@ -85,8 +84,7 @@ class SimulatedServer(GenerationClient):
                 rng = random.Random(derive_seed(seed, tuple(prompt), p, j) if seed is not None else None)
                 completions.append([rng.randrange(self.vocab_size) for _ in range(rng.randint(1, max_tokens))])
         logprobs = [[-math.log(64)] * len(c) for c in completions]
-        return note_version(GenerationResult(prompts, completions, logprobs, ["length"] * len(completions),
-                                             weight_version=version))
+        return GenerationResult(prompts, completions, logprobs, ["length"] * len(completions), weight_version=version)
 
     def busy_seconds(self) -> float:
         """Seconds with at least one request running so far (a running stretch counted up to now)."""

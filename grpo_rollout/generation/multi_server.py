@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence
 
 from .base import GenerationClient, GenerationResult
-from .versions import note_version
 from .vllm_client import ServerError, VllmClient, staged_weights
 
 
@@ -130,8 +129,6 @@ class MultiServerClient(GenerationClient):
                 parts = [f.result() for f in futures]
         finally:
             self._done(plan)
-        for part in parts:  # the worker threads do not record: each share's version is noted here
-            note_version(part)
         return self._merge(parts, n)
 
     async def agenerate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1,

@@ -1,11 +1,15 @@
 """Which weight version sampled what: the servers stamp every ``/generate/`` answer with the version they held when
-the request started, and the clients note those stamps here.
+the request started (and when it finished), and that stamp travels with the answer, a
+:class:`~.base.GenerationResult`, whatever thread, event loop or process made the request.
 
-- :func:`record_versions` is held around one rollout call: every answer a client gets in that thread (and in asyncio
-  tasks or ``asyncio.to_thread`` workers started from it, which inherit the context) is noted in the
-  :class:`VersionSpan` it yields. The trainer compares the oldest version with its own to tell a group sampled a few
-  versions behind by design (streaming rollouts, ``training.max_staleness``) from one sampled by a server that fell
-  behind.
+- :class:`RecordingClient` is one rollout call's view of the generation client: it is the client in every respect,
+  and adds every answer it returns to its own :class:`VersionSpan`. The trainer hands each rollout call a fresh one,
+  so a rollout's answers are recorded whether it generates on its own thread, from its own ``ThreadPoolExecutor``,
+  through ``asyncio.to_thread`` or on an event loop of its own. The trainer compares the oldest version with its own
+  to tell a group sampled a few versions behind by design (streaming rollouts, ``training.max_staleness``) from one
+  sampled by a server that fell behind.
+- :func:`result_versions` is one answer's ``(oldest, newest)``, what a rollout returns per completion as
+  ``weight_versions`` (the built-in rollouts do; a rollout generating in another process must).
 - :func:`reverted_problem` is the per-answer check of one server: an answer older than the version the client had
   confirmed with that server before it sent the request means the server restarted or lost its weights.
 """
@@ -13,13 +17,11 @@ the request started, and the clients note those stamps here.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import Any, Iterator, Optional
+from typing import Any, Optional, Tuple
 
 
 class VersionSpan:
-    """The weight versions seen during one rollout (thread-safe).
+    """The weight versions of the answers one rollout call received (thread-safe).
 
     Attributes:
         oldest, newest: the smallest and largest version seen (``None`` until an answer carried one).
@@ -32,42 +34,82 @@ class VersionSpan:
         self.answers = 0
         self._lock = threading.Lock()
 
-    def add(self, version: Optional[int]) -> None:
-        """Note one answer's version (``None``: the answer carried none, nothing is noted)."""
-        if version is None:
-            return
-        with self._lock:
-            self.oldest = version if self.oldest is None else min(self.oldest, version)
-            self.newest = version if self.newest is None else max(self.newest, version)
-            self.answers += 1
+    def note(self, result: Any) -> Any:
+        """Add one answer's versions (:func:`result_versions` of a :class:`~.base.GenerationResult`; an answer that
+        carries none adds nothing); return ``result`` unchanged."""
+        seen = result_versions(result)
+        if seen is not None:
+            with self._lock:
+                self.oldest = seen[0] if self.oldest is None else min(self.oldest, seen[0])
+                self.newest = seen[1] if self.newest is None else max(self.newest, seen[1])
+                self.answers += 1
+        return result
 
 
-_SPAN: ContextVar[Optional[VersionSpan]] = ContextVar("grpo_rollout_version_span", default=None)
+class RecordingClient:
+    """One rollout call's view of a generation client: every attribute and method is the client's own (reads and
+    writes alike), and :meth:`generate` / :meth:`agenerate` add the versions of each answer to :attr:`versions`, this
+    view's own record, from whatever thread or event loop they are called. Nothing is kept per thread or per context.
 
+    A view pickles as a view of the same client (when the client pickles, e.g. into a process pool); the copy records
+    in the other process, so a rollout that generates there returns ``weight_versions`` with its completions.
 
-@contextmanager
-def record_versions() -> Iterator[VersionSpan]:
-    """Note the weight version of every generation answer in this context until the block ends.
-
-    Yields:
-        the :class:`VersionSpan` being filled (read it after the block).
+    Attributes:
+        versions: the :class:`VersionSpan` of every answer returned through this view.
     """
-    span = VersionSpan()
-    token = _SPAN.set(span)
-    try:
-        yield span
-    finally:
-        _SPAN.reset(token)
+
+    __slots__ = ("_client", "versions")
+
+    def __init__(self, client: Any):
+        object.__setattr__(self, "_client", client)
+        object.__setattr__(self, "versions", VersionSpan())
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """The client's ``generate``, its answer's versions recorded."""
+        return self.versions.note(self._client.generate(*args, **kwargs))
+
+    async def agenerate(self, *args: Any, **kwargs: Any) -> Any:
+        """The client's ``agenerate``, its answer's versions recorded."""
+        return self.versions.note(await self._client.agenerate(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_client"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._client, name, value)
+
+    def __reduce__(self) -> Any:
+        return RecordingClient, (self._client,)
+
+    def __repr__(self) -> str:
+        return f"RecordingClient({self._client!r})"
 
 
-def note_version(result: Any) -> Any:
-    """Add ``result.weight_version`` and ``weight_version_end`` (a :class:`~.base.GenerationResult`) to the span being
-    recorded in this context, if any; return ``result`` unchanged."""
-    span = _SPAN.get()
-    if span is not None:
-        span.add(getattr(result, "weight_version", None))
-        span.add(getattr(result, "weight_version_end", None))
-    return result
+def result_versions(result: Any) -> Optional[Tuple[int, int]]:
+    """``(oldest, newest)`` weight version of one answer (a :class:`~.base.GenerationResult`): its
+    ``weight_version`` and ``weight_version_end`` (the start's when it has no end); ``None`` when it carries none
+    (transformers generation, which samples from the trainer's own weights)."""
+    start, end = getattr(result, "weight_version", None), getattr(result, "weight_version_end", None)
+    if start is None:
+        return None
+    return start, max(start, end if end is not None else start)
+
+
+def widened(span: Optional[Tuple[int, int]], result: Any) -> Optional[Tuple[int, int]]:
+    """``span`` (``(oldest, newest)`` or ``None``) widened by one more answer's versions (:func:`result_versions`)."""
+    seen = result_versions(result)
+    if seen is None or span is None:
+        return span or seen
+    return min(span[0], seen[0]), max(span[1], seen[1])
+
+
+def confirmed_version(client: Any) -> Optional[int]:
+    """The oldest weight version ``client``'s servers confirmed (each server client of a multi-server one); ``None``
+    for a client without servers. A request sent now is sampled with this version or a newer one (a weight sync in
+    flight), unless its server reverted (:func:`reverted_problem`)."""
+    versions = [one.weight_version for one in _server_clients(client)
+                if isinstance(getattr(one, "weight_version", None), int)]
+    return min(versions) if versions else None
 
 
 def reverted_problem(url: str, answered: Any, confirmed: int) -> Optional[str]:

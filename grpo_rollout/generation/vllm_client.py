@@ -17,7 +17,7 @@ import httpx
 from ..config.schema import WEIGHT_TRANSFERS as TRANSFERS
 from .addresses import is_local_url  # noqa: F401 - re-exported (nccl_sync and older imports use it from here)
 from .base import GenerationClient, GenerationResult
-from .versions import note_version, reverted_problem
+from .versions import reverted_problem
 from .weight_files import CHUNK_BYTES as _CHUNK, file_sha256, weights_for_sync  # noqa: F401 - weights_for_sync re-exported
 
 
@@ -209,14 +209,13 @@ class VllmClient(GenerationClient):
                 "max_tokens": max_tokens, "seed": seed, "stop": list(stop) if stop else None}
 
     def _result(self, data: Dict[str, Any], confirmed: int) -> GenerationResult:
-        """The answer as a result, noted for :func:`~.versions.record_versions`; ``confirmed``: the version this
-        client had confirmed when it sent the request. Raises :class:`ServerError` when the answer is older."""
+        """The answer as a result, carrying the weight versions the server stamped on it; ``confirmed``: the version
+        this client had confirmed when it sent the request. Raises :class:`ServerError` when the answer is older."""
         problem = reverted_problem(self.url, data.get("weight_version"), confirmed)
         if problem:
             raise ServerError(problem)
-        return note_version(GenerationResult(data["prompt_ids"], data["completion_ids"], data["logprobs"],
-                                             data["finish_reasons"], data.get("weight_version"),
-                                             data.get("weight_version_end")))
+        return GenerationResult(data["prompt_ids"], data["completion_ids"], data["logprobs"], data["finish_reasons"],
+                                data.get("weight_version"), data.get("weight_version_end"))
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], *, n: int = 1, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,

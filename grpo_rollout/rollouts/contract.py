@@ -24,6 +24,11 @@ It returns a dict with:
 - ``completion_mask`` (optional): P × n lists of 0/1 per completion token; 1 = sampled by the model and trained on,
   0 = inserted by a tool or environment (no loss; its ``logprobs`` entry is a placeholder, ``-inf`` allowed, that
   never enters any arithmetic). A trained token's log-prob must be finite.
+- ``weight_versions`` (optional): P × n (or P) entries, each ``[oldest, newest]`` (or one int) weight version that
+  sampled the completion (a :class:`~grpo_rollout.generation.base.GenerationResult`'s ``weight_version`` and
+  ``weight_version_end``), or ``None``. Without it: a ``/generate/`` answer's own ``weight_version`` and
+  ``weight_version_end`` when the rollout returns that answer as it is, else the versions of the answers the
+  ``client`` the call was handed returned; a rollout that generates in another process returns it.
 - any other key: a list with one value per completion (P × n) or per prompt (P, repeated n times), or a scalar; these
   "extras" reach every reward function as keyword arguments.
 
@@ -36,7 +41,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config.fields import aliases
 from ..config.schema import SamplingConfig
@@ -54,7 +59,9 @@ SAMPLING_ALIASES: Dict[str, str] = aliases(SamplingConfig)
 #: Objects passed only to rollout functions that name them.
 CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir", "env_timeout_s")
 #: Keys of the returned dict that are not extras.
-CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask")
+CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask", "weight_versions")
+#: ``(oldest, newest)`` weight version that sampled a completion (``None``: not known).
+Versions = Optional[Tuple[int, int]]
 
 
 class RolloutError(ValueError):
@@ -82,6 +89,8 @@ class RolloutOutput:
         num_prompts: ``P``; num_generations: ``n``.
         weight_version: the oldest weight version any of its completions was sampled with (``None``: not known,
             e.g. the transformers client, which samples from the trainer's own weights). Set by the trainer.
+        weight_versions: ``N`` ``(oldest, newest)`` versions (or ``None`` each) as the rollout returned them, or
+            ``None`` when it returned none; the trainer fills them in from the answers its client view recorded.
     """
 
     prompt_ids: List[List[int]]
@@ -92,6 +101,7 @@ class RolloutOutput:
     num_prompts: int = 0
     num_generations: int = 0
     weight_version: Optional[int] = None
+    weight_versions: Optional[List[Versions]] = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -104,7 +114,8 @@ class RolloutOutput:
                              None if self.logprobs is None else [self.logprobs[i] for i in rows],
                              [self.completion_mask[i] for i in rows],
                              {k: [v[i] for i in rows] for k, v in self.extras.items()}, len(groups), n,
-                             self.weight_version)
+                             self.weight_version,
+                             None if self.weight_versions is None else [self.weight_versions[i] for i in rows])
 
     @staticmethod
     def concat(parts: Sequence["RolloutOutput"]) -> "RolloutOutput":
@@ -117,7 +128,35 @@ class RolloutOutput:
                              [x for p in parts for x in p.completion_mask],
                              {k: [x for p in parts for x in p.extras.get(k, [None] * len(p))] for k in keys},
                              sum(p.num_prompts for p in parts), parts[0].num_generations if parts else 0,
-                             min((p.weight_version for p in parts if p.weight_version is not None), default=None))
+                             min((p.weight_version for p in parts if p.weight_version is not None), default=None),
+                             None if all(p.weight_versions is None for p in parts) else
+                             [v for p in parts for v in p.weight_versions or [None] * len(p)])
+
+
+def _versions(result: Mapping[str, Any], num_prompts: int, num_generations: int) -> Optional[List[Versions]]:
+    """The ``weight_versions`` key as ``N`` ``(oldest, newest)`` pairs or ``None`` each; without it, a server's
+    ``/generate/`` answer returned as it is gives its ``weight_version`` and ``weight_version_end`` to every
+    completion; ``None`` when there are neither."""
+    value, total = _as_list(result.get("weight_versions")), num_prompts * num_generations
+    if value is None:
+        start, end = result.get("weight_version"), result.get("weight_version_end")
+        if not isinstance(start, numbers.Integral) or isinstance(start, bool):
+            return None
+        value = [[start, end if isinstance(end, numbers.Integral) and end >= start else start]] * total
+    if not isinstance(value, (list, tuple)) or len(value) not in (total, num_prompts):
+        got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+        raise RolloutError(f"`weight_versions` must have one entry per completion ({total}) or per prompt "
+                           f"({num_prompts}), got {got}")
+    out: List[Versions] = []
+    for i, entry in enumerate(_as_list(v) for v in value):
+        pair = [entry, entry] if isinstance(entry, numbers.Integral) else entry
+        if pair is not None and (not isinstance(pair, (list, tuple)) or len(pair) != 2 or any(
+                isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 0 for x in pair) or pair[0] > pair[1]):
+            raise RolloutError(f"`weight_versions[{i}]` = {entry!r}; each entry is [oldest, newest] weight version "
+                               "(ints >= 0, oldest first: a GenerationResult's weight_version and weight_version_end), "
+                               "one int, or None")
+        out.append(None if pair is None else (int(pair[0]), int(pair[1])))
+    return out if len(out) == total else [out[i // num_generations] for i in range(total)]
 
 
 def _as_list(value: Any) -> Any:
@@ -224,4 +263,5 @@ def check_rollout_output(result: Any, num_prompts: int, num_generations: int,
                                    f"or {num_prompts} (one per prompt), or a single scalar")
         else:
             extras[key] = [value] * total
-    return RolloutOutput(prompt_ids, completion_ids, logprobs, mask, extras, num_prompts, num_generations)
+    return RolloutOutput(prompt_ids, completion_ids, logprobs, mask, extras, num_prompts, num_generations,
+                         weight_versions=_versions(result, num_prompts, num_generations))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 
@@ -100,6 +100,8 @@ class Conversation:
         truncated: the ``max_completion_length`` budget cut the episode: its last sampled turn was cut by it, or the
             next inserted text did not fit (a turn cut by ``max_turn_tokens`` alone does not count).
         last_text: the last sampled turn's text (special tokens skipped). last_finish: its finish reason.
+        weight_versions: the oldest and newest weight version that sampled its turns (``None``: the answers carried
+            none, transformers generation).
     """
 
     tokenizer: Any
@@ -119,6 +121,7 @@ class Conversation:
     end_reason: Optional[str] = None
     end_detail: str = ""
     capped_turns: int = 0  # sampled turns cut by max_turn_tokens (they end unfinished; the episode goes on)
+    weight_versions: Optional[Tuple[int, int]] = None
     _ended_with_eos: bool = False
     _turn_start: int = 0
 

@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Dict, List, Optional, Sequence
 
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.seeds import derive_seed
+from ..generation.versions import widened
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler
@@ -64,6 +65,7 @@ async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_
     if list(result.prompt_ids[0]) != ids:
         raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
                            f"{len(result.prompt_ids[0])} used): the sampler would not see what the trainer trains on")
+    conv.weight_versions = widened(conv.weight_versions, result)  # the version travels with the episode
     return result.completion_ids[0], result.logprobs[0], result.finish_reasons[0]
 
 
@@ -190,7 +192,7 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
     """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
     sample), plus the ``num_turns``, ``turn_starts``, ``final_response``, ``truncated``, ``end_reason``,
     ``end_detail`` and ``turns_capped`` (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went
-    on from) extras.
+    on from) extras, and each conversation's ``weight_versions``.
 
     ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
     enough to look for an end-of-turn token in the completion: inserted template text holds such tokens too).
@@ -207,6 +209,7 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
         rn.END_REASON_EXTRA: [c.end_reason for c in conversations],
         rn.END_DETAIL_EXTRA: [c.end_detail for c in conversations],
         "turns_capped": [c.capped_turns for c in conversations],
+        "weight_versions": [c.weight_versions for c in conversations],
     }
 
 

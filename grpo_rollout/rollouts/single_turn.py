@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..generation.versions import result_versions
 from .contract import SAMPLING_DEFAULTS as D
 
 
@@ -15,12 +16,13 @@ def single_turn(prompts: Sequence[Any], *, client: Any, n: int,
     """Apply the chat template to chat prompts (strings are tokenized as they are) and sample ``n`` completions each.
 
     Returns the rollout contract's dict: ``prompt_ids`` (P lists), ``completion_ids`` and ``logprobs`` (P × n lists,
-    grouped by prompt). See :mod:`grpo_rollout.rollouts.contract`.
+    grouped by prompt) and ``weight_versions`` (the answer's). See :mod:`grpo_rollout.rollouts.contract`.
     """
     result = client.generate(client.encode_prompts(prompts), n=n, temperature=temperature, top_p=top_p, top_k=top_k,
                              min_p=min_p, repetition_penalty=repetition_penalty, max_tokens=max_completion_length,
                              seed=seed)
-    return {"prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids, "logprobs": result.logprobs}
+    return {"prompt_ids": result.prompt_ids, "completion_ids": result.completion_ids, "logprobs": result.logprobs,
+            "weight_versions": [result_versions(result)] * len(result.completion_ids)}
 
 
 single_turn.extras = ()  # extras it returns, so validate-config can check reward parameters statically

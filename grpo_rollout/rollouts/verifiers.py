@@ -37,14 +37,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..generation.versions import confirmed_version
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages
 from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .verifiers_loading import env_problems, load_env
 from .episodes import BUDGET_REASONS
+from .verifiers_tokens import episode_tokens
 from .verifiers_play import play_groups, run_on_loop, why_ended
 
 VERIFIERS_REWARD = "verifiers_reward"   # extra: the rubric's weighted sum, per completion
@@ -115,73 +117,6 @@ def _input(row: Dict[str, Any], prompt: Any, index: int, system_prompt: Optional
     return out
 
 
-class EpisodeTokens(NamedTuple):
-    """One episode as one completion: ``prompt_ids``; ``completion_ids``, ``logprobs``, ``completion_mask`` (each
-    ``(completion_len,)``); ``rebased``: turns whose prompt did not extend the turns before (see
-    :func:`episode_tokens`)."""
-
-    prompt_ids: List[int]
-    completion_ids: List[int]
-    logprobs: List[float]
-    completion_mask: List[int]
-    rebased: int
-
-
-def episode_tokens(state: Dict[str, Any], where: str) -> EpisodeTokens:
-    """One episode's tokens, from the token ids the server returned for each turn (``state["trajectory"]``).
-
-    Turn ``k``'s completion is trained on (mask 1, or the turn's own ``completion_mask``; the sampler's log-probs);
-    the tokens its prompt adds after turn ``k-1``'s prompt and completion (the environment's answer, the template's
-    turn markers) are masked (0, log-prob 0.0 as a placeholder). A turn whose prompt does not extend the turns before
-    it (the chat template re-rendered an earlier turn otherwise than it was sampled: trimmed, re-spaced tool-call JSON,
-    another end-of-turn token) is *rebased*: the completion restarts from its prompt, the earlier turns kept only as
-    masked context (their sampled tokens are not trained), and ``rebased`` counts it.
-
-    Raises:
-        RolloutError: the episode has no turn (the first prompt did not fit the server), a turn has no token ids (the
-            server is not vLLM, or did not honour ``return_token_ids``), or a turn's prompt does not even start with
-            the episode's first prompt.
-    """
-    steps = state.get("trajectory") or []
-    if not steps:
-        why = ("its first prompt is longer than the server takes (vllm.max_model_len; shorten the prompts or raise "
-               "it)" if state.get("prompt_too_long") else "the environment ended it before the model's first turn")
-        raise RolloutError(f"{where}: the episode sampled no turn: {why}")
-    prompt_ids: List[int] = []
-    ids: List[int] = []
-    logprobs: List[float] = []
-    mask: List[int] = []
-    rebased = 0
-    for k, step in enumerate(steps):
-        tokens = step.get("tokens")
-        if not tokens or tokens.get("completion_logprobs") is None:
-            raise RolloutError(f"{where}, turn {k + 1}: the server's answer carried no token ids and log-probs; "
-                               "the trained tokens must be the sampled ones: use a vLLM server (grpo-rollout serve "
-                               "or vllm.mode: spawn), which returns them for return_token_ids and logprobs")
-        turn_prompt, turn_ids = list(tokens["prompt_ids"]), list(tokens["completion_ids"])
-        if k == 0:
-            prompt_ids = turn_prompt
-        else:
-            so_far = prompt_ids + ids
-            if turn_prompt[:len(so_far)] != so_far:
-                if turn_prompt[:len(prompt_ids)] != prompt_ids:
-                    raise RolloutError(f"{where}, turn {k + 1}: its prompt does not start with the episode's first "
-                                       "prompt: the environment rewrote the conversation, which cannot be trained as "
-                                       "one completion")
-                rebased += 1
-                so_far, ids, logprobs, mask = prompt_ids, [], [], []
-            added = turn_prompt[len(so_far):]
-            ids += added
-            logprobs += [0.0] * len(added)
-            mask += [0] * len(added)
-        ids += turn_ids
-        logprobs += [float(x) for x in tokens["completion_logprobs"]]
-        turn_mask = tokens.get("completion_mask")
-        mask += [int(bool(x)) for x in turn_mask] if turn_mask and len(turn_mask) == len(turn_ids) else \
-            [1] * len(turn_ids)
-    return EpisodeTokens(prompt_ids, ids, logprobs, mask, rebased)
-
-
 def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dict[str, Any]], n: int,
                       env: Optional[str] = None, env_args: Optional[Dict[str, Any]] = None,
                       temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
@@ -203,7 +138,9 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
     Returns:
         the contract dict (``P × n`` completions; sampler log-probs; masks 0 on the environment's tokens) and the
         extras ``verifiers_reward`` (the rubric's weighted sum, float), ``verifiers_scores`` (each rubric function's
-        score, a dict), ``num_turns``, ``truncated``, ``end_reason`` and ``end_detail`` (as the built-in rollouts').
+        score, a dict), ``num_turns``, ``truncated``, ``end_reason`` and ``end_detail`` (as the built-in rollouts');
+        ``weight_versions``: the servers' confirmed versions when the episodes started and ended (the OpenAI routes'
+        answers carry none).
 
     Raises:
         RolloutError: the environment does not load, the run has no vLLM server, the server returned no token ids,
@@ -221,8 +158,10 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
     sampling = {**own, "temperature": temperature, "top_p": top_p, "max_tokens": max_completion_length,
                 "logprobs": True, "extra_body": {**(own.get("extra_body") or {}), "top_k": top_k, "min_p": min_p,
                                                  "repetition_penalty": repetition_penalty, "return_token_ids": True}}
+    first = confirmed_version(client)
     groups = run_on_loop(play_groups(environment, inputs, n, endpoints, models, sampling, seed,
                                      max_completion_length, env_timeout_s))
+    last = confirmed_version(client)
     out: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "completion_mask",
                                                   *verifiers_rollout.extras)}
     for g, states in enumerate(groups):
@@ -244,6 +183,7 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dic
             out[rn.END_DETAIL_EXTRA].append(detail)
             out[rn.TRUNCATED_EXTRA].append(bool(cut or state.get("is_truncated") or reason in BUDGET_REASONS))
             out[REBASED_TURNS].append(rebased)
+    out["weight_versions"] = [None if first is None else (first, last)] * len(out[REBASED_TURNS])
     return out
 
 

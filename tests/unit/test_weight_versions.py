@@ -17,7 +17,7 @@ import torch
 
 from grpo_rollout.config import Config
 from grpo_rollout.generation.multi_server import MultiServerClient
-from grpo_rollout.generation.versions import record_versions
+from grpo_rollout.generation.versions import RecordingClient
 from grpo_rollout.generation.vllm_client import ServerError, VllmClient
 from grpo_rollout.rollouts.contract import RolloutOutput
 from grpo_rollout.trainer.batch import ScoredBatch
@@ -94,9 +94,10 @@ def test_a_server_that_reverts_after_update_2_is_named(servers, tmp_path, monkey
     for _ in range(2):
         client.update_weights({"w": torch.zeros(2)})
     assert (a.version, b.version, client.weight_version) == (2, 2, 2)
-    with record_versions() as seen:
-        out = client.generate([[1], [2]], n=2)
-    assert out.weight_version == 2 and (seen.oldest, seen.newest, seen.answers) == (2, 2, 2)
+    view = RecordingClient(client)
+    out = view.generate([[1], [2]], n=2)  # one answer, merged from both servers' shares
+    seen = view.versions
+    assert out.weight_version == 2 and (seen.oldest, seen.newest, seen.answers) == (2, 2, 1)
     b.version = 0  # came back with its initial weights
     with pytest.raises(ServerError) as info:
         client.generate([[1], [2]], n=2)
@@ -107,16 +108,17 @@ def test_a_server_that_reverts_after_update_2_is_named(servers, tmp_path, monkey
         asyncio.run(client.agenerate([[1], [2]], n=2))
 
 
-def test_versions_seen_in_a_rollout_are_recorded_per_context(servers):
+def test_versions_seen_in_a_rollout_are_recorded_per_view(servers):
     [server] = servers(1)
     client = _client(server)
     server.version = client.weight_version = 3
-    with record_versions() as seen:
-        client.generate([[1]])
-        server.version = 4  # a sync lands mid-rollout (async generation)
-        asyncio.run(client.agenerate([[1]]))
+    view = RecordingClient(client)
+    view.generate([[1]])
+    server.version = 4  # a sync lands mid-rollout (async generation)
+    asyncio.run(view.agenerate([[1]]))
+    seen = view.versions
     assert (seen.oldest, seen.newest, seen.answers) == (3, 4, 2)
-    client.generate([[1]])  # outside the block: nothing more is noted
+    client.generate([[1]])  # not through the view: nothing more is noted
     assert seen.answers == 2
 
 

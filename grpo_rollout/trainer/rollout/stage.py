@@ -6,7 +6,9 @@ checks the result against the contract) and scores every completion
 (:func:`~grpo_rollout.rewards.calling.compute_rewards`). The dry run calls the same
 :meth:`RolloutStage.generate_and_score` on its two prompts.
 
-Each batch carries the weight version that sampled it: a batch further behind than expected stops the run
+Each batch carries the weight versions that sampled it, per completion, taken from the data: the rollout's
+``weight_versions``, else the answers of the client view each call is handed (:func:`~.versions.completion_versions`),
+whatever thread, loop or process generated them; a batch further behind than expected stops the run
 (:func:`~.versions.version_lag_problem`). With ``training.max_staleness`` ≥ 1 (or ``training.async_generation``, its
 alias for 1) the groups stream instead (:mod:`.stage_stream`, :mod:`.stream`): each group is its own rollout call, and
 a step takes the groups that finished, at most ``max_staleness`` weight versions behind.
@@ -24,7 +26,7 @@ from ...config import Config
 from ...user_code.resolve import resolve_callable
 from ...data import load_section
 from ...generation.seeds import derive_seed
-from ...generation.versions import record_versions
+from ...generation.versions import RecordingClient
 from ...rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
 from ...rewards.overlong import OVERLONG_REWARD, overlong_reward
 from .failures import EpisodeFailures
@@ -42,7 +44,7 @@ from .prompt_order import PromptOrder
 from .stats import shown_prompts, truncated_flags
 from .stage_stream import StreamedGroups
 from .stream import GroupStream
-from .versions import version_lag_problem
+from .versions import completion_versions, version_lag_problem
 
 
 class RolloutStage(StreamedGroups):
@@ -80,7 +82,6 @@ class RolloutStage(StreamedGroups):
         self.failures = EpisodeFailures(config.rollout, config.sampling.num_generations, dist,  # rollout.on_error
                                         Path(t.output_dir).expanduser(), len(self.dataset), t.prompts_per_step,
                                         base_dir)
-        self.version = 0  # the trainer's weight version, as of the last collect
 
     def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int) -> None:
         """Add what needs the model: the generation client, the tokenizer, its end-of-sequence ids and vocabulary
@@ -95,30 +96,33 @@ class RolloutStage(StreamedGroups):
         return kwargs
 
     def generate_and_score(self, step: int, rows: List[Dict[str, Any]], sampling: Optional[Dict[str, Any]] = None,
-                           version: int = 0, shaping: bool = True,
-                           row_ids: Optional[Sequence[int]] = None) -> ScoredBatch:
-        """This rank's rollout and rewards for its ``rows`` (its ``rollout.weight_version``: the oldest one the
-        servers' answers carried, else ``version``, the one they confirmed last); ``sampling``: the rollout's sampling
+                           shaping: bool = True, row_ids: Optional[Sequence[int]] = None) -> ScoredBatch:
+        """This rank's rollout and rewards for its ``rows``. The rollout is handed its own view of the client, which
+        records the weight versions of its answers; each completion's versions are the ones the rollout returned,
+        else those (:func:`~.versions.completion_versions`), and ``rollout.weight_version`` is the oldest (``None``
+        for a client sharing the trainer's weights, current by construction). ``sampling``: the rollout's sampling
         settings (default :meth:`sampling_kwargs`; the evaluation passes its own ``n`` and ``temperature``);
         ``shaping`` false leaves out the training-only length shaping (``training.overlong_buffer``: evaluation);
         ``row_ids``: the training dataset's indices of ``rows``, whose visits the curriculum counts.
 
         Raises:
-            RolloutError / RewardError: a user function broke its contract or raised.
+            RolloutError / RewardError: a user function broke its contract or raised, or a server-backed rollout's
+                completions carry no weight version.
         """
         cfg = self.cfg
         sampling = sampling or self.sampling_kwargs(step)
         g = sampling["n"]
         prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
-        with record_versions() as seen:
-            out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs),
-                               {"client": self.client, "tokenizer": self.tokenizer, "rows": rows, "step": step,
-                                "base_dir": str(self.base_dir), "env_timeout_s": cfg.rollout.env_timeout_s},
-                               self.vocab_size)
-        versions = None
-        if not self.client.shares_weights:  # shared weights are always the trainer's current ones
-            out.weight_version = seen.oldest if seen.oldest is not None else version
-            versions = (out.weight_version, seen.newest if seen.newest is not None else version)
+        view = RecordingClient(self.client)  # this call's own record of the versions its answers carry
+        out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs),
+                           {"client": view, "tokenizer": self.tokenizer, "rows": rows, "step": step,
+                            "base_dir": str(self.base_dir), "env_timeout_s": cfg.rollout.env_timeout_s},
+                           self.vocab_size)
+        if self.client.shares_weights:  # the trainer's own weights: its current version by construction
+            out.weight_versions = [None] * len(out)
+        else:
+            out.weight_versions = completion_versions(out, view.versions, self.rollout_fn)
+            out.weight_version = min((v[0] for v in out.weight_versions), default=None)
         generated = time.perf_counter()
         num_completions = len(out)
         texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
@@ -137,7 +141,7 @@ class RolloutStage(StreamedGroups):
                                   prompts=per_completion_prompts, texts=texts,
                                   lengths=[len(c) for c in out.completion_ids],
                                   truncated=truncated_flags(out.completion_ids, out.extras, self.eos_ids),
-                                  extras=out.extras, weight_versions=[versions] * num_completions,
+                                  extras=out.extras, weight_versions=list(out.weight_versions),
                                   trained_tokens=[sum(m) for m in out.completion_mask])
         if row_ids is not None and self.curriculum is not None:
             with self.visits_lock:
@@ -167,20 +171,19 @@ class RolloutStage(StreamedGroups):
         Raises:
             StaleWeightsError: the batch was sampled with older weights than expected (or newer: another trainer).
         """
-        self.version = version
         if self.cfg.training.staleness() > 0:
             return self.from_stream(step, version)
         ids = self.share(self.prompt_order.indices(step))
-        return self.checked_version(step, self.play_step(step, ids, version), version, allowed=0)
+        return self.checked_version(step, self.play_step(step, ids), version, allowed=0)
 
-    def play_step(self, step: int, ids: List[int], version: int) -> ScoredBatch:
+    def play_step(self, step: int, ids: List[int]) -> ScoredBatch:
         """This rank's dataset rows ``ids`` rolled out and scored; with ``rollout.on_error`` retry or drop, played
         again one group at a time when the call fails outside the model
         (:meth:`.failures.EpisodeFailures.play_step`)."""
         rows = [self.dataset[i] for i in ids]
-        return self.failures.play_step(step, lambda: self.generate_and_score(step, rows, None, version, row_ids=ids),
+        return self.failures.play_step(step, lambda: self.generate_and_score(step, rows, None, row_ids=ids),
                                        lambda g, attempt: self.generate_and_score(
-                                           step, [rows[g]], self.group_sampling(step, g, attempt + 1), version,
+                                           step, [rows[g]], self.group_sampling(step, g, attempt + 1),
                                            row_ids=[ids[g]]),
                                        [(i, row.get(self.cfg.data.prompt_column)) for i, row in zip(ids, rows)])
 
@@ -195,11 +198,17 @@ class RolloutStage(StreamedGroups):
         return sampling
 
     def refill(self, step: int, version: int, indices: Sequence[int]) -> Optional[ScoredBatch]:
-        """Dynamic sampling's extra round: this rank's share of the dataset rows ``indices``, rolled out and scored
-        (``version`` as in :meth:`generate_and_score`); ``None`` when there are none."""
+        """Dynamic sampling's extra round: this rank's share of the dataset rows ``indices``, rolled out and scored, its
+        weight version checked as the step's (``version``: the trainer's); ``None`` when there are none.
+
+        Raises:
+            StaleWeightsError: it was sampled with other weights than the trainer's (:meth:`checked_version`).
+        """
         ids = self.share(indices)
-        return self.generate_and_score(step, [self.dataset[i] for i in ids], None, version, row_ids=ids) if ids \
-            else None
+        if not ids:
+            return None
+        return self.checked_version(step, self.generate_and_score(step, [self.dataset[i] for i in ids], row_ids=ids),
+                                    version, allowed=0)
 
     def count_visits(self, step: int) -> None:
         """Curriculum: hand the groups every rank rolled out since the last call, in rank order, to the prompt order

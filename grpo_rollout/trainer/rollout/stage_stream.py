@@ -1,7 +1,7 @@
 """The streaming half of the rollout stage (``training.max_staleness`` >= 1): each group its own rollout call on a
 :class:`~.stream.GroupStream`, a step taking the groups that finished, at most ``max_staleness`` weight versions
 behind. A mixin of :class:`~.stage.RolloutStage`, whose attributes it reads (``cfg``, ``dist``, ``dataset``,
-``prompt_order``, ``curriculum``, ``failures``, ``version``, ``stream``) and whose :meth:`generate_and_score` it
+``prompt_order``, ``curriculum``, ``failures``, ``stream``) and whose :meth:`generate_and_score` it
 calls for each group.
 """
 
@@ -87,7 +87,7 @@ class StreamedGroups:
         ids = [index] if self.curriculum is not None else None
         share = self.cfg.training.prompts_per_step // self.dist.world_size
         return self.failures.play_group(lambda retry: self.generate_and_score(
-            step, [row], self.group_sampling(step, position, attempt, retry), self.version, row_ids=ids),
+            step, [row], self.group_sampling(step, position, attempt, retry), row_ids=ids),
             index, row.get(self.cfg.data.prompt_column), most_in_a_row=share)
 
     def trained(self) -> None:

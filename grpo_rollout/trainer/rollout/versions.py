@@ -6,6 +6,11 @@ sampled with the trainer's current version is compared with the trainer's log-pr
 with streaming rollouts (``training.max_staleness`` ≥ 1) groups are sampled while the trainer trains, so they may be
 up to that many versions behind by design, and a step with such a group is not compared (its largest lag is logged as
 ``sampler/weight_version_lag``).
+
+The versions come with the data: each completion's from the rollout's ``weight_versions``, else from the answers the
+client view the rollout was handed returned (:class:`~grpo_rollout.generation.versions.RecordingClient`), whatever
+thread, loop or process generated them (:func:`completion_versions`). A server-backed rollout with neither is an error,
+never the trainer's version taken instead.
 """
 
 from __future__ import annotations
@@ -13,7 +18,11 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional
+
+from ...generation.versions import VersionSpan
+from ...rollouts.contract import RolloutError, RolloutOutput, Versions
+from ...user_code.signatures import defined_at, describe
 
 
 def version_lag_problem(step: int, sampled: Optional[int], current: int, allowed: int) -> Optional[str]:
@@ -34,6 +43,30 @@ def version_lag_problem(step: int, sampled: Optional[int], current: int, allowed
     return (f"step {step + 1}'s rollout was sampled with weight version {sampled}, but the trainer's weights are "
             f"version {current} (expected {expected}): a server is {current - sampled} weight sync(s) behind, so it "
             "is not sampling from the trainer's current weights. Check the server logs (output_dir/vllm*.log)")
+
+
+def completion_versions(out: RolloutOutput, recorded: VersionSpan, fn: Any) -> List[Versions]:
+    """Each completion's ``(oldest, newest)`` weight version, for a rollout sampled by a server: what the rollout
+    ``fn`` returned as ``weight_versions``, else (for a completion it gave none) the oldest and newest of every answer
+    its client view ``recorded``.
+
+    Raises:
+        RolloutError: a completion has neither (the rollout made it without the client it was handed, generated in
+            another process without returning ``weight_versions``, or the server stamps no versions); the message
+            names ``fn`` (file:line) and the fixes.
+    """
+    given = out.weight_versions or [None] * len(out)
+    span = (recorded.oldest, recorded.newest) if recorded.answers else None
+    if span is None and any(v is None for v in given):
+        missing = sum(v is None for v in given)
+        raise RolloutError(
+            f"the rollout function {describe(fn)}{defined_at(fn)} returned {missing} of {len(out)} completions without "
+            "the weight version that sampled them: no vLLM answer came back through the `client` it was handed, and "
+            "it returned no `weight_versions`, so the trainer cannot tell how stale they are. Generate with that "
+            "`client` (from any thread, thread pool or event loop), or return `weight_versions`: one [oldest, newest] "
+            "per completion, the GenerationResult's [weight_version, weight_version_end] (needed when generating in "
+            "another process). A grpo-rollout server stamps every /generate/ answer; an older one does not: update it")
+    return [v if v is not None else span for v in given]
 
 
 @contextmanager
