@@ -72,6 +72,10 @@ class RecordingClient:
         """The client's ``agenerate``, its answer's versions recorded."""
         return self.versions.note(await self._client.agenerate(*args, **kwargs))
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(view, VllmClient) holds as for the client (the view's own type stays)
+        return type(object.__getattribute__(self, "_client"))
+
     def __getattr__(self, name: str) -> Any:
         return getattr(object.__getattribute__(self, "_client"), name)
 

@@ -122,6 +122,17 @@ def test_versions_seen_in_a_rollout_are_recorded_per_view(servers):
     assert seen.answers == 2
 
 
+def test_a_view_passes_a_users_isinstance_check_of_the_client(servers):
+    """A rollout that checks ``isinstance(client, VllmClient)`` (or the base class) gets the same answer through
+    the view it is handed as for the client itself."""
+    from grpo_rollout.generation.base import GenerationClient
+    [server] = servers(1)
+    client = _client(server)
+    view = RecordingClient(client)
+    assert isinstance(client, VllmClient) and isinstance(view, VllmClient) and isinstance(view, GenerationClient)
+    assert isinstance(view, RecordingClient) and view.__class__ is type(client)
+
+
 # --- item 3: async generation is one version behind by design; two behind is not ------------------------------------
 
 class _Run:
