@@ -187,6 +187,29 @@ def test_a_stream_whose_groups_all_fail_stops():
         failures.play_group(play, 1, "Count to 1.", most_in_a_row=2)
 
 
+def test_a_run_stopped_by_its_failures_keeps_their_texts(tmp_path):
+    """A step whose groups all fail (every reset hangs, under drop) stops the run; before, failures.jsonl was never
+    written (the records waited for the step's metrics) and the message quoted max_retries, which drop does not use."""
+    failures = _failures("drop", output_dir=tmp_path, num_rows=4, prompts_per_step=2)
+
+    def play(*args):
+        raise EpisodeFailure("HangingEnv.reset did not return within rollout.env_timeout_s = 3 s")
+
+    with pytest.raises(EpisodeFailure, match=r"step 1: every group failed \(rollout.on_error: drop\); the last "
+                                             r"failure: HangingEnv.reset did not return"):
+        failures.play_step(0, play, lambda group, attempt: play(), _groups(2))
+    records = read_failures(tmp_path / "failures.jsonl")
+    assert [(r["step"], r["row"], r["outcome"]) for r in records] == [(1, None, "played alone"), (1, 0, "dropped"),
+                                                                        (1, 1, "dropped")]
+    assert records[1]["message"] == "HangingEnv.reset did not return within rollout.env_timeout_s = 3 s"
+    streamed = _failures("retry", max_retries=0, output_dir=tmp_path / "stream")
+    assert streamed.play_group(lambda retry: play(), 0, "Count to 0.", most_in_a_row=2) is None
+    with pytest.raises(EpisodeFailure, match="2 streamed groups in a row failed"):
+        streamed.play_group(lambda retry: play(), 1, "Count to 1.", most_in_a_row=2)
+    assert [(r["row"], r["outcome"]) for r in read_failures(tmp_path / "stream" / "failures.jsonl")] == [
+        (0, "dropped"), (1, "dropped")]
+
+
 def test_validate_config_checks_each_failure_error(project, errs):
     cfg = project.baseline()
     cfg["rollout"] = {"on_error": "drop", "failure_errors": ["ConnectionError", "httpx.ConectError", "SandboxDown",

@@ -183,8 +183,9 @@ class EpisodeFailures:
         with self.lock:
             self.counts.add(counts)
         if not kept:
-            raise EpisodeFailure(f"step {step + 1}: every group failed (rollout.on_error: {self.on_error}, "
-                                 f"max_retries: {self.max_retries}); the last failure: {last or first}") from last
+            self._keep_records(step)
+            raise EpisodeFailure(f"step {step + 1}: every group failed ({self._policy()}); the last failure: "
+                                 f"{last or first}") from last
         return ScoredBatch.concat(kept)
 
     def play_group(self, play: Callable[[int], ScoredBatch], row: Optional[int], prompt: Any,
@@ -207,10 +208,24 @@ class EpisodeFailures:
             self.in_a_row = 0 if batch is not None else self.in_a_row + 1
             give_up = self.in_a_row >= most_in_a_row
         if give_up:
-            raise EpisodeFailure(f"{most_in_a_row} streamed groups in a row failed (rollout.on_error: "
-                                 f"{self.on_error}, max_retries: {self.max_retries}); the last failure: "
-                                 f"{failure}") from failure
+            self._keep_records(None)
+            raise EpisodeFailure(f"{most_in_a_row} streamed groups in a row failed ({self._policy()}); the last "
+                                 f"failure: {failure}") from failure
         return batch
+
+    def _policy(self) -> str:
+        """``rollout.on_error: drop``, or ``rollout.on_error: retry, max_retries: N``: what the messages quote."""
+        tail = f", max_retries: {self.max_retries}" if self.on_error == "retry" else ""
+        return f"rollout.on_error: {self.on_error}{tail}"
+
+    def _keep_records(self, step: Optional[int]) -> None:
+        """This rank's failed attempts appended to ``failures.jsonl`` now, without a collective: the run is about to
+        stop with them (``step``: 0-based, the step that failed; ``None``: not known, a streamed group)."""
+        with self.lock:
+            records, self.records = self.records, []
+        if records and self.file is not None:
+            append_failures(self.file, [replace(r, step=None if step is None else step + 1).to_json()
+                                        for r in records])
 
     def even_out(self, batch: ScoredBatch) -> ScoredBatch:
         """With ``on_error`` retry or drop, this rank's batch cut to the fewest groups any rank kept (a collective:
