@@ -113,7 +113,7 @@ async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, 
         conv.capped_turns += finish == "length" and not conv.truncated  # cut by max_turn_tokens: unfinished too
         new_messages = await on_turn(text)
         turn = conv.turns
-        if new_messages is None:
+        if new_messages is None and not conv.truncated:  # a cut answer ended the episode by the budget, not by choice
             conv.stop_reason = "done"
             _end(conv, "done", f"done after turn {turn}")
         elif conv.truncated or used >= budget:

@@ -175,6 +175,20 @@ def test_a_call_cut_off_by_the_token_budget_is_truncated_not_malformed(tiny_mode
 
 
 @pytest.mark.model
+def test_an_answer_without_a_call_cut_by_the_budget_ends_as_budget_turn(tiny_model):
+    """From a trial user: a turn with no tool call that used up max_completion_length ended as ``done`` (the handler
+    saw no call in the cut text), so ``episodes/cut_by_budget`` read 0 beside ``truncated_fraction`` 1."""
+    from tool_calling_helpers import multiply
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    out = tool_calling_rollout(["Multiply."], client=BudgetClient(tokenizer, lambda text: ("word " * 40, True)),
+                               tokenizer=tokenizer, n=1, tools=[multiply], max_completion_length=10, max_turns=2,
+                               tool_prompt="system")
+    assert out["truncated"] == [True] and out["end_reason"] == ["budget_turn"]
+    assert out["end_detail"][0].startswith("turn 1 used the last of max_completion_length=10 tokens")
+
+
+@pytest.mark.model
 def test_a_server_dying_under_several_episodes_prints_no_asyncio_traceback(thermostat_server, tiny_model, caplog,
                                                                           capfd):
     """The issue's input end to end (before the fix its traceback showed in some runs only, as it depends on which
