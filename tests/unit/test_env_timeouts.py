@@ -41,14 +41,16 @@ class AsyncSleepyEnv:
         sys.exit(2)
 
 
-def _no_thread_the_exit_waits_for():
-    """Only the main thread and daemons are left: a stuck call does not keep the process alive."""
-    return [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()] == []
+def _threads_the_exit_waits_for(before=()):
+    """The threads besides the main one that the interpreter's exit would join (non-daemon), less those alive in
+    ``before`` (threads an earlier test of this process left, e.g. a library's executor): a stuck call must add none."""
+    return [t.name for t in threading.enumerate()
+            if not t.daemon and t is not threading.main_thread() and t not in before]
 
 
 @pytest.mark.parametrize("env", [SleepyEnv(), AsyncSleepyEnv()])
 def test_a_reset_that_never_returns_fails_the_episode_naming_class_method_line_and_key(env):
-    start = time.monotonic()
+    before, start = set(threading.enumerate()), time.monotonic()
     with pytest.raises(EnvTimeout) as caught:
         asyncio.run(call_env(env, "reset", kwargs={"target": 3}, timeout_s=0.3))
     assert time.monotonic() - start < 3  # asyncio.run did not wait for the thread still sleeping
@@ -56,7 +58,7 @@ def test_a_reset_that_never_returns_fails_the_episode_naming_class_method_line_a
     assert caught.match(rf"{name}\.reset did not return within rollout\.env_timeout_s = 0\.3 s \(at {HERE} in "
                         r"reset\).*raise rollout\.env_timeout_s")
     assert isinstance(caught.value, EpisodeFailure) and isinstance(caught.value, TimeoutError)  # rollout.on_error
-    assert _no_thread_the_exit_waits_for()
+    assert _threads_the_exit_waits_for(before) == []
 
 
 def test_a_plain_method_sees_the_callers_context_variables():
@@ -95,7 +97,7 @@ def test_environment_factory_resets_are_bounded_from_any_thread_or_loop(where):
     async def inside_a_loop():  # a notebook: the rollout is called inside a running event loop
         record()
 
-    start = time.monotonic()
+    before, start = set(threading.enumerate()), time.monotonic()
     if where == "worker thread":
         thread = threading.Thread(target=record)
         thread.start()
@@ -104,7 +106,7 @@ def test_environment_factory_resets_are_bounded_from_any_thread_or_loop(where):
         asyncio.run(inside_a_loop()) if where == "event loop" else record()
     assert time.monotonic() - start < 5
     assert "SleepyEnv.reset did not return within rollout.env_timeout_s = 0.3 s" in str(out["error"])
-    assert _no_thread_the_exit_waits_for()
+    assert _threads_the_exit_waits_for(before) == []
 
 
 @pytest.mark.parametrize("cls", [SleepyEnv, AsyncSleepyEnv])
