@@ -146,7 +146,6 @@ def training_client(message_type: str, openai_client: Any, budget: int) -> Any:
 
             async def get_response(self, prompt: Any, model: str, sampling_args: Dict[str, Any], tools: Any = None,
                                    **kwargs: Any) -> Any:
-                state = kwargs.get("state")
                 clock = _CLOCK.get()
                 if clock is not None:  # model time is not the environment's: env_timeout_s does not count it
                     clock.model_call(True)
