@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
+from ..user_code.deadlines import ExitedInUserCode, StillRunning, call_in_daemon_thread
 from .tool_examples import example_arguments, example_call  # noqa: F401 - re-exported: the tool API
 from .contract import RolloutError
 from .tool_parsing import ToolCall
@@ -117,34 +117,24 @@ def result_text(value: Any) -> str:
 
 
 async def _in_daemon_thread(fn: Callable, kwargs: Dict[str, Any], timeout_s: Optional[float]) -> Any:
-    """Run ``fn(**kwargs)`` in a fresh daemon thread and await its result for at most ``timeout_s`` seconds.
+    """Run ``fn(**kwargs)`` on a fresh daemon thread (:func:`~grpo_rollout.user_code.deadlines.call_in_daemon_thread`:
+    a tool that never returns cannot exhaust a shared executor or keep the process alive; past the timeout it is
+    abandoned).
 
-    A daemon thread (not a pool worker) is used so that a tool that never returns cannot exhaust a shared executor or
-    keep the process alive; after a timeout it is abandoned. Raises ``asyncio.TimeoutError`` or the tool's exception.
+    Raises:
+        asyncio.TimeoutError: it did not return within ``timeout_s`` seconds.
+        ToolExited: it called ``sys.exit()`` or raised another non-``Exception`` (only this tool's failure, not the
+            user's Ctrl-C).
+        Exception: what the tool raised.
     """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
-
-    def deliver(value: Any, exc: Optional[BaseException]) -> None:
-        if not future.done():
-            future.set_exception(exc) if exc is not None else future.set_result(value)
-
-    def target() -> None:
-        try:
-            value, exc = fn(**kwargs), None
-        except SystemExit as e:  # asyncio would let it stop the event loop; it is only this tool's failure
-            value, exc = None, ToolExited(f"called sys.exit({e.code!r})")
-        except Exception as e:  # handed to the awaiting coroutine
-            value, exc = None, e
-        except BaseException as e:  # noqa: BLE001 - e.g. KeyboardInterrupt raised by the tool's own code, in its
-            value, exc = None, ToolExited(f"raised {type(e).__name__}")  # own thread: not the user's Ctrl-C
-        try:
-            loop.call_soon_threadsafe(deliver, value, exc)
-        except RuntimeError:  # the event loop is gone (the call timed out long ago): nobody is waiting
-            pass
-
-    threading.Thread(target=target, name=f"tool-{getattr(fn, '__name__', 'fn')}", daemon=True).start()
-    return await asyncio.wait_for(future, timeout_s)
+    try:
+        return await call_in_daemon_thread(fn, (), kwargs, timeout_s)
+    except StillRunning:
+        raise asyncio.TimeoutError from None
+    except ExitedInUserCode as exited:
+        cause = exited.__cause__
+        raise ToolExited(f"called sys.exit({cause.code!r})" if isinstance(cause, SystemExit)
+                         else f"raised {type(cause).__name__}") from None
 
 
 async def _no_exit(coro: Any) -> Any:
