@@ -108,9 +108,16 @@ def _teach_tool_calls(model, tokenizer, steps: int = 600) -> None:
     """
     seqs, masks = [], []
     for prompt, reply in SCRIPT.items():
-        # what the tools really answer (so "Done." follows them reliably), plus two other answers
-        actual = [r.content for r in run_tool_calls_sync(parse_tool_calls(reply), load_tools(TOOLS), timeout_s=1.0)]
-        for answers in (actual, ["12"], ["Error: something went wrong"]):
+        # what the tools really answer, run one after another as the rollout does by default and all at once as with
+        # parallel_tool_calls (so "Done." follows both reliably), plus two other answers
+        calls, tools = parse_tool_calls(reply), load_tools(TOOLS)
+        NOTES.clear()
+        in_order = [run_tool_calls_sync([c], tools, timeout_s=1.0)[0].content for c in calls]
+        NOTES.clear()
+        at_once = [r.content for r in run_tool_calls_sync(calls, tools, timeout_s=1.0)]
+        NOTES.clear()
+        variants = [in_order] + ([at_once] if at_once != in_order else []) + [["12"], ["Error: something went wrong"]]
+        for answers in variants:
             base = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
             head = render(tokenizer, base, True)
             after = render(tokenizer, base + [{"role": "assistant", "content": reply}]
