@@ -20,7 +20,7 @@ from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.transformers_client import TransformersClient
 from grpo_rollout.generation.vllm_client import VllmClient
-from grpo_rollout.models.loading import load_model_and_tokenizer
+from grpo_rollout.models.pretrained import load_model_and_tokenizer
 from grpo_rollout.trainer.update.logprobs import completion_logprobs, pack
 
 PROMPTS = ["Multiply {a} and {b}.", "Write a haiku about {a} cats.", "What is {a} + {b}? Answer with the number.",

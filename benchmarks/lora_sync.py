@@ -33,7 +33,7 @@ import torch
 from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient, weights_root
-from grpo_rollout.models.loading import load_model_and_tokenizer
+from grpo_rollout.models.pretrained import load_model_and_tokenizer
 from grpo_rollout.models.lora import apply_lora, merged_state_dict
 from grpo_rollout.trainer.update.logprobs import completion_logprobs, pack
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from grpo_rollout.generation.server.launch import ServerSettings
 from grpo_rollout.generation.spawn import ManagedServer
 from grpo_rollout.generation.vllm_client import VllmClient
-from grpo_rollout.models.loading import load_model_and_tokenizer
+from grpo_rollout.models.pretrained import load_model_and_tokenizer
 from grpo_rollout.rollouts.environment import environment_rollout
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 

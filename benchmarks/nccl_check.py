@@ -30,7 +30,7 @@ def main() -> None:
     from grpo_rollout.generation.server.launch import ServerSettings
     from grpo_rollout.generation.spawn import ManagedServer
     from grpo_rollout.generation.vllm_client import VllmClient
-    from grpo_rollout.models.loading import load_model_and_tokenizer
+    from grpo_rollout.models.pretrained import load_model_and_tokenizer
 
     model, tokenizer, path = load_model_and_tokenizer(args.model, args.dtype)
     model.to("cuda:0").eval()

@@ -34,10 +34,10 @@ def send_json(handler: Any, status: int, body: Any) -> None:
 
 def run_tool_calls_sync(calls: List[Any], tools: Mapping[str, Callable],
                         timeout_s: Optional[float] = 10.0) -> List[Any]:
-    """``grpo_rollout.rollouts.tools.run_tool_call`` for several parsed calls, concurrently, from synchronous code:
+    """``grpo_rollout.rollouts.tool_running.run_tool_call`` for several parsed calls, concurrently, from synchronous code:
     their ``ToolResult`` objects in the order of ``calls``."""
     from grpo_rollout.user_code.coroutines import run_coroutine
-    from grpo_rollout.rollouts.tools import run_tool_call
+    from grpo_rollout.rollouts.tool_running import run_tool_call
 
     async def all_calls() -> List[Any]:
         return list(await asyncio.gather(*(run_tool_call(c, tools, timeout_s) for c in calls)))

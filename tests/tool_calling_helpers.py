@@ -15,7 +15,7 @@ from grpo_rollout.generation.transformers_client import TransformersClient
 from grpo_rollout.rollouts.multi_turn import render
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
-from grpo_rollout.rollouts.tools import load_tools
+from grpo_rollout.rollouts.tool_running import load_tools
 
 
 def multiply(a: int, b: int) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Hashable, List, Optional, Sequence
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from ..models.loading import eos_token_ids
+from ..models.pretrained import eos_token_ids
 from .seeds import derive_seed
 from .base import GenerationClient, GenerationResult
 from .sampling_filter import filter_logits, filtering

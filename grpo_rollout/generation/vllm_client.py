@@ -17,7 +17,7 @@ import httpx
 from ..config.schema import WEIGHT_TRANSFERS as TRANSFERS
 from .addresses import is_local_url  # noqa: F401 - re-exported (nccl_sync and older imports use it from here)
 from .base import GenerationClient, GenerationResult
-from .versions import reverted_problem
+from .version_stamps import reverted_problem
 from .weight_files import CHUNK_BYTES as _CHUNK, file_sha256, weights_for_sync  # noqa: F401 - weights_for_sync re-exported
 
 
@@ -87,9 +87,9 @@ class VllmClient(GenerationClient):
 
     Attributes:
         weight_version: the version the server last confirmed (a sync); an answer sampled with an older one is an
-            error (the server restarted or reverted, :func:`~.versions.reverted_problem`).
+            error (the server restarted or reverted, :func:`~.version_stamps.reverted_problem`).
         in_flight_updates: have the server load a sync between engine steps, keeping running requests (streaming
-            rollouts; :func:`~.versions.use_in_flight_updates`), instead of after they finish.
+            rollouts; :func:`~.version_stamps.use_in_flight_updates`), instead of after they finish.
     """
 
     def __init__(self, url: str, tokenizer: Any, max_prompt_length: Optional[int] = None,

@@ -53,7 +53,7 @@ def apply_lora(model: Any, r: int, alpha: float, dropout: float = 0.0,
     """Wrap a causal LM with fresh LoRA adapters (``peft.get_peft_model``); only the adapters are trainable.
 
     Args:
-        model: a ``transformers`` causal LM (its own dropout already off, see :func:`.loading.disable_dropout`).
+        model: a ``transformers`` causal LM (its own dropout already off, see :func:`.pretrained.disable_dropout`).
         r: rank (>= 1). alpha: scale numerator (the update is ``alpha / r · B·A``). dropout: PEFT's dropout on the
             adapter input (0: none). target_modules: ``"all-linear"`` (every linear layer but the output head) or
             module names such as ``["q_proj", "v_proj"]``.

@@ -8,7 +8,7 @@ from typing import List, Optional
 from ..user_code.resolve import resolve_callable
 from ..config.problems import Problem, add_error as _err
 from ..config.schema import Config
-from .reasoning_gym import check_task_source
+from .task_source import check_task_source
 
 
 def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:

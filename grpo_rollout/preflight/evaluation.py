@@ -9,7 +9,7 @@ from typing import List, Optional, Tuple
 
 from ..config.problems import Problem, add_error as _err, add_warning as _warn
 from ..config.schema import Config
-from .reasoning_gym import check_task_source
+from .task_source import check_task_source
 from ..user_code.signatures import required_params
 from ..user_code.resolve import resolve_callable
 

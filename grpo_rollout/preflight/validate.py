@@ -23,7 +23,7 @@ from ..generation.server.managed_flags import check_server_args
 from .dataset import check_dataset
 from .evaluation import check_evaluation
 from .functions import check_failure_errors, check_functions, check_training_functions
-from .lora import check_lora
+from .adapter import check_lora
 from .paths import check_paths
 from .processes import check_processes, check_sleep
 from .rollout_kwargs import check_sampling_agreement, check_turn_budget

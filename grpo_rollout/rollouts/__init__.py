@@ -1,4 +1,4 @@
-"""Rollouts: the contract (:mod:`.contract`), calling a rollout function (:mod:`.calling`) and built-in rollouts."""
+"""Rollouts: the contract (:mod:`.contract`), calling a rollout function (:mod:`.rollout_call`) and built-in rollouts."""
 
 from .contract import CONTEXT_ARGS, SAMPLING_ARGS, RolloutError, RolloutOutput, check_rollout_output
 

@@ -216,7 +216,7 @@ def factory_problems(spec: Any, base_dir: Optional[Path] = None,
     problem. Each factory is loaded and called once (as TRL does when it starts): it must make an environment with a
     ``reset`` method whose public methods all have a tool schema, and has some unless there are other tools
     (``has_tools``)."""
-    from .tools import ToolError, tool_schema
+    from .tool_running import ToolError, tool_schema
 
     key = "rollout.kwargs.environment_factory"
     if not isinstance(spec, (str, Mapping)) and not callable(spec):

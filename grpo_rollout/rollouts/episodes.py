@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Dict, List, Optional, Sequence
 
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.seeds import derive_seed
-from ..generation.versions import widened
+from ..generation.version_stamps import widened
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..generation.versions import result_versions
+from ..generation.version_stamps import result_versions
 from .contract import SAMPLING_DEFAULTS as D
 
 

@@ -36,7 +36,7 @@ from .episodes import run_multi_turn
 from .mcp_tools import mcp_problems, mcp_tools
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tool_prompt import ToolPrompt
-from .tools import ToolError, ToolResult, cut_result, load_tools, run_tool_call, tool_schema
+from .tool_running import ToolError, ToolResult, cut_result, load_tools, run_tool_call, tool_schema
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
 TOOL_EXTRAS = (rn.NUM_TURNS_EXTRA, rn.NUM_TOOL_CALLS_EXTRA, rn.NUM_TOOL_ERRORS_EXTRA, rn.TOOL_RESULTS_EXTRA,

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 from .conversation import render
-from .tools import ToolError, example_call, tool_schema
+from .tool_running import ToolError, example_call, tool_schema
 
 DEFAULT_SYSTEM_PROMPT = """You can use these tools:
 {tools}

@@ -39,7 +39,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..generation.versions import confirmed_version
+from ..generation.version_stamps import confirmed_version
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from .conversation import as_messages

@@ -78,7 +78,7 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
         server answers but training would refuse it (another model, length, dtype or no sleep mode; an unreachable
         one is replaced by transformers).
     """
-    from ..models.loading import eos_token_ids, load_model_and_tokenizer
+    from ..models.pretrained import eos_token_ids, load_model_and_tokenizer
     from ..rewards.overlong import OVERLONG_REWARD, overlong_reward
     from .rollout.stage import RolloutStage
 

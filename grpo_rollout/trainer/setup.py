@@ -17,8 +17,8 @@ import torch
 
 from ..config import Config
 from ..generation.backend import connect, open_backend, prompt_limit
-from ..generation.versions import use_in_flight_updates
-from ..models.loading import eos_token_ids, load_model_and_tokenizer
+from ..generation.version_stamps import use_in_flight_updates
+from ..models.pretrained import eos_token_ids, load_model_and_tokenizer
 from ..models.lora import apply_lora, is_adapter_checkpoint, load_adapter, parameter_counts
 from .checkpoint import TrainerState, find_checkpoint, load_trainer_state, restore_rng
 from .parallel.distributed import Dist

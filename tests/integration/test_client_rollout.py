@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from grpo_rollout.generation.transformers_client import TransformersClient
-from grpo_rollout.models.loading import load_model_and_tokenizer
-from grpo_rollout.rollouts.calling import call_rollout
+from grpo_rollout.models.pretrained import load_model_and_tokenizer
+from grpo_rollout.rollouts.rollout_call import call_rollout
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config

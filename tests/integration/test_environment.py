@@ -9,7 +9,7 @@ import time
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_rollout.rollouts.calling import call_rollout
+from grpo_rollout.rollouts.rollout_call import call_rollout
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.environment import environment_rollout, load_env
 from grpo_rollout.rollouts.multi_turn import render

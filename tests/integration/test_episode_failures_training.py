@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grpo_rollout.rollouts.contract import EpisodeFailure, RolloutError
-from grpo_rollout.runs.failures import read_failures
+from grpo_rollout.runs.failure_records import read_failures
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from streaming_helpers import streaming_config, trained_prompts

@@ -67,7 +67,7 @@ def test_lora_on_named_modules_only(tiny_model):
 def test_lora_dropout_is_kept_while_the_models_own_dropout_is_off_and_conv1d_merges(tiny_gpt2):
     """GPT-2 (Conv1D layers, dropout 0.1 everywhere): the loader switches the model's dropout off, PEFT's dropout on
     the adapter input stays as configured, and merging handles Conv1D's transposed weights."""
-    from grpo_rollout.models.loading import load_model_and_tokenizer
+    from grpo_rollout.models.pretrained import load_model_and_tokenizer
 
     lm, _, _ = load_model_and_tokenizer(str(tiny_gpt2))
     model = apply_lora(lm, r=R, alpha=ALPHA, dropout=0.25)

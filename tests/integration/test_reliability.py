@@ -18,7 +18,7 @@ import torch
 from rich.console import Console
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
-from grpo_rollout.models.loading import disable_dropout
+from grpo_rollout.models.pretrained import disable_dropout
 from grpo_rollout.trainer import recipe,  train
 from grpo_rollout.trainer.update import policy_update as update
 from grpo_rollout.trainer.checkpoint import STATE_FILE, load_trainer_state

@@ -13,11 +13,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grpo_rollout.rollouts.calling import call_rollout
+from grpo_rollout.rollouts.rollout_call import call_rollout
 from grpo_rollout.rollouts.multi_turn import Conversation, render
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 from grpo_rollout.rollouts.tool_prompt import choose_tool_prompt, with_system_prompt
-from grpo_rollout.rollouts.tools import tool_schema
+from grpo_rollout.rollouts.tool_running import tool_schema
 from tool_calling_helpers import (END, FIRST_SIX, NOTES, ORDER, QWEN_LIKE, SCRIPT, SLEEPY_EVENTS, SYSTEM, TOOLS,
                                   RecordingClient, _rollout, _teach_tool_calls, _tool_text, check_sample,
                                   first_wait, multiply, spans)

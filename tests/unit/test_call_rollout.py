@@ -1,10 +1,10 @@
-"""call_rollout (grpo_rollout.rollouts.calling): what a rollout is passed, and its errors named at the user's line."""
+"""call_rollout (grpo_rollout.rollouts.rollout_call): what a rollout is passed, and its errors named at the user's line."""
 
 from __future__ import annotations
 
 import pytest
 
-from grpo_rollout.rollouts.calling import call_rollout
+from grpo_rollout.rollouts.rollout_call import call_rollout
 from grpo_rollout.rollouts.contract import RolloutError
 from contract_helpers import N, VOCAB
 

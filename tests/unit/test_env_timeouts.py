@@ -62,7 +62,7 @@ def test_a_reset_that_never_returns_fails_the_episode_naming_class_method_line_a
 
 
 def test_a_plain_method_sees_the_callers_context_variables():
-    """As under asyncio.to_thread before: e.g. the weight versions a rollout records (generation/versions.py)."""
+    """As under asyncio.to_thread before: e.g. the weight versions a rollout records (generation/version_stamps.py)."""
     import contextvars
 
     seen = contextvars.ContextVar("seen", default="unset")

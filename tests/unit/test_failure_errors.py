@@ -18,7 +18,7 @@ from grpo_rollout.config.schema import FAILURE_ERRORS
 from grpo_rollout.generation.vllm_client import ServerError
 from grpo_rollout.rewards.calling import RewardError
 from grpo_rollout.rollouts.contract import RolloutError
-from grpo_rollout.runs.failures import read_failures
+from grpo_rollout.runs.failure_records import read_failures
 from grpo_rollout.trainer.rollout.failure_report import MOST_KINDS, EpochLosses
 from grpo_rollout.trainer.rollout.failures import failure_cause
 from grpo_rollout.trainer.rollout.stream import GroupStream
@@ -252,7 +252,7 @@ def test_failure_records_are_json(tmp_path):
 
 
 def test_a_resumed_run_drops_the_failures_of_the_steps_it_trains_again(tmp_path):
-    from grpo_rollout.runs.failures import append_failures
+    from grpo_rollout.runs.failure_records import append_failures
     from grpo_rollout.runs.metrics_writer import MetricsLogger
 
     append_failures(tmp_path / "failures.jsonl", [{"step": s, "message": f"lost in step {s}"} for s in (1, 2, 3)])

@@ -85,7 +85,7 @@ def test_no_import_cycles(tmp_path):
 
 def test_the_architecture_page_names_every_module():
     """Issue 29: docs/architecture.md left out 7 trainer modules. Every module's file name is on the page (as often as
-    modules share that name: ``calling.py`` is in rollouts/ and rewards/)."""
+    modules share that name; since issue 40 none do)."""
     import collections
     import re
 
@@ -95,3 +95,15 @@ def test_the_architecture_page_names_every_module():
     missing = {name: count for name, count in names.items()
                if len(re.findall(rf"(?<![\w]){re.escape(name)}", page)) < count}
     assert missing == {}, "name these modules in docs/architecture.md, 'Every module'"
+
+
+def test_no_two_modules_share_a_name():
+    """Issue 40.4: ``versions``, ``calling``, ``tools``, ``lora`` and ``loading`` were two modules each and
+    ``reasoning_gym.py`` three: a name in a traceback or a review did not say which. One file name, one module."""
+    import collections
+
+    names = collections.defaultdict(list)
+    for path in (REPO / "grpo_rollout").rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            names[path.name].append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}

@@ -10,7 +10,7 @@ import pytest
 from helpers import run_tool_calls_sync
 
 from grpo_rollout.rollouts.tool_parsing import format_tool_call, parse_tool_calls
-from grpo_rollout.rollouts.tools import ToolError, example_call, load_tools, result_text, tool_schema
+from grpo_rollout.rollouts.tool_running import ToolError, example_call, load_tools, result_text, tool_schema
 
 
 def multiply(a: int, b: int) -> int:

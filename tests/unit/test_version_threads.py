@@ -19,7 +19,7 @@ import pytest
 
 from grpo_rollout.config import Config
 from grpo_rollout.generation.base import GenerationClient, GenerationResult
-from grpo_rollout.generation.versions import widened
+from grpo_rollout.generation.version_stamps import widened
 from grpo_rollout.rewards.calling import RewardFunction
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.single_turn import single_turn

@@ -17,7 +17,7 @@ import torch
 
 from grpo_rollout.config import Config
 from grpo_rollout.generation.multi_server import MultiServerClient
-from grpo_rollout.generation.versions import RecordingClient
+from grpo_rollout.generation.version_stamps import RecordingClient
 from grpo_rollout.generation.vllm_client import ServerError, VllmClient
 from grpo_rollout.rollouts.contract import RolloutOutput
 from grpo_rollout.trainer.batch import ScoredBatch

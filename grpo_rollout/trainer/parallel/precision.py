@@ -26,7 +26,7 @@ from typing import ContextManager, Dict, Optional
 
 import torch
 
-from ...models.loading import torch_dtype
+from ...models.pretrained import torch_dtype
 
 MASTER_DTYPE = "float32"  # what trained weights and optimizer state are stored in
 

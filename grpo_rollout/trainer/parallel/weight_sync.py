@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from ...generation.versions import confirm_version
+from ...generation.version_stamps import confirm_version
 from ...generation.vllm_client import ServerError
 from .distributed import Dist
 from ..update.logprobs import CompletionLogprobs

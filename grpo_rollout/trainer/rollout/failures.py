@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 from ...rewards.calling import RewardError
 from ...rollouts.contract import EpisodeFailure, RolloutError
 from ...runs import names as rn
-from ...runs.failures import append_failures
+from ...runs.failure_records import append_failures
 from ...user_code.exception_types import resolve_exception_types
 from ..batch import ScoredBatch
 from .failure_report import EpochLosses, FailureRecord, failure_notes, type_name

@@ -1,7 +1,7 @@
 """The rollout stage: a step's prompts → the user's rollout → rewards, as a :class:`~..batch.ScoredBatch`.
 
 Each training process takes its own whole groups of the step's prompts (:meth:`RolloutStage.my_rows`), calls the
-rollout once with them (``n = num_generations`` completions each, :func:`~grpo_rollout.rollouts.calling.call_rollout`
+rollout once with them (``n = num_generations`` completions each, :func:`~grpo_rollout.rollouts.rollout_call.call_rollout`
 checks the result against the contract) and scores every completion
 (:func:`~grpo_rollout.rewards.calling.compute_rewards`). The dry run calls the same
 :meth:`RolloutStage.generate_and_score` on its two prompts.
@@ -26,12 +26,12 @@ from ...config import Config
 from ...user_code.resolve import resolve_callable
 from ...data import load_section
 from ...generation.seeds import derive_seed
-from ...generation.versions import RecordingClient
+from ...generation.version_stamps import RecordingClient
 from ...rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
 from ...rewards.overlong import OVERLONG_REWARD, overlong_reward
 from .failures import EpisodeFailures
 from ...rollouts import builtin_rollout
-from ...rollouts.calling import call_rollout
+from ...rollouts.rollout_call import call_rollout
 from ...rollouts.contract import SAMPLING_ARGS
 from ...rollouts.mcp_tools import close_mcp_servers
 from ...rollouts.openenv import close_openenv_servers

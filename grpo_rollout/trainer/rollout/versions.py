@@ -8,7 +8,7 @@ up to that many versions behind by design, and a step with such a group is not c
 ``sampler/weight_version_lag``).
 
 The versions come with the data: each completion's from the rollout's ``weight_versions``, else from the answers the
-client view the rollout was handed returned (:class:`~grpo_rollout.generation.versions.RecordingClient`), whatever
+client view the rollout was handed returned (:class:`~grpo_rollout.generation.version_stamps.RecordingClient`), whatever
 thread, loop or process generated them (:func:`completion_versions`). A server-backed rollout with neither is an error,
 never the trainer's version taken instead.
 """
@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, List, Optional
 
-from ...generation.versions import VersionSpan
+from ...generation.version_stamps import VersionSpan
 from ...rollouts.contract import RolloutError, RolloutOutput, Versions
 from ...user_code.signatures import defined_at, describe
 
