@@ -136,8 +136,9 @@ class ScoredBatch:
         rollout: the checked rollout (ids, masks, sampler log-probs, extras, ``weight_version``).
         scores: what scoring added, aligned with ``rollout``.
         generated_at: when generation ended (``time.perf_counter()``, seconds).
-        sampler_lag: weight versions the sampler was behind the trainer when the batch was collected (async: 1 by
-            design; checked by :meth:`.rollout.stage.RolloutStage.checked_version`, read by the stale-weights guard).
+        sampler_lag: weight versions the oldest sampled completion was behind the trainer when the batch was
+            collected (0 synchronously; streaming, 0 to ``training.max_staleness``; checked by
+            :meth:`.rollout.stage.RolloutStage.checked_version`, read by the stale-weights guard).
         advantages: ``(len,)`` float32, this batch's, added by :meth:`with_advantages` once the whole step's rewards
             are known (:meth:`.recipe.GRPORecipe.collect`). step_advantages: ``(every rank's len,)`` the whole step's,
             in rank order (what metrics and records report).

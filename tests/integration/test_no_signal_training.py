@@ -14,7 +14,7 @@ from rich.console import Console
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.recipe import GRPORecipe
 from grpo_rollout.trainer.reporting.progress import RichReporter
-from grpo_rollout.trainer.update import policy_update
+from grpo_rollout.trainer.update.logprobs import CompletionLogprobs
 from tiny_model import tiny_config
 
 pytestmark = pytest.mark.slow  # and `model` on each test using the tiny model (tests/conftest.py)
@@ -33,7 +33,7 @@ def _watch(monkeypatch) -> list:
     the weights, AdamW's state and the schedule's state before and after."""
     seen = []
     forwards = [0]
-    real_logprobs, real_update = policy_update.completion_logprobs, GRPORecipe.update
+    real_logprobs, real_update = CompletionLogprobs.forward, GRPORecipe.update
 
     def counting(*args, **kwargs):
         forwards[0] += 1
@@ -49,7 +49,7 @@ def _watch(monkeypatch) -> list:
         seen.append({"forwards": forwards[0], "before": before, "after": state(recipe)})
         return result
 
-    monkeypatch.setattr(policy_update, "completion_logprobs", counting)
+    monkeypatch.setattr(CompletionLogprobs, "forward", counting)
     monkeypatch.setattr(GRPORecipe, "update", update)
     return seen
 

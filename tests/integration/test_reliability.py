@@ -19,8 +19,8 @@ from rich.console import Console
 from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
 from grpo_rollout.models.pretrained import disable_dropout
-from grpo_rollout.trainer import recipe,  train
-from grpo_rollout.trainer.update import policy_update as update
+from grpo_rollout.trainer import recipe, train
+from grpo_rollout.trainer.update.logprobs import CompletionLogprobs
 from grpo_rollout.trainer.checkpoint import STATE_FILE, load_trainer_state
 from grpo_rollout.trainer.guards import NonFiniteError
 from grpo_rollout.trainer.reporting.progress import RichReporter
@@ -84,7 +84,7 @@ def test_minus_inf_placeholders_never_reach_the_arithmetic(tmp_path, tiny_model)
 def _poison_policy_logprobs(monkeypatch, steps) -> None:
     """Make the policy's log-probs NaN (what a diverged model gives) during the updates of ``steps`` (0-based)."""
     current = {}
-    real_step, real_logprobs = recipe.GRPORecipe.train_step, update.completion_logprobs
+    real_step, real_logprobs = recipe.GRPORecipe.train_step, CompletionLogprobs.forward
 
     def step(self, n):
         current["step"] = n
@@ -98,7 +98,7 @@ def _poison_policy_logprobs(monkeypatch, steps) -> None:
         return logps if entropy is None else (logps, entropy)
 
     monkeypatch.setattr(recipe.GRPORecipe, "train_step", step)
-    monkeypatch.setattr(update, "completion_logprobs", poisoned)
+    monkeypatch.setattr(CompletionLogprobs, "forward", poisoned)
 
 
 # 9.6: a NaN/inf loss or gradient must be caught: skip the step with a warning, stop after K in a row.

@@ -159,23 +159,30 @@ class EpisodeFailures:
     def play_step(self, step: int, play_all: Callable[[], ScoredBatch], play_one: Callable[[int, int], ScoredBatch],
                   groups: Sequence[Tuple[Optional[int], Any]]) -> ScoredBatch:
         """``play_all()``; when it fails outside the model (and ``on_error`` is not ``stop``) each group again with
-        ``play_one(group, attempt)`` (:func:`play_per_group`), the groups that still fail left out. ``groups``: each
-        group's dataset row index and prompt (for the records).
+        ``play_one(group, attempt)`` (:meth:`replay_step`). ``groups``: each group's dataset row index and prompt.
 
         Raises:
-            EpisodeFailure: ``on_error: stop``, or every group failed (step ``step``, 0-based, named 1-based).
-            anything else ``play_all``/``play_one`` raised that is not a failure (:func:`failure_cause`).
+            what :meth:`replay_step` raises.
         """
-        if self.on_error == "stop":
-            return play_all()
         try:
             return play_all()
         except Exception as exc:
-            cause = failure_cause(exc, self.types)
-            if cause is None:
-                raise
-            first = exc
-            self._note(None, [prompt for _, prompt in groups])(0, exc, cause, "played alone")
+            return self.replay_step(step, exc, play_one, groups)
+
+    def replay_step(self, step: int, exc: Exception, play_one: Callable[[int, int], ScoredBatch],
+                    groups: Sequence[Tuple[Optional[int], Any]]) -> ScoredBatch:
+        """After the step's rollout raised ``exc``: when that is a failure outside the model (and ``on_error`` is not
+        ``stop``), each group again with ``play_one(group, attempt)`` (:func:`play_per_group`), the groups that
+        still fail left out. ``groups``: each group's dataset row index and prompt (for the records).
+
+        Raises:
+            EpisodeFailure: ``on_error: stop``, or every group failed (step ``step``, 0-based, named 1-based).
+            ``exc`` itself when it is not a failure (:func:`failure_cause`), or with ``on_error: stop``.
+        """
+        cause = None if self.on_error == "stop" else failure_cause(exc, self.types)
+        if cause is None:
+            raise exc
+        self._note(None, [prompt for _, prompt in groups])(0, exc, cause, "played alone")
         # which group failed is not known: counted as one failed group, every group played again
         counts = FailureCounts(failed=self.n, retried=len(groups) * self.n)
         kept, last = play_per_group(play_one, len(groups), self.n, self.on_error, self.max_retries, counts,
@@ -185,7 +192,7 @@ class EpisodeFailures:
         if not kept:
             self._keep_records(step)
             raise EpisodeFailure(f"step {step + 1}: every group failed ({self._policy()}); the last failure: "
-                                 f"{last or first}") from last
+                                 f"{last or exc}") from last
         return ScoredBatch.concat(kept)
 
     def play_group(self, play: Callable[[int], ScoredBatch], row: Optional[int], prompt: Any,

@@ -179,13 +179,16 @@ class RolloutStage(StreamedGroups):
     def play_step(self, step: int, ids: List[int]) -> ScoredBatch:
         """This rank's dataset rows ``ids`` rolled out and scored; with ``rollout.on_error`` retry or drop, played
         again one group at a time when the call fails outside the model
-        (:meth:`.failures.EpisodeFailures.play_step`)."""
+        (:meth:`.failures.EpisodeFailures.replay_step`)."""
         rows = [self.dataset[i] for i in ids]
-        return self.failures.play_step(step, lambda: self.generate_and_score(step, rows, None, row_ids=ids),
-                                       lambda g, attempt: self.generate_and_score(
-                                           step, [rows[g]], self.group_sampling(step, g, attempt + 1),
-                                           row_ids=[ids[g]]),
-                                       [(i, row.get(self.cfg.data.prompt_column)) for i, row in zip(ids, rows)])
+        try:
+            return self.generate_and_score(step, rows, None, row_ids=ids)
+        except Exception as exc:
+            def play_one(g: int, attempt: int) -> ScoredBatch:
+                sampling = self.group_sampling(step, g, attempt + 1)
+                return self.generate_and_score(step, [rows[g]], sampling, row_ids=[ids[g]])
+            groups = [(i, row.get(self.cfg.data.prompt_column)) for i, row in zip(ids, rows)]
+            return self.failures.replay_step(step, exc, play_one, groups)
 
     def group_sampling(self, step: int, position: int, attempt: int, retry: int = 0) -> Dict[str, Any]:
         """The sampling settings of one group played alone: seeded from step ``step``'s seed, the group's

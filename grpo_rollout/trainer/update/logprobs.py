@@ -150,7 +150,47 @@ class CompletionLogprobs(torch.nn.Module):
                 top_p: float = 1.0, min_p: float = 0.0, entropy: Optional[str] = None) -> Any:
         """``(B, C)`` log-probs of ``batch``'s completion tokens (0 at padding), and with ``entropy`` their
         distributions' entropies; see :func:`completion_logprobs`."""
-        return _completion_logprobs(self.lm, batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
+        cut = filtering(top_k, top_p, min_p)
+        decoder, head = _decoder_and_head(self.lm)
+        device = next(self.lm.parameters()).device
+
+        def on_device(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if x is None else x.to(device)
+
+        hidden = decoder(input_ids=batch.input_ids.to(device), attention_mask=on_device(batch.attention_mask),
+                         position_ids=on_device(batch.position_ids), use_cache=False).last_hidden_state
+        b, c = batch.completion_ids.shape
+        # hidden state at position (start + j - 1) of the sequence's row predicts completion token j
+        positions = batch.completion_start.unsqueeze(1) - 1 + torch.arange(c).unsqueeze(0)
+        positions = positions.clamp(max=hidden.shape[1] - 1)
+        valid = batch.completion_valid.bool()
+        rows = batch.row.unsqueeze(1).expand(b, c)[valid]
+        cols = positions[valid]
+        targets = batch.completion_ids[valid].to(device)
+        flat: List[torch.Tensor] = []
+        flat_entropy: List[torch.Tensor] = []
+        for s in range(0, rows.numel(), chunk_size):
+            h = hidden[rows[s:s + chunk_size].to(device), cols[s:s + chunk_size].to(device)]
+            logits = head(h).float() / temperature
+            chunk_targets = targets[s:s + chunk_size]
+            if cut:
+                logits = filter_logits(logits, chunk_targets, top_k, top_p, min_p)
+            log_probs = logits.log_softmax(-1)
+            flat.append(log_probs.gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
+            if entropy == "train":
+                flat_entropy.append(token_entropy(log_probs))
+            elif entropy:
+                with torch.no_grad():
+                    flat_entropy.append(token_entropy(log_probs.detach(), differentiable=False))
+        where = torch.nonzero(valid)
+
+        def scattered(values: List[torch.Tensor]) -> torch.Tensor:
+            out = torch.zeros((b, c), dtype=torch.float32, device=device)
+            if values:
+                out = out.index_put((where[:, 0].to(device), where[:, 1].to(device)), torch.cat(values))
+            return out
+
+        return (scattered(flat), scattered(flat_entropy)) if entropy else scattered(flat)
 
 
 def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0,
@@ -173,9 +213,8 @@ def completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature:
     Raises:
         TypeError: the model has no separate decoder / output projection.
     """
-    if isinstance(model, CompletionLogprobs):
-        return model(batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
-    return _completion_logprobs(model, batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
+    wrapped = model if isinstance(model, CompletionLogprobs) else CompletionLogprobs(model)
+    return wrapped(batch, temperature, chunk_size, top_k, top_p, min_p, entropy)
 
 
 def token_entropy(log_probs: torch.Tensor, differentiable: bool = True) -> torch.Tensor:
@@ -186,49 +225,6 @@ def token_entropy(log_probs: torch.Tensor, differentiable: bool = True) -> torch
         return -(log_probs.exp() * log_probs).nansum(-1)
     finite = log_probs.masked_fill(~torch.isfinite(log_probs), 0.0)
     return -(log_probs.exp() * finite).sum(-1)
-
-
-def _completion_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float, chunk_size: int,
-                         top_k: int, top_p: float, min_p: float, entropy: Optional[str] = None) -> Any:
-    cut = filtering(top_k, top_p, min_p)
-    decoder, head = _decoder_and_head(model)
-    device = next(model.parameters()).device
-    def on_device(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        return None if x is None else x.to(device)
-
-    hidden = decoder(input_ids=batch.input_ids.to(device), attention_mask=on_device(batch.attention_mask),
-                     position_ids=on_device(batch.position_ids), use_cache=False).last_hidden_state
-    b, c = batch.completion_ids.shape
-    # hidden state at position (start + j - 1) of the sequence's row predicts completion token j
-    positions = (batch.completion_start.unsqueeze(1) - 1 + torch.arange(c).unsqueeze(0)).clamp(max=hidden.shape[1] - 1)
-    valid = batch.completion_valid.bool()
-    rows = batch.row.unsqueeze(1).expand(b, c)[valid]
-    cols = positions[valid]
-    targets = batch.completion_ids[valid].to(device)
-    flat: List[torch.Tensor] = []
-    flat_entropy: List[torch.Tensor] = []
-    for s in range(0, rows.numel(), chunk_size):
-        h = hidden[rows[s:s + chunk_size].to(device), cols[s:s + chunk_size].to(device)]
-        logits = head(h).float() / temperature
-        chunk_targets = targets[s:s + chunk_size]
-        if cut:
-            logits = filter_logits(logits, chunk_targets, top_k, top_p, min_p)
-        log_probs = logits.log_softmax(-1)
-        flat.append(log_probs.gather(-1, chunk_targets.unsqueeze(-1)).squeeze(-1))
-        if entropy == "train":
-            flat_entropy.append(token_entropy(log_probs))
-        elif entropy:
-            with torch.no_grad():
-                flat_entropy.append(token_entropy(log_probs.detach(), differentiable=False))
-    where = torch.nonzero(valid)
-
-    def scattered(values: List[torch.Tensor]) -> torch.Tensor:
-        out = torch.zeros((b, c), dtype=torch.float32, device=device)
-        if values:
-            out = out.index_put((where[:, 0].to(device), where[:, 1].to(device)), torch.cat(values))
-        return out
-
-    return (scattered(flat), scattered(flat_entropy)) if entropy else scattered(flat)
 
 
 # --- micro-batches ----------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ A step has no signal when no trained token on any rank has a nonzero advantage (
 with ``training.credit: turn``, every turn's) and no term of the loss has a gradient without one
 (:func:`~.objective.gradient_without_advantages`: ``beta > 0``, ``entropy_coef > 0``, a ``loss_function``). Its
 gradient would be exactly 0, and AdamW would still move every weight through its momentum and weight decay: so the
-step makes no forward or backward pass, no optimizer or learning-rate schedule step (:func:`update_or_skip`), and the
+step makes no forward or backward pass, no optimizer or learning-rate schedule step (:func:`skipped_update`, chosen by
+:meth:`..recipe.GRPORecipe.update` with :func:`step_has_signal`), and the
 recipe sends no weights (:meth:`..recipe.GRPORecipe.sync`).
 """
 
@@ -58,11 +59,3 @@ def skipped_update(updater: PolicyUpdate, batch: ScoredBatch, keep_tokens: bool)
     return UpdateResult(stats, num_tokens=int(num_tokens), num_iterations=n,
                         has_sampler_logprobs=out.logprobs is not None, tokens_forward=0, tokens_padded=0,
                         token_records=records)
-
-
-def update_or_skip(updater: PolicyUpdate, batch: ScoredBatch, keep_tokens: bool) -> UpdateResult:
-    """The step's update (:meth:`~.policy_update.PolicyUpdate.update`), or, on a step without signal (the same
-    decision on every rank), :func:`skipped_update`: no forward, backward, optimizer or schedule step."""
-    if step_has_signal(batch, updater.cfg.training, updater.dist):
-        return updater.update(batch, keep_tokens=keep_tokens)
-    return skipped_update(updater, batch, keep_tokens)

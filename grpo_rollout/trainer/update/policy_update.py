@@ -25,7 +25,7 @@ from ..stream_stats import SequenceGaps
 from ..guards import check_sampler_mismatch
 from ..parallel.distributed import Dist
 from ..parallel.precision import Precision
-from .logprobs import CompletionLogprobs, MicroBatch, build_micro_batches, completion_logprobs
+from .logprobs import CompletionLogprobs, MicroBatch, build_micro_batches
 from .objective import BatchTotals, TokenLosses, aggregate, importance_weights, per_token_loss
 
 
@@ -182,11 +182,10 @@ class PolicyUpdate:
     def logprobs(self, model: CompletionLogprobs, mb: MicroBatch, entropy: Optional[str] = None) -> Any:
         """``(B, C)`` log-probs of a micro-batch's completion tokens under ``model`` (sampler's temperature and
         filtering), in the compute dtype; with ``entropy`` (``measure`` or ``train``) also their entropies
-        (:func:`~.logprobs.completion_logprobs`)."""
+        (:meth:`~.logprobs.CompletionLogprobs.forward`)."""
         s, t = self.cfg.sampling, self.cfg.training
         with self.precision.autocast():
-            return completion_logprobs(model, mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter,
-                                       entropy=entropy)
+            return model(mb.packed, s.temperature, t.logprob_chunk_size, **self.sampling_filter, entropy=entropy)
 
     def reference_logprobs(self, mb: MicroBatch) -> torch.Tensor:
         """``(B, C)`` log-probs under the reference model (for the KL term): the frozen copy, or, for a LoRA policy,
