@@ -7,14 +7,19 @@ and the tiny models (built once per session). Also the markers' rules:
 * ``gpu`` tests are skipped where CUDA is not available;
 * ``tests/unit/`` holds only fast tests (a slow one there stops the collection); ``tests/integration/`` the files
   with at least one slow test.
+
+The session ends by saying how many vLLM servers it started, and for which tests (``tests/server_starts``).
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import itertools
 import json
+import os
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -153,3 +158,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
                 cuda = torch.cuda.is_available()
             if not cuda:
                 item.add_marker(pytest.mark.skip(reason="needs CUDA (marked gpu)"))
+
+
+SERVER_STARTS = "GRPO_ROLLOUT_TEST_SERVER_STARTS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process this session starts counts the vLLM servers it spawns into one folder (tests/server_starts)."""
+    if SERVER_STARTS not in os.environ:
+        os.environ[SERVER_STARTS] = tempfile.mkdtemp(prefix="grpo-rollout-server-starts-")
+        counter = str(Path(__file__).resolve().parent / "server_starts")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [counter, os.environ.get("PYTHONPATH")]))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many vLLM servers the session started, by test file (each start costs ~30-40 s on two cores)."""
+    folder = Path(os.environ.get(SERVER_STARTS, ""))
+    if not folder.is_dir():
+        return
+    tests = [p.read_text() for p in folder.iterdir()]
+    by_file = collections.Counter(t.split("::")[0] for t in tests)
+    terminalreporter.write_sep("=", f"vLLM servers started: {len(tests)}")
+    for name, count in sorted(by_file.items()):
+        terminalreporter.write_line(f"{count:3d}  {name}")

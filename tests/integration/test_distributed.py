@@ -94,7 +94,8 @@ def _project(root: Path, model: Path, name: str, prompts=("Count to {i}.",), **t
 
 
 def _torchrun(args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    paths = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # tests/conftest.py adds one
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": paths}
     # --standalone: torchrun picks a free port for the rendezvous (tests may run side by side)
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
