@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, ContextManager, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, List, Optional, Sequence
 
 from ..config.schema import Config
 from ..runs.names import server_log
 from .base import GenerationClient
 from .multi_server import MultiServerClient
 from .vllm_client import ServerError, VllmClient
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class BackendError(RuntimeError):
@@ -114,7 +117,7 @@ def _transfer(config: Config) -> str:
     return "auto" if config.vllm.weight_transfer == "nccl" else config.vllm.weight_transfer
 
 
-def connect(urls: Sequence[str], config: Config, tokenizer: Any, max_prompt: Optional[int],
+def connect(urls: Sequence[str], config: Config, tokenizer: PreTrainedTokenizerBase, max_prompt: Optional[int],
             first: int = 0) -> GenerationClient:
     """A client for servers that are already running (one :class:`VllmClient`, or a :class:`MultiServerClient`
     over several, whose first share goes to server ``first``)."""
@@ -123,7 +126,7 @@ def connect(urls: Sequence[str], config: Config, tokenizer: Any, max_prompt: Opt
     return clients[0] if len(clients) == 1 else MultiServerClient(clients, first=first)
 
 
-def open_backend(config: Config, model: Any, tokenizer: Any, model_path: str, output_dir: Path,
+def open_backend(config: Config, model: Any, tokenizer: PreTrainedTokenizerBase, model_path: str, output_dir: Path,
                  say: Callable[[str], None] = print,
                  status: Callable[[str], ContextManager] = lambda text: nullcontext()) -> GenerationClient:
     """The generation client for ``config.vllm.mode``. The servers hold the weights they loaded from

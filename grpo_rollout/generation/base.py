@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Hashable, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Hashable, List, Mapping, Optional, Sequence, Union
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 #: A prompt a client encodes itself: text, or chat messages. Not the server's ``/generate/`` request prompt
 #: (``generation.server``'s ``Prompt``), which may also be token ids.
@@ -52,7 +55,7 @@ class GenerationClient(ABC):
         shares_weights: True when the client samples from the trainer's own model object (nothing to sync).
     """
 
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     max_prompt_length: Optional[int] = None
     shares_weights: bool = False
 

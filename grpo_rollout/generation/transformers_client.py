@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import nullcontext
-from typing import Any, Hashable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, List, Optional, Sequence
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -16,6 +16,9 @@ from ..models.pretrained import eos_token_ids
 from .seeds import derive_seed
 from .base import GenerationClient, GenerationResult
 from .sampling_filter import filter_logits, filtering
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class SamplerFilter(LogitsProcessor):
@@ -54,7 +57,7 @@ class TransformersClient(GenerationClient):
 
     shares_weights = True
 
-    def __init__(self, model: Any, tokenizer: Any, max_prompt_length: Optional[int] = None, batch_size: int = 256,
+    def __init__(self, model: Any, tokenizer: PreTrainedTokenizerBase, max_prompt_length: Optional[int] = None, batch_size: int = 256,
                  compute_dtype: str = "float32"):
         self.model = model
         self.compute_dtype = getattr(torch, compute_dtype)  # model.dtype: float32 master weights run under autocast

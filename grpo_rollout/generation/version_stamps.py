@@ -17,7 +17,10 @@ the request started (and when it finished), and that stamp travels with the answ
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
+
+if TYPE_CHECKING:
+    from .base import GenerationClient
 
 
 class VersionSpan:
@@ -60,7 +63,7 @@ class RecordingClient:
 
     __slots__ = ("_client", "versions")
 
-    def __init__(self, client: Any):
+    def __init__(self, client: GenerationClient):
         object.__setattr__(self, "_client", client)
         object.__setattr__(self, "versions", VersionSpan())
 
@@ -107,7 +110,7 @@ def widened(span: Optional[Tuple[int, int]], result: Any) -> Optional[Tuple[int,
     return min(span[0], seen[0]), max(span[1], seen[1])
 
 
-def confirmed_version(client: Any) -> Optional[int]:
+def confirmed_version(client: GenerationClient) -> Optional[int]:
     """The oldest weight version ``client``'s servers confirmed (each server client of a multi-server one); ``None``
     for a client without servers. A request sent now is sampled with this version or a newer one (a weight sync in
     flight), unless its server reverted (:func:`reverted_problem`)."""
@@ -132,7 +135,7 @@ def reverted_problem(url: str, answered: Any, confirmed: int) -> Optional[str]:
             "with --resume latest (the first weight sync brings every server up to date)")
 
 
-def confirm_version(client: Any, version: int) -> None:
+def confirm_version(client: GenerationClient, version: int) -> None:
     """Tell ``client`` (and each server client of a multi-server one) that its servers now hold ``version``: after a
     weight sync it did not make itself (NCCL, or another training process's)."""
     for one in _server_clients(client):
@@ -140,7 +143,7 @@ def confirm_version(client: Any, version: int) -> None:
             one.weight_version = version
 
 
-def use_in_flight_updates(client: Any, on: bool) -> None:
+def use_in_flight_updates(client: GenerationClient, on: bool) -> None:
     """Have ``client``'s servers (each server client of a multi-server one) load weight syncs in flight, between
     engine steps with running requests kept (``on``: streaming rollouts), or after running requests finish."""
     for one in _server_clients(client):
@@ -148,6 +151,6 @@ def use_in_flight_updates(client: Any, on: bool) -> None:
             one.in_flight_updates = on
 
 
-def _server_clients(client: Any) -> list:
+def _server_clients(client: GenerationClient) -> list:
     """``client`` and, for a multi-server one, the client of each server."""
     return [client, *getattr(client, "clients", [])]

@@ -8,17 +8,19 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Hashable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterator, Optional, Sequence
 
 import httpx
 
-# how weights reach a server: ``folder`` (it reads a folder on this machine), ``http`` (the bytes are streamed to it),
-# ``nccl`` (a GPU broadcast, :mod:`.nccl_sync`); ``auto``: ``folder`` for a server on this machine, else ``http``
+# how weights reach a server: ``folder`` (this machine), ``http``, ``nccl`` (:mod:`.nccl_sync`); ``auto`` picks one
 from ..config.schema import WEIGHT_TRANSFERS as TRANSFERS
 from .addresses import is_local_url  # noqa: F401 - re-exported (nccl_sync and older imports use it from here)
 from .base import GenerationClient, GenerationResult
 from .version_stamps import reverted_problem
 from .weight_files import CHUNK_BYTES as _CHUNK, file_sha256, weights_for_sync  # noqa: F401 - weights_for_sync re-exported
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class ServerError(RuntimeError):
@@ -92,7 +94,7 @@ class VllmClient(GenerationClient):
             rollouts; :func:`~.version_stamps.use_in_flight_updates`), instead of after they finish.
     """
 
-    def __init__(self, url: str, tokenizer: Any, max_prompt_length: Optional[int] = None,
+    def __init__(self, url: str, tokenizer: PreTrainedTokenizerBase, max_prompt_length: Optional[int] = None,
                  api_key: Optional[str] = None, timeout: float = 3600.0, retries: int = 3,
                  retry_backoff_s: float = 0.5, transfer: str = "auto", sync_timeout: float = 600.0):
         if transfer not in TRANSFERS or transfer == "nccl":

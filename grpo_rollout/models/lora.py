@@ -19,7 +19,10 @@ The reference model for the KL term is the base model, i.e. the policy with its 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 #: Files ``PeftModel.save_pretrained`` writes (what marks a checkpoint folder as an adapter checkpoint).
 ADAPTER_CONFIG = "adapter_config.json"
@@ -133,7 +136,7 @@ def merged_state_dict(model: Any) -> Dict[str, Any]:
     return merged
 
 
-def save_merged_model(model: Any, folder: Union[str, Path], tokenizer: Any = None,
+def save_merged_model(model: Any, folder: Union[str, Path], tokenizer: Optional[PreTrainedTokenizerBase] = None,
                       weights: Optional[Dict[str, Any]] = None) -> Path:
     """Write the merged model (base + adapters) to ``folder`` as a plain ``save_pretrained`` folder (config,
     safetensors, generation config, and the tokenizer when given) that ``AutoModelForCausalLM.from_pretrained`` and

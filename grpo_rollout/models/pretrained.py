@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 from ..config.schema import DTYPES  # the one list of model.dtype names (the config's)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def torch_dtype(name: str) -> Any:
@@ -47,7 +50,7 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision
     return model, tokenizer, path
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> set:
+def eos_token_ids(model: Any, tokenizer: PreTrainedTokenizerBase) -> set:
     """The token ids that end a completion: the model's generation config's ``eos_token_id`` (an id or a list),
     else the tokenizer's."""
     config = getattr(model, "generation_config", None)

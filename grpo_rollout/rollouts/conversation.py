@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from ..generation.base import GenerationClient
 
 #: Appended to the last assistant message when rendering, to find where its content ends in the template's output.
 SENTINEL = "\u2063<<grpo-rollout:end-of-sampled-text>>\u2063"
@@ -54,31 +58,31 @@ def as_messages(prompt: Any) -> List[Dict[str, Any]]:
                        f"got {str(prompt)[:80]!r}")
 
 
-def render(tokenizer: Any, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool, **template_kwargs: Any) -> str:
+def render(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Dict[str, Any]], add_generation_prompt: bool, **template_kwargs: Any) -> str:
     """The chat template's text for ``messages`` (``template_kwargs``: e.g. ``tools=``)."""
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
                                          **template_kwargs)
 
 
-def encode_text(tokenizer: Any, text: str) -> List[int]:
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> List[int]:
     """Token ids of template text (special tokens written in it, like ``<|im_start|>``, become their ids)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def encode_plain(tokenizer: Any, text: str) -> List[int]:
+def encode_plain(tokenizer: PreTrainedTokenizerBase, text: str) -> List[int]:
     """Token ids of untrusted text (a tool answer, an observation): special-token strings in it, like
     ``<|im_end|>``, are tokenized as ordinary text, so the text cannot end a turn or open a new one."""
     return list(tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
 
-def special_strings(tokenizer: Any) -> List[str]:
+def special_strings(tokenizer: PreTrainedTokenizerBase) -> List[str]:
     """The strings the tokenizer turns into added/special tokens (``<|im_start|>``, ``<|im_end|>``, ...)."""
     decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
     found = [getattr(t, "content", str(t)) for t in decoder.values()]
     return [t for t in found + list(getattr(tokenizer, "all_special_tokens", [])) if t]
 
 
-def eos_ids_of(client: Any, tokenizer: Any) -> set:
+def eos_ids_of(client: GenerationClient, tokenizer: PreTrainedTokenizerBase) -> set:
     """Token ids that end a turn: the client's ``eos_ids`` when it has them, else the tokenizer's EOS."""
     ids = getattr(client, "eos_ids", None)
     return set(ids) if ids else {tokenizer.eos_token_id}
@@ -104,7 +108,7 @@ class Conversation:
             none, transformers generation).
     """
 
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     messages: List[Dict[str, Any]]
     prompt_ids: List[int]
     eos_ids: set
@@ -126,7 +130,7 @@ class Conversation:
     _turn_start: int = 0
 
     @classmethod
-    def start(cls, tokenizer: Any, messages: List[Dict[str, Any]], eos_ids: set,
+    def start(cls, tokenizer: PreTrainedTokenizerBase, messages: List[Dict[str, Any]], eos_ids: set,
               max_prompt_length: Optional[int] = None, **template_kwargs: Any) -> "Conversation":
         """Render ``messages`` with the generation prompt and tokenize it (cut from the left to ``max_prompt_length``)."""
         ids = encode_text(tokenizer, render(tokenizer, messages, True, **template_kwargs))

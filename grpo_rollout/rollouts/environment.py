@@ -27,7 +27,7 @@ import inspect
 import math
 import numbers
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from ..user_code.signatures import a_type, raised_at
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
@@ -38,6 +38,10 @@ from ..user_code.deadlines import ExitedInUserCode
 from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, bounded_call
 from .conversation import Conversation, as_messages, eos_ids_of, is_message
 from .episodes import run_multi_turn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from ..generation.base import GenerationClient
 
 ENV_EXTRAS = (rn.ENV_REWARD_EXTRA, rn.ENV_DONE_EXTRA, rn.NUM_TURNS_EXTRA, rn.FINAL_RESPONSE_EXTRA,
               rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA, rn.FIRST_PROMPT_EXTRA, rn.TURN_STARTS_EXTRA,
@@ -176,7 +180,7 @@ def _make_envs(env_class: Any, count: int, env_kwargs: Optional[Dict[str, Any]])
     return envs
 
 
-def environment_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows: Sequence[Dict[str, Any]],
+def environment_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, rows: Sequence[Dict[str, Any]],
                         env: Any, n: int, temperature: float = D.temperature, top_p: float = D.top_p,
                         top_k: int = D.top_k, min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                         max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Awaitable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Optional, Sequence
 
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.seeds import derive_seed
@@ -21,6 +21,9 @@ from ..generation.version_stamps import widened
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler
+
+if TYPE_CHECKING:
+    from ..generation.base import GenerationClient
 
 #: ``end_reason`` values (the per-completion extra) and what each means.
 END_REASONS = {
@@ -52,7 +55,7 @@ class Sampling:
         return None if self.seed is None else derive_seed(self.seed, sample, turn, part)
 
 
-async def _sample_turn(client: Any, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
+async def _sample_turn(client: GenerationClient, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
     # truncate=False: later turns (prompt + completion so far) are longer than max_prompt_length but within the
     # length the server was sized for; cutting them would make the sampler see another context than the trainer.
     # The first prompt was cut by Conversation.start.
@@ -73,7 +76,7 @@ def _end(conv: Conversation, reason: str, detail: str) -> None:
     conv.end_reason, conv.end_detail = reason, detail
 
 
-async def run_episode(client: Any, conv: Conversation, on_turn: TurnHandler, *, sampling: Sampling,
+async def run_episode(client: GenerationClient, conv: Conversation, on_turn: TurnHandler, *, sampling: Sampling,
                       max_completion_length: int, max_turns: int, sample_index: int) -> Conversation:
     """Generate → ``on_turn(text)`` → append its messages → generate again, until ``on_turn`` returns ``None``
     (``stop_reason="done"``), ``max_turns`` sampled turns (``"max_turns"``) or the token budget runs out
@@ -171,7 +174,7 @@ async def gather_or_cancel(coros: Sequence[Awaitable[Any]]) -> List[Any]:
     return [t.result() for t in tasks]
 
 
-def run_episodes(client: Any, episodes: Sequence[tuple], *, sampling: Sampling, max_completion_length: int,
+def run_episodes(client: GenerationClient, episodes: Sequence[tuple], *, sampling: Sampling, max_completion_length: int,
                  max_turns: int) -> List[Conversation]:
     """Run every ``(conversation, on_turn)`` pair concurrently; return the conversations in the same order.
 
@@ -213,7 +216,7 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
     }
 
 
-def run_multi_turn(client: Any, episodes: Sequence[tuple], *, temperature: float, top_p: float, top_k: int,
+def run_multi_turn(client: GenerationClient, episodes: Sequence[tuple], *, temperature: float, top_p: float, top_k: int,
                    min_p: float, repetition_penalty: float, seed: Optional[int], stop: Optional[Sequence[str]],
                    max_turn_tokens: Optional[int], max_completion_length: int,
                    max_turns: int) -> Dict[str, List[Any]]:

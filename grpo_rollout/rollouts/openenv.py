@@ -29,7 +29,7 @@ from __future__ import annotations
 import inspect
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..user_code.signatures import a_type, describe, raised_at
 from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
@@ -38,6 +38,10 @@ from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .environment import ENV_EXTRAS, environment_rollout
 from .kwargs_checks import type_problems, unknown_settings
 from .openenv_serving import _SERVED, close_openenv_servers, serve_app  # noqa: F401 - the OpenEnv rollout's API
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from ..generation.base import GenerationClient
 
 #: observation fields tried, in order, for its text when no ``observation`` function is configured
 TEXT_FIELDS = ("prompt", "message", "text", "content", "output")
@@ -144,7 +148,7 @@ def _function(spec: Any, key: str, base_dir: Optional[Path]) -> Callable:
         raise RolloutError(f"rollout.kwargs.{key} {spec!r}: {exc}") from exc
 
 
-def openenv_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, rows: Sequence[Dict[str, Any]], n: int,
+def openenv_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, rows: Sequence[Dict[str, Any]], n: int,
                     action: Any = None, url: Optional[str] = None, server: Optional[str] = None,
                     observation: Any = None, prompt_column: str = "prompt", temperature: float = D.temperature,
                     top_p: float = D.top_p, top_k: int = D.top_k, min_p: float = D.min_p,

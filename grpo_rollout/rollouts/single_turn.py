@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from ..generation.version_stamps import result_versions
 from .contract import SAMPLING_DEFAULTS as D
 
+if TYPE_CHECKING:
+    from ..generation.base import GenerationClient
 
-def single_turn(prompts: Sequence[Any], *, client: Any, n: int,
+
+def single_turn(prompts: Sequence[Any], *, client: GenerationClient, n: int,
                 temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
                 min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                 max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,

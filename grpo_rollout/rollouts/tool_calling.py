@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
@@ -37,6 +37,10 @@ from .mcp_tools import mcp_problems, mcp_tools
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tool_prompt import ToolPrompt
 from .tool_running import ToolError, ToolResult, cut_result, load_tools, run_tool_call, tool_schema
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from ..generation.base import GenerationClient
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
 TOOL_EXTRAS = (rn.NUM_TURNS_EXTRA, rn.NUM_TOOL_CALLS_EXTRA, rn.NUM_TOOL_ERRORS_EXTRA, rn.TOOL_RESULTS_EXTRA,
@@ -92,7 +96,7 @@ class _ToolEpisode:
         return out
 
 
-def tool_calling_rollout(prompts: Sequence[Any], *, client: Any, tokenizer: Any, n: int, tools: Sequence[Any] = (),
+def tool_calling_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, n: int, tools: Sequence[Any] = (),
                          temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
                          min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                          max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .contract import RolloutError
 from .conversation import render
 from .tool_running import ToolError, example_call, tool_schema
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DEFAULT_SYSTEM_PROMPT = """You can use these tools:
 {tools}
@@ -21,7 +24,7 @@ To call a tool, write its name and arguments as JSON inside <tool_call></tool_ca
 {example}
 The tool's answer comes back in the next message. When you know the answer, reply without a tool call."""
 
-def template_renders_tools(tokenizer: Any, schemas: Sequence[Dict[str, Any]]) -> bool:
+def template_renders_tools(tokenizer: PreTrainedTokenizerBase, schemas: Sequence[Dict[str, Any]]) -> bool:
     """True when the chat template writes the tool schemas into the prompt (many templates ignore ``tools=``)."""
     probe = [{"role": "user", "content": "hi"}]
     try:
@@ -123,7 +126,7 @@ def with_system_prompt(messages: List[Dict[str, Any]], text: str) -> List[Dict[s
     return [{"role": "system", "content": text}] + messages
 
 
-def choose_tool_prompt(tokenizer: Any, schemas: Sequence[Dict[str, Any]], mode: str = "auto") -> str:
+def choose_tool_prompt(tokenizer: PreTrainedTokenizerBase, schemas: Sequence[Dict[str, Any]], mode: str = "auto") -> str:
     """``"template"`` or ``"system"`` for ``mode`` ``"auto"`` (see the module docstring).
 
     Raises:
@@ -153,7 +156,7 @@ class ToolPrompt:
     system_text: Optional[str]
 
     @classmethod
-    def of(cls, tokenizer: Any, functions: Dict[str, Callable], mode: str = "auto",
+    def of(cls, tokenizer: PreTrainedTokenizerBase, functions: Dict[str, Callable], mode: str = "auto",
            template: Optional[str] = None) -> "ToolPrompt":
         """For ``functions`` (name → tool), with ``tool_prompt`` ``mode`` and the system prompt ``template``.
 

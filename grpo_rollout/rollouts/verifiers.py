@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..generation.version_stamps import confirmed_version
 from ..runs import names as rn
@@ -49,6 +49,9 @@ from .episodes import BUDGET_REASONS
 from .verifiers_tokens import episode_tokens
 from .verifiers_play import play_groups, run_on_loop, why_ended
 
+if TYPE_CHECKING:
+    from ..generation.base import GenerationClient
+
 VERIFIERS_REWARD = "verifiers_reward"   # extra: the rubric's weighted sum, per completion
 VERIFIERS_SCORES = "verifiers_scores"   # extra: {rubric function name: score}, per completion
 REBASED_TURNS = "rebased_turns"         # extra: turns whose prompt re-rendered earlier turns (episode_tokens)
@@ -56,7 +59,7 @@ RUBRIC_REWARD = "rubric"                # the reward function that is the rubric
 
 
 
-def _endpoints(client: Any) -> List[Tuple[str, Optional[str]]]:
+def _endpoints(client: GenerationClient) -> List[Tuple[str, Optional[str]]]:
     """``(url, api key)`` of each vLLM server the run's generation client talks to."""
     parts = list(getattr(client, "clients", None) or [client])
     out = []
@@ -117,7 +120,7 @@ def _input(row: Dict[str, Any], prompt: Any, index: int, system_prompt: Optional
     return out
 
 
-def verifiers_rollout(prompts: Sequence[Any], *, client: Any, rows: Sequence[Dict[str, Any]], n: int,
+def verifiers_rollout(prompts: Sequence[Any], *, client: GenerationClient, rows: Sequence[Dict[str, Any]], n: int,
                       env: Optional[str] = None, env_args: Optional[Dict[str, Any]] = None,
                       temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
                       min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,

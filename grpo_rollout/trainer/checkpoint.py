@@ -10,9 +10,12 @@ import re
 import shutil
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 STATE_FILE = "trainer_state.pt"
 _NAME = re.compile(r"checkpoint-(\d+)")
@@ -63,7 +66,7 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
     return Path(output_dir) / f"checkpoint-{step}"
 
 
-def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: Any, state: Union[TrainerState, Dict[str, Any]],
+def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: PreTrainedTokenizerBase, state: Union[TrainerState, Dict[str, Any]],
                     weights: Optional[Dict[str, torch.Tensor]] = None, keep: Optional[int] = None,
                     extra: Optional[Callable[[Path], Any]] = None) -> Path:
     """Write ``checkpoint-<step>`` atomically and return its path.

@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -27,6 +27,9 @@ from ..config import Config
 from ..runs import names as rn
 from ..runs.completion import CompletionRecord
 from .parallel.distributed import Dist
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(kw_only=True)
@@ -127,7 +130,7 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
                         configured_num_generations=config.sampling.num_generations)
 
 
-def _generation_client(cfg: Config, lm: Any, tokenizer: Any, model_path: Any, tmp: Path, vocab_size: int,
+def _generation_client(cfg: Config, lm: Any, tokenizer: PreTrainedTokenizerBase, model_path: Any, tmp: Path, vocab_size: int,
                        say: Callable[[str], None], needs_server: bool = False) -> Tuple[Any, str]:
     """The client the dry run generates with, and its name for the report: the attached server(s) when they answer
     and pass the checks training makes, else transformers in this process (``cfg.vllm.mode`` becomes ``off``; no

@@ -11,7 +11,7 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import torch
 
@@ -26,6 +26,9 @@ from .update.logprobs import CompletionLogprobs, packing_isolates
 from .parallel.policy import decoder_layers, initialise_sharding, load_optimizer_state, shard
 from .parallel.precision import MASTER_DTYPE, Precision
 from .rollout.prompt_order import PromptOrder
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -42,7 +45,7 @@ class LoadedPolicy:
 
     policy: CompletionLogprobs
     ref: Optional[CompletionLogprobs]
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     model_path: str
     padding_free: bool
     state: Optional[TrainerState]

@@ -7,13 +7,16 @@ generation, no weight update until ``/wake_up/``); ``dtype``: the dtype the mode
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from fastapi import HTTPException, Request
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 class _State:
-    def __init__(self, engine: Any, tokenizer: Any, model: str, max_model_len: int, vocab_size: int,
+    def __init__(self, engine: Any, tokenizer: PreTrainedTokenizerBase, model: str, max_model_len: int, vocab_size: int,
                  api_keys: List[str], layout: Optional[Dict[str, tuple]] = None, tied: bool = False,
                  sleep_mode: bool = False, dtype: str = ""):
         self.engine, self.tokenizer, self.model, self.api_keys = engine, tokenizer, model, api_keys

@@ -9,7 +9,7 @@ Versions count weight syncs: the first sync (before step 1) makes version 1, eac
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ...generation.version_stamps import confirm_version
 from ...generation.vllm_client import ServerError
@@ -19,6 +19,9 @@ from .policy import full_state_dict
 from .precision import Precision
 from ..rollout.versions import progress_lines
 
+if TYPE_CHECKING:
+    from ...generation.base import GenerationClient
+
 
 class WeightSync:
     """Sends the policy's weights to the servers behind ``client`` (or over ``nccl``) and keeps the confirmed version.
@@ -27,7 +30,7 @@ class WeightSync:
         version: the weight version every server confirmed last (0: none yet).
     """
 
-    def __init__(self, policy: CompletionLogprobs, client: Any, nccl: Optional[Any], dist: Dist, precision: Precision,
+    def __init__(self, policy: CompletionLogprobs, client: GenerationClient, nccl: Optional[Any], dist: Dist, precision: Precision,
                  say: Callable[[str], None]):
         self.policy, self.client, self.nccl, self.dist, self.precision, self.say = \
             policy, client, nccl, dist, precision, say

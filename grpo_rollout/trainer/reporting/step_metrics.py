@@ -5,7 +5,7 @@ completion for the console and ``completions.jsonl``, and the token-level record
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -17,6 +17,9 @@ from ...runs.completion import CompletionRecord
 from ...runs.rollouts import RolloutRecord, write_rollouts
 from ..rollout.stats import episode_metrics, extras_means, tool_metrics
 from ..update.policy_update import UpdateResult
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: UpdateResult, times: StepTimes,
                  num_generations: int, sampler_lag: Optional[int]) -> Tuple[Dict[str, Any], List[CompletionRecord]]:
@@ -52,7 +55,7 @@ def step_metrics(whole: CompletionScores, advantages: torch.Tensor, update: Upda
 
 
 def save_rollouts(output_dir: Path, step: int, records: List[CompletionRecord], tokens: List[Dict[str, Any]],
-                  tokenizer: Any, num_generations: int) -> None:
+                  tokenizer: PreTrainedTokenizerBase, num_generations: int) -> None:
     """Write ``rollouts/step_<step>.jsonl`` (``step`` 1-based): every completion's tokens, mask, sampler and trainer
     log-probs, importance weights, advantage, rewards and extras (a :class:`~...runs.rollouts.RolloutRecord` each,
     from the step's ``records`` (:func:`step_metrics`'s) and ``tokens``, every rank's

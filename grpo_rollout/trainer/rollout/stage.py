@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 from dataclasses import replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ...config import Config
 from ...user_code.resolve import resolve_callable
@@ -45,6 +45,10 @@ from .stats import shown_prompts, truncated_flags
 from .stage_stream import StreamedGroups
 from .stream import GroupStream
 from .versions import completion_versions, version_lag_problem
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from ...generation.base import GenerationClient
 
 
 class RolloutStage(StreamedGroups):
@@ -83,7 +87,7 @@ class RolloutStage(StreamedGroups):
                                         Path(t.output_dir).expanduser(), len(self.dataset), t.prompts_per_step,
                                         base_dir)
 
-    def connect(self, client: Any, tokenizer: Any, eos_ids: set, vocab_size: int) -> None:
+    def connect(self, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, eos_ids: set, vocab_size: int) -> None:
         """Add what needs the model: the generation client, the tokenizer, its end-of-sequence ids and vocabulary
         size."""
         self.client, self.tokenizer, self.eos_ids, self.vocab_size = client, tokenizer, eos_ids, vocab_size
