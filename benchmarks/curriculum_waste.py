@@ -1,7 +1,7 @@
 """Benchmark by simulation: how many rollouts the pass-rate curriculum (``data.curriculum: pass_rate``, issue 32.7)
 saves from groups without reward variance (no advantage, nothing learned), with the trainer's own prompt order and
-curriculum (:class:`~grpo_rollout.trainer.rollout.prompt_order.PromptOrder`,
-:class:`~grpo_rollout.trainer.rollout.curriculum.PassRateCurriculum`) and a simulated policy instead of a model.
+curriculum (:class:`~grpo_rollout.orchestrator.prompt_order.PromptOrder`,
+:class:`~grpo_rollout.orchestrator.curriculum.PassRateCurriculum`) and a simulated policy instead of a model.
 
 The simulated policy solves prompt ``i`` with probability ``p_i``: a quarter of the prompts start solved (``p = 1``), a
 quarter unsolvable (``p = 0``, they stay so), the rest in ``[0.1, 0.9]``; a group with a mixed result teaches its
@@ -22,8 +22,8 @@ import argparse
 import random
 from typing import List, Optional, Tuple
 
-from grpo_rollout.trainer.rollout.curriculum import PassRateCurriculum
-from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
+from grpo_rollout.orchestrator.curriculum import PassRateCurriculum
+from grpo_rollout.orchestrator.prompt_order import PromptOrder
 
 
 def start_skills(prompts: int, seed: int) -> List[float]:

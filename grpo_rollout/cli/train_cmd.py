@@ -44,7 +44,7 @@ def _train_and_summarise(console: Console, loaded: LoadedConfig, config_path: Pa
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer import train
-    from ..trainer.parallel.distributed import RankError
+    from ..distributed import RankError
     from ..trainer.guards import NonFiniteError, StaleWeightsError
     from ..trainer.reporting.progress import RichReporter
 

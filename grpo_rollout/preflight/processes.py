@@ -101,7 +101,7 @@ def check_sleep(config: Config, problems: List[Problem]) -> None:
 
 def _check_stream(config: Config, problems: List[Problem], processes: int) -> None:
     """``training.max_inflight_groups`` only matters when streaming, and at most ``(k + 1)`` steps' groups per
-    process run at once (the staleness bound's cap, :mod:`grpo_rollout.trainer.rollout.stream`)."""
+    process run at once (the staleness bound's cap, :mod:`grpo_rollout.orchestrator.stream`)."""
     t = config.training
     if t.max_inflight_groups is None or not isinstance(t.max_inflight_groups, int):
         return

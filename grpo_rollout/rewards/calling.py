@@ -44,7 +44,7 @@ class RewardFunction:
 
 @dataclass
 class RewardResult:
-    """Scores of one batch (the trainer's :class:`~grpo_rollout.trainer.batch.CompletionScores` adds what else it
+    """Scores of one batch (the trainer's :class:`~grpo_rollout.orchestrator.batch.CompletionScores` adds what else it
     knows of each completion).
 
     Attributes:

@@ -29,9 +29,9 @@ class TrainerState:
         step: completed steps (the checkpoint's ``N``). optimizer: AdamW's state keyed by parameter name
         (``None`` with ``training.save_only_model``). optimizer_saved: whether it was. scheduler: the LR schedule's
         ``state_dict``. rng_by_rank: every process's RNG states (:func:`rng_state`). data_position: where the prompt
-        order stood (``{"epoch", "offset"}``, :meth:`~.rollout.prompt_order.PromptOrder.position`). config: the run's
+        order stood (``{"epoch", "offset"}``, :meth:`PromptOrder.position`). config: the run's
         resolved YAML. world_size: processes that saved it. stream_by_rank: with streaming rollouts, every
-        process's place in its prompt sequence (:meth:`~.rollout.stage.RolloutStage.stream_state`), else ``None``.
+        process's place in its prompt sequence (:meth:`~..orchestrator.stage.RolloutStage.stream_state`), else ``None``.
     """
 
     step: int

@@ -7,7 +7,7 @@ transformers on 2 CPU cores) and a short ``max_completion_length`` through the c
 server when it answers; otherwise transformers in this process: no server is spawned for a dry run), checks the
 output contract, calls every reward function, and reports one sample with its rewards and how long each part took. A multi-turn episode that the short
 budget ended before another turn is played again with training's budget, so every turn's code runs. It runs exactly
-the code a training step runs (:meth:`.rollout.stage.RolloutStage.generate_and_score`), so a contract or reward error
+the code a step runs (:meth:`~..orchestrator.stage.RolloutStage.generate_and_score`), so a contract or reward error
 reads the same as in training.
 """
 
@@ -26,7 +26,7 @@ import torch
 from ..config import Config
 from ..runs import names as rn
 from ..runs.completion import CompletionRecord
-from .parallel.distributed import Dist
+from ..distributed import Dist
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -83,7 +83,7 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
     """
     from ..models.pretrained import eos_token_ids, load_model_and_tokenizer
     from ..rewards.overlong import OVERLONG_REWARD, overlong_reward
-    from .rollout.stage import RolloutStage
+    from ..orchestrator.stage import RolloutStage
 
     cfg = _capped(config, num_completions, max_completion_length)
     with tempfile.TemporaryDirectory(prefix="grpo-rollout-dry-run-") as tmp:

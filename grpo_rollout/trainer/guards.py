@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from ..orchestrator.versions import StaleWeightsError  # noqa: F401 - run.py and the CLI catch it from here
 from ..runs.names import VLLM_LOG
-
-
-class StaleWeightsError(RuntimeError):
-    """The generation server's log-probs (or weight version) say it is not on the trainer's weights."""
 
 
 class NonFiniteError(RuntimeError):

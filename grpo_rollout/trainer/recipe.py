@@ -1,7 +1,7 @@
 """The GRPO recipe: one class that sets a run up, runs its steps, saves and cleans up (torchtune's recipe shape).
 
 One step (Shao et al. 2024, DeepSeekMath, Algorithm 1, one policy update per batch by default) is four stages,
-each a method a reader can jump to, passing typed data (:mod:`.batch`)::
+each a method a reader can jump to, passing typed data (:mod:`grpo_rollout.orchestrator.batch`)::
 
     batch  = collect(step)         # ScoredBatch: this rank's groups, ids, masks, sampler log-probs, rewards, advantages
     result = update(step, batch)   # UpdateResult: loss parts, grad norm, clip/KL/IS statistics
@@ -16,7 +16,7 @@ Step convention (:mod:`grpo_rollout.runs.names`): ``step`` is 0-based in every s
 that takes or gives the 1-based count says so.
 
 With ``N`` training processes each takes its own whole groups of the step's prompts; N processes train exactly as
-one would on the same batch (:mod:`.parallel.distributed`, :mod:`.parallel.policy`); rank 0 alone writes and prints.
+one would on the same batch (:mod:`grpo_rollout.distributed`, :mod:`.parallel.policy`); rank 0 alone writes and prints.
 
 One sample's way, prompt → ``backward()``, is recorded by ``tests/integration/test_trace.py`` on a tiny run and shown in
 docs/architecture.md ("The way of one sample"): 18 hops through 11 files synchronously, 23 through 14 streaming.
@@ -40,11 +40,11 @@ from ..runs.names import CONFIG_FILE, TIME_STEP
 from .update.advantages import step_advantages
 from .update.surrogates import policy_term
 from .update.turn_credit import with_turn_credit
-from .batch import CompletionScores, ScoredBatch, StepTimes
-from .stream_stats import StreamStats
+from ..orchestrator.batch import CompletionScores, ScoredBatch, StepTimes
+from ..orchestrator.stream_stats import StreamStats
 from .checkpoint import TrainerState, rng_state, save_checkpoint
-from .parallel.distributed import Dist
-from .rollout.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
+from ..distributed import Dist
+from ..orchestrator.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
 from .evaluation.held_out import EvalResult, Evaluator, evaluation_on, write_eval_records
 from .guards import NonFiniteGuard
 from .parallel.memory import largest_rank_memory, start_step
@@ -52,7 +52,7 @@ from .parallel.policy import full_state_dict, optimizer_state, whole_weights
 from .parallel.precision import Precision
 from .reporting.progress import RichReporter
 from ..runs.rollouts import save_now
-from .rollout.stage import RolloutStage
+from ..orchestrator.stage import RolloutStage
 from .setup import build_optimizer, load_policy, open_clients, restore
 from .reporting.step_metrics import save_rollouts, step_metrics
 from .reporting.streaming_view import startup_lines

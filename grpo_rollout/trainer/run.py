@@ -18,7 +18,7 @@ from ..rollouts.contract import RolloutError
 from ..runs.names import REWARD, STEP
 from .checkpoint import checkpoint_step, find_checkpoint
 from .evaluation.held_out import eval_summary
-from .parallel.distributed import Dist, RankError
+from ..distributed import Dist, RankError
 from .guards import NonFiniteError, StaleWeightsError
 from ..runs.metrics_writer import MetricsLogger
 from .reporting.progress import RichReporter, pick_samples

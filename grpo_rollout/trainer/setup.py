@@ -21,11 +21,11 @@ from ..generation.version_stamps import use_in_flight_updates
 from ..models.pretrained import eos_token_ids, load_model_and_tokenizer
 from ..models.lora import apply_lora, is_adapter_checkpoint, load_adapter, parameter_counts
 from .checkpoint import TrainerState, find_checkpoint, load_trainer_state, restore_rng
-from .parallel.distributed import Dist
+from ..distributed import Dist
 from .update.logprobs import CompletionLogprobs, packing_isolates
 from .parallel.policy import decoder_layers, initialise_sharding, load_optimizer_state, shard
 from .parallel.precision import MASTER_DTYPE, Precision
-from .rollout.prompt_order import PromptOrder
+from ..orchestrator.prompt_order import PromptOrder
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -76,7 +76,7 @@ from simulated_server import SimulatedServer, use_simulated_server
 from grpo_rollout.config import load_config
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
-from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
+from grpo_rollout.orchestrator.prompt_order import PromptOrder
 
 draw_next = PromptOrder._draw_next
 
@@ -126,7 +126,7 @@ def test_a_resumed_stream_takes_the_saved_draws(tmp_path, tiny_model, monkeypatc
     """A stream had drawn steps ahead when the checkpoint was saved: the resumed run takes those draws from the
     checkpoint (the positions left to train map to the same rows) and draws only the steps after them."""
     from grpo_rollout.trainer.checkpoint import STATE_FILE
-    from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
+    from grpo_rollout.orchestrator.prompt_order import PromptOrder
     from streaming_helpers import streaming_config
 
     drawn = []

@@ -117,7 +117,7 @@ def test_refills_never_repeat_a_prompt_of_the_same_step(tmp_path, tiny_model):
 
 
 def test_refill_indices_skip_what_the_step_drew():
-    from grpo_rollout.trainer.rollout.dynamic_sampling import refill_indices
+    from grpo_rollout.orchestrator.dynamic_sampling import refill_indices
 
     first = refill_indices(step=2, round_=1, num_rows=6, prompts_per_step=4, seed=0, drawn=[0, 1, 2, 3])
     assert sorted(first) == [4, 5]  # only two rows left unused

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from grpo_rollout.trainer.evaluation.held_out import eval_result, eval_summary
-from grpo_rollout.trainer.batch import CompletionScores
+from grpo_rollout.orchestrator.batch import CompletionScores
 from grpo_rollout.trainer.evaluation.pass_at_k import pass_at_k_with_stderr
 
 

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from grpo_rollout.config import config_from_dict
 from grpo_rollout.preflight import validate
 from grpo_rollout.models.lora import apply_lora, merged_state_dict
-from grpo_rollout.trainer.parallel.distributed import Dist
+from grpo_rollout.distributed import Dist
 from grpo_rollout.trainer.update.logprobs import CompletionLogprobs, pack
 from grpo_rollout.trainer.parallel.policy import full_state_dict
 from lora_helpers import ALPHA, R, _batch, _logprobs, expected_lora_parameters

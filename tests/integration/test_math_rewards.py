@@ -134,7 +134,7 @@ def test_a_script_without_a_main_guard_is_not_run_again_by_the_workers(tmp_path)
 
 
 def test_timeouts_are_counted_per_function_and_named():
-    from grpo_rollout.trainer.batch import CompletionScores
+    from grpo_rollout.orchestrator.batch import CompletionScores
 
     fns = [RewardFunction("math_accuracy", math_accuracy, kwargs={"timeout_s": 1.0})]
     result = compute_rewards(fns, prompts=["p"] * 4, completions=[GOOD, HANGS, "x", HANGS],

@@ -104,8 +104,8 @@ def test_a_kl_term_or_an_entropy_bonus_still_updates(tmp_path, tiny_model, monke
 RANKS = '''
 from types import SimpleNamespace
 import torch
-from grpo_rollout.trainer.batch import ScoredBatch
-from grpo_rollout.trainer.parallel.distributed import Dist
+from grpo_rollout.orchestrator.batch import ScoredBatch
+from grpo_rollout.distributed import Dist
 from grpo_rollout.trainer.update.no_signal import step_has_signal
 
 class Rollout(SimpleNamespace):

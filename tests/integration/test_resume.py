@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_rollout.trainer import train
-from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
+from grpo_rollout.orchestrator.prompt_order import PromptOrder
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from tiny_model import tiny_config
 

@@ -32,7 +32,7 @@ PACKAGE = REPO / "grpo_rollout"
 BUDGET = {"synchronous": (18, 11), "streaming": (23, 14)}  # (hops, files): where the code stands; the aim is lower
 MOMENTS = {  # moment: (the called file's path ends with, the function's name or None for any)
     "generate": ("simulated_server.py", "generate"),
-    "take": ("trainer/rollout/stream.py", "take"),
+    "take": ("orchestrator/stream.py", "take"),
     "reward": ("task_rewards.py", None),
     "advantages": ("trainer/update/advantages.py", None),
     "log-probs": ("modeling_llama.py", "forward"),

@@ -73,8 +73,8 @@ def test_turn_credit_trains_and_each_advantage_is_the_hand_computed_one(tmp_path
 
 RANKS = '''
 from types import SimpleNamespace
-from grpo_rollout.trainer.batch import ScoredBatch
-from grpo_rollout.trainer.parallel.distributed import Dist
+from grpo_rollout.orchestrator.batch import ScoredBatch
+from grpo_rollout.distributed import Dist
 from grpo_rollout.trainer.update.turn_credit import with_turn_credit
 
 class Rollout(SimpleNamespace):

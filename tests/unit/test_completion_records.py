@@ -10,7 +10,7 @@ import torch
 from grpo_rollout.runs import names as rn
 from grpo_rollout.runs.completion import CompletionRecord, group_columns
 from grpo_rollout.runs.rollouts import RolloutRecord, token_record
-from grpo_rollout.trainer.batch import CompletionScores
+from grpo_rollout.orchestrator.batch import CompletionScores
 from grpo_rollout.trainer.evaluation.held_out import eval_result
 
 

@@ -7,8 +7,8 @@ import io
 import pytest
 import torch
 
-from grpo_rollout.trainer.rollout.curriculum import PassRateCurriculum
-from grpo_rollout.trainer.rollout.prompt_order import PromptOrder
+from grpo_rollout.orchestrator.curriculum import PassRateCurriculum
+from grpo_rollout.orchestrator.prompt_order import PromptOrder
 
 ALL, NONE, MIXED = [1.0, 1.0], [0.0, 0.0], [1.0, 0.0]  # a group of 2 completions, success_reward 1.0
 
@@ -164,8 +164,8 @@ def test_dynamic_sampling_refills_skip_the_prompts_that_sat_out_or_are_paused():
     10 rows, 4 per step, patience 1, pause 1."""
     from types import SimpleNamespace
 
-    from grpo_rollout.trainer.rollout.dynamic_sampling import refill_indices
-    from grpo_rollout.trainer.rollout.stage import RolloutStage
+    from grpo_rollout.orchestrator.dynamic_sampling import refill_indices
+    from grpo_rollout.orchestrator.stage import RolloutStage
 
     order = _order(rows=10, per_step=4)
     stage = SimpleNamespace(prompt_order=order, curriculum=order.curriculum)

@@ -13,9 +13,9 @@ import pytest
 from grpo_rollout import EpisodeFailure
 from grpo_rollout.rollouts.contract import RolloutError, RolloutOutput
 from grpo_rollout.rollouts.mcp_tools import MCPServerGone
-from grpo_rollout.trainer.batch import CompletionScores, ScoredBatch
+from grpo_rollout.orchestrator.batch import CompletionScores, ScoredBatch
 from grpo_rollout.config.schema import FAILURE_ERRORS
-from grpo_rollout.trainer.rollout.failures import EpisodeFailures, FailureCounts, play_group
+from grpo_rollout.orchestrator.failures import EpisodeFailures, FailureCounts, play_group
 
 N = 2
 
@@ -125,7 +125,7 @@ def test_a_streamed_group_played_again_gets_a_seed_no_other_attempt_has():
     """A streamed group's seed used ``attempt + 100 × retry``: the 100th stale re-roll and the first retry after an
     EpisodeFailure shared a seed. The retry is now a part of the seed of its own; a first play keeps its seed."""
     from grpo_rollout.generation.seeds import derive_seed
-    from grpo_rollout.trainer.rollout.stage import RolloutStage
+    from grpo_rollout.orchestrator.stage import RolloutStage
 
     stage = SimpleNamespace(sampling_kwargs=lambda step: {"seed": 7 + step, "n": 4}, dist=SimpleNamespace(rank=1))
     seed = lambda attempt, retry: RolloutStage.group_sampling(stage, 3, 5, attempt, retry)["seed"]  # noqa: E731

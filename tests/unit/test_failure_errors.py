@@ -21,9 +21,9 @@ from grpo_rollout.generation.vllm_client import ServerError
 from grpo_rollout.rewards.calling import RewardError
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.runs.failure_records import read_failures
-from grpo_rollout.trainer.rollout.failure_report import MOST_KINDS, EpochLosses
-from grpo_rollout.trainer.rollout.failures import failure_cause
-from grpo_rollout.trainer.rollout.stream import GroupStream
+from grpo_rollout.orchestrator.failure_report import MOST_KINDS, EpochLosses
+from grpo_rollout.orchestrator.failures import failure_cause
+from grpo_rollout.orchestrator.stream import GroupStream
 from grpo_rollout.user_code.exception_types import resolve_exception_types
 from test_episode_failures import N, _batch, _failures, _groups
 

@@ -1,4 +1,4 @@
-"""The group stream (training.max_staleness >= 1, grpo_rollout/trainer/rollout/stream.py) with scripted latencies: a
+"""The group stream (training.max_staleness >= 1, grpo_rollout/orchestrator/stream.py) with scripted latencies: a
 "server" whose weight version the test's "trainer" loop advances after every step, and groups that sleep a set time.
 Checked: every trained group's age <= k, drops of stale groups and their counts, each prompt trained once, a resume
 from the stream's state, groups left out by ``keep``, a rollout that raises."""
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_rollout.trainer.stream_stats import StreamStats
-from grpo_rollout.trainer.rollout.stream import GroupStream
+from grpo_rollout.orchestrator.stream_stats import StreamStats
+from grpo_rollout.orchestrator.stream import GroupStream
 
 
 class Scripted:

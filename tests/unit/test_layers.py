@@ -1,5 +1,6 @@
 """Who may import whom: import-linter's contracts in pyproject.toml (each layer imports only those below it; config/
-imports nothing else of grpo-rollout) hold, and an upward import breaks them."""
+imports nothing else of grpo-rollout; the orchestrator never imports the trainer) hold, and an upward import breaks
+them."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def lint_imports(package_root: Path) -> subprocess.CompletedProcess:
 def test_the_import_contracts_hold():
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 2 kept, 0 broken." in result.stdout
+    assert "Contracts: 3 kept, 0 broken." in result.stdout
 
 
 def test_an_upward_import_from_config_breaks_them(tmp_path):
@@ -32,8 +33,20 @@ def test_an_upward_import_from_config_breaks_them(tmp_path):
     problems.write_text(problems.read_text() + "\nfrom ..trainer import checkpoint  # noqa: E402,F401\n")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout
-    assert "Contracts: 0 kept, 2 broken." in result.stdout
+    # all three: the orchestrator imports config, which would now reach the trainer
+    assert "Contracts: 0 kept, 3 broken." in result.stdout
     assert "grpo_rollout.config.problems -> grpo_rollout.trainer.checkpoint" in result.stdout
+
+
+def test_the_orchestrator_importing_the_trainer_breaks_them(tmp_path):
+    """Issue 40.1: the orchestrator hands the trainer its batches; it never reaches into the trainer."""
+    shutil.copytree(REPO / "grpo_rollout", tmp_path / "grpo_rollout", ignore=shutil.ignore_patterns("__pycache__"))
+    stream = tmp_path / "grpo_rollout" / "orchestrator" / "stream.py"
+    stream.write_text(stream.read_text() + "\nfrom ..trainer import checkpoint  # noqa: E402,F401\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout
+    assert "Contracts: 1 kept, 2 broken." in result.stdout  # the layers, and the orchestrator's own contract
+    assert "grpo_rollout.orchestrator.stream -> grpo_rollout.trainer.checkpoint" in result.stdout
 
 
 def _layer_modules() -> set:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grpo_rollout.rewards.calling import RewardFunction, compute_rewards
-from grpo_rollout.trainer.batch import CompletionScores, StepTimes
+from grpo_rollout.orchestrator.batch import CompletionScores, StepTimes
 from grpo_rollout.trainer.reporting.step_metrics import step_metrics
 
 

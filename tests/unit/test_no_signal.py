@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_rollout.trainer.batch import ScoredBatch
-from grpo_rollout.trainer.parallel.distributed import Dist
+from grpo_rollout.orchestrator.batch import ScoredBatch
+from grpo_rollout.distributed import Dist
 from grpo_rollout.trainer.update.no_signal import moving_tokens, step_has_signal
 from grpo_rollout.trainer.update.objective import aggregate, gradient_without_advantages, per_token_loss
 from grpo_rollout.trainer.update.surrogates import policy_term

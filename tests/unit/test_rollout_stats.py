@@ -1,6 +1,6 @@
 """Per-step statistics of rollout output: extras means, tool metrics, truncation flags."""
 
-from grpo_rollout.trainer.rollout.stats import extras_means, tool_metrics, truncated_flags
+from grpo_rollout.orchestrator.stats import extras_means, tool_metrics, truncated_flags
 
 
 def test_extras_means_numeric_only():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_rollout.trainer.rollout.stream import GroupStream
+from grpo_rollout.orchestrator.stream import GroupStream
 from test_group_stream import Scripted, _train
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from grpo_rollout.config.training_section import TrainingConfig
 from grpo_rollout.runs import names as rn
-from grpo_rollout.trainer.stream_stats import SequenceGaps, StreamStats
+from grpo_rollout.orchestrator.stream_stats import SequenceGaps, StreamStats
 from grpo_rollout.trainer.reporting.progress import RichReporter
 from grpo_rollout.trainer.reporting.streaming_view import startup_lines, verdict
 from grpo_rollout.trainer.run import TrainResult

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_rollout.trainer.batch import ScoredBatch
+from grpo_rollout.orchestrator.batch import ScoredBatch
 from grpo_rollout.trainer.update.surrogates import clip_surrogate, per_token
 from grpo_rollout.trainer.update.turn_credit import (group_turn_advantages, token_advantages, turn_rewards_of,
                                                      with_turn_credit)

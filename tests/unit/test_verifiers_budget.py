@@ -12,9 +12,9 @@ import pytest
 
 from grpo_rollout import EpisodeFailure
 from grpo_rollout.rollouts.contract import RolloutError, RolloutOutput
-from grpo_rollout.trainer.batch import CompletionScores, ScoredBatch
+from grpo_rollout.orchestrator.batch import CompletionScores, ScoredBatch
 from grpo_rollout.rollouts.verifiers import verifiers_rollout
-from grpo_rollout.trainer.rollout.failures import EpisodeFailures
+from grpo_rollout.orchestrator.failures import EpisodeFailures
 from tests.verifiers_helpers import END, ENV_SOURCE, X, ScriptedServer, rows
 
 

@@ -25,7 +25,7 @@ from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.single_turn import single_turn
 from grpo_rollout.runs.rollouts import RolloutRecord, token_record, write_rollouts
 from grpo_rollout.trainer.guards import StaleWeightsError
-from grpo_rollout.trainer.rollout.stage import RolloutStage
+from grpo_rollout.orchestrator.stage import RolloutStage
 from grpo_rollout.views.inspect import load_sample, summary_line
 
 

@@ -20,12 +20,12 @@ from grpo_rollout.generation.multi_server import MultiServerClient
 from grpo_rollout.generation.version_stamps import RecordingClient
 from grpo_rollout.generation.vllm_client import ServerError, VllmClient
 from grpo_rollout.rollouts.contract import RolloutOutput
-from grpo_rollout.trainer.batch import ScoredBatch
+from grpo_rollout.orchestrator.batch import ScoredBatch
 from grpo_rollout.trainer.guards import StaleWeightsError, check_sampler_mismatch
 from grpo_rollout.trainer.parallel.precision import Precision
-from grpo_rollout.trainer.rollout.stage import RolloutStage
+from grpo_rollout.orchestrator.stage import RolloutStage
 from grpo_rollout.trainer.parallel.weight_sync import WeightSync
-from grpo_rollout.trainer.rollout.versions import progress_lines
+from grpo_rollout.orchestrator.versions import progress_lines
 from helpers import send_json
 
 

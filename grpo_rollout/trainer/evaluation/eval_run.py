@@ -11,12 +11,12 @@ from typing import Optional
 
 from ...config import Config, ConfigError, Problem
 from ...preflight import validate
-from ..parallel.distributed import Dist
+from ...distributed import Dist
 from .held_out import EvalResult, Evaluator
 from ..parallel.policy import whole_weights
 from ..parallel.precision import Precision
 from ..reporting.progress import RichReporter
-from ..rollout.stage import RolloutStage
+from ...orchestrator.stage import RolloutStage
 from ..setup import load_policy, open_clients
 from ..parallel.weight_sync import WeightSync
 

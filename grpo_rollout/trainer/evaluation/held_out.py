@@ -26,11 +26,11 @@ from ...config import Config
 from ...data import load_section
 from ...preflight.evaluation import evaluation_asked, held_out_size_warning
 from ...rewards.scores import mean_std
-from ..batch import CompletionScores
-from ..parallel.distributed import Dist
+from ...orchestrator.batch import CompletionScores
+from ...distributed import Dist
 from .pass_at_k import default_ks, pass_at_k, pass_at_k_with_stderr
-from ..rollout.stage import RolloutStage
-from ..rollout.stats import episode_metrics, extras_means, tool_metrics
+from ...orchestrator.stage import RolloutStage
+from ...orchestrator.stats import episode_metrics, extras_means, tool_metrics
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Dict, Iterator, Optional
 
 import torch
 
-from .distributed import Dist
+from ...distributed import Dist
 from ..update.logprobs import CompletionLogprobs
 
 PREFIX = "lm."  # the LM's parameter names inside the wrapper

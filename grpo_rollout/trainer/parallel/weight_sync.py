@@ -2,7 +2,7 @@
 weight version.
 
 Versions count weight syncs: the first sync (before step 1) makes version 1, each step's sync one more
-(:mod:`..rollout.versions` checks batches against it). Rank 0 sends over HTTP or a shared folder; with
+(:mod:`grpo_rollout.orchestrator.versions` checks batches against it). Rank 0 sends over HTTP or a shared folder; with
 ``vllm.weight_transfer: nccl`` every rank takes part in a GPU broadcast (:mod:`~grpo_rollout.generation.nccl_sync`).
 """
 
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ...generation.version_stamps import confirm_version
 from ...generation.vllm_client import ServerError
-from .distributed import Dist
+from ...distributed import Dist
 from ..update.logprobs import CompletionLogprobs
 from .policy import full_state_dict
 from .precision import Precision
-from ..rollout.versions import progress_lines
+from ...orchestrator.versions import progress_lines
 
 if TYPE_CHECKING:
     from ...generation.base import GenerationClient

@@ -12,10 +12,10 @@ import torch
 from ...runs import names as rn
 from ...rewards.scores import mean_std
 from ..update.advantages import zero_std_fraction
-from ..batch import CompletionScores, StepTimes
+from ...orchestrator.batch import CompletionScores, StepTimes
 from ...runs.completion import CompletionRecord
 from ...runs.rollouts import RolloutRecord, write_rollouts
-from ..rollout.stats import episode_metrics, extras_means, tool_metrics
+from ...orchestrator.stats import episode_metrics, extras_means, tool_metrics
 from ..update.policy_update import UpdateResult
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ import math
 from typing import List
 
 from ...runs.rollouts import token_record
-from ..batch import ScoredBatch
-from ..parallel.distributed import Dist
+from ...orchestrator.batch import ScoredBatch
+from ...distributed import Dist
 from .objective import gradient_without_advantages
 from .policy_update import PolicyUpdate, UpdateResult, UpdateStats
 

@@ -20,10 +20,10 @@ from ...generation.sampling_filter import FILTER_SETTINGS
 from ...rollouts.contract import RolloutOutput
 from ...runs import names as rn
 from ...runs.rollouts import token_record
-from ..batch import ScoredBatch
-from ..stream_stats import SequenceGaps
+from ...orchestrator.batch import ScoredBatch
+from ...orchestrator.stream_stats import SequenceGaps
 from ..guards import check_sampler_mismatch
-from ..parallel.distributed import Dist
+from ...distributed import Dist
 from ..parallel.precision import Precision
 from .logprobs import CompletionLogprobs, MicroBatch, build_micro_batches
 from .objective import BatchTotals, TokenLosses, aggregate, importance_weights, per_token_loss

@@ -100,7 +100,7 @@ def token_advantages(turn_advantages: Sequence[float], turn_starts: Sequence[int
 
 
 def with_turn_credit(batch: Any, dist: Any, num_generations: int, gamma: float) -> Any:
-    """``batch`` (a :class:`~..batch.ScoredBatch`) with per-token advantages (``token_advantages``), its
+    """``batch`` (a :class:`~...orchestrator.batch.ScoredBatch`) with per-token advantages (``token_advantages``), its
     per-completion ``advantages`` the mean over each completion's trained tokens, and the whole step's
     ``step_advantages`` (a collective: every rank's summaries).
 

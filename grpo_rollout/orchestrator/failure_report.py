@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...runs import names as rn
+from ..runs import names as rn
 
 #: kinds of failure named on the console per step; the rest are counted (every one is in failures.jsonl)
 MOST_KINDS = 3

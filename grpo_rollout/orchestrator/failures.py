@@ -23,12 +23,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
-from ...rewards.calling import RewardError
-from ...rollouts.contract import EpisodeFailure, RolloutError
-from ...runs import names as rn
-from ...runs.failure_records import append_failures
-from ...user_code.exception_types import resolve_exception_types
-from ..batch import ScoredBatch
+from ..rewards.calling import RewardError
+from ..rollouts.contract import EpisodeFailure, RolloutError
+from ..runs import names as rn
+from ..runs.failure_records import append_failures
+from ..user_code.exception_types import resolve_exception_types
+from .batch import ScoredBatch
 from .failure_report import EpochLosses, FailureRecord, failure_notes, type_name
 
 #: grpo-rollout's own wrappers of what user code raised (the rollout function or an environment's method, a reward

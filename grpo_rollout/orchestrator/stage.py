@@ -1,4 +1,4 @@
-"""The rollout stage: a step's prompts → the user's rollout → rewards, as a :class:`~..batch.ScoredBatch`.
+"""The rollout stage: a step's prompts → the user's rollout → rewards, as a :class:`~.batch.ScoredBatch`.
 
 Each training process takes its own whole groups of the step's prompts (:meth:`RolloutStage.my_rows`), calls the
 rollout once with them (``n = num_generations`` completions each, :func:`~grpo_rollout.rollouts.rollout_call.call_rollout`
@@ -22,33 +22,32 @@ from pathlib import Path
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ...config import Config
-from ...user_code.resolve import resolve_callable
-from ...data import load_section
-from ...generation.seeds import derive_seed
-from ...generation.version_stamps import RecordingClient
-from ...rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
-from ...rewards.overlong import OVERLONG_REWARD, overlong_reward
+from ..config import Config
+from ..user_code.resolve import resolve_callable
+from ..data import load_section
+from ..generation.seeds import derive_seed
+from ..generation.version_stamps import RecordingClient
+from ..rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
+from ..rewards.overlong import OVERLONG_REWARD, overlong_reward
 from .failures import EpisodeFailures
-from ...rollouts import builtin_rollout
-from ...rollouts.rollout_call import call_rollout
-from ...rollouts.contract import SAMPLING_ARGS
-from ...rollouts.mcp_tools import close_mcp_servers
-from ...rollouts.openenv import close_openenv_servers
-from ...runs import names as rn
-from ..batch import CompletionScores, ScoredBatch
-from ..parallel.distributed import Dist
-from ..guards import StaleWeightsError
+from ..rollouts import builtin_rollout
+from ..rollouts.rollout_call import call_rollout
+from ..rollouts.contract import SAMPLING_ARGS
+from ..rollouts.mcp_tools import close_mcp_servers
+from ..rollouts.openenv import close_openenv_servers
+from ..runs import names as rn
+from .batch import CompletionScores, ScoredBatch
+from ..distributed import Dist
 from .curriculum import pass_rate_curriculum
 from .prompt_order import PromptOrder
 from .stats import shown_prompts, truncated_flags
 from .stage_stream import StreamedGroups
 from .stream import GroupStream
-from .versions import completion_versions, version_lag_problem
+from .versions import StaleWeightsError, completion_versions, version_lag_problem
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-    from ...generation.base import GenerationClient
+    from ..generation.base import GenerationClient
 
 
 class RolloutStage(StreamedGroups):

@@ -1,6 +1,6 @@
 """What streaming rollouts did for one step (:class:`StreamStats`: staleness, drops, waits, idle shares) and the
 update's per-sequence sampler/trainer log-prob gap (:class:`SequenceGaps`) that splits the gap into fresh and stale
-samples. Built by :mod:`.rollout.stream` and the update; merged over ranks and shown by :mod:`.reporting`."""
+samples. Built by :mod:`.stream` and the update; merged over ranks and shown by trainer/reporting."""
 
 from __future__ import annotations
 

@@ -20,9 +20,13 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, List, Optional
 
-from ...generation.version_stamps import VersionSpan
-from ...rollouts.contract import RolloutError, RolloutOutput, Versions
-from ...user_code.signatures import defined_at, describe
+from ..generation.version_stamps import VersionSpan
+from ..rollouts.contract import RolloutError, RolloutOutput, Versions
+from ..user_code.signatures import defined_at, describe
+
+
+class StaleWeightsError(RuntimeError):
+    """The generation server's log-probs (or weight version) say it is not on the trainer's weights."""
 
 
 def version_lag_problem(step: int, sampled: Optional[int], current: int, allowed: int) -> Optional[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Set
 
-from ...runs import names as rn
+from ..runs import names as rn
 
 
 def extras_means(extras: Dict[str, List[Any]]) -> Dict[str, float]:
@@ -70,7 +70,7 @@ def episode_metrics(extras: Dict[str, List[Any]]) -> Dict[str, float]:
         (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went on from; counted when the
         rollout returns the ``turns_capped`` extra). Empty without ``end_reason``.
     """
-    from ...rollouts.episodes import BUDGET_REASONS, END_REASONS
+    from ..rollouts.episodes import BUDGET_REASONS, END_REASONS
 
     reasons = [r for r in extras.get(rn.END_REASON_EXTRA, []) if isinstance(r, str)]
     if not reasons:

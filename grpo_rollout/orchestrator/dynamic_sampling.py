@@ -15,9 +15,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from ...runs import names as rn
-from ..batch import ScoredBatch
-from ..parallel.distributed import Dist
+from ..runs import names as rn
+from .batch import ScoredBatch
+from ..distributed import Dist
 from .prompt_order import PromptOrder
 
 ROUND_SEED_STRIDE = 1_000_003  # round r's order is seeded with training.seed + r × this

@@ -11,11 +11,10 @@ import time
 from dataclasses import replace
 from typing import Any, Dict, Optional, Tuple
 
-from ..batch import ScoredBatch
-from ..guards import StaleWeightsError
+from .batch import ScoredBatch
 from .dynamic_sampling import groups_with_signal
 from .stream import GroupStream
-from .versions import version_lag_problem
+from .versions import StaleWeightsError, version_lag_problem
 
 
 class StreamedGroups:

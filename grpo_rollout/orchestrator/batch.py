@@ -1,11 +1,11 @@
 """The typed batch that travels from the rollout to the loss, and the step's timings.
 
-One step of one rank, as data (:mod:`.recipe` passes these between its stages)::
+One step of one rank, as data (:mod:`grpo_rollout.trainer.recipe` passes these between its stages)::
 
     rollout stage ─▶ ScoredBatch(rollout, scores, generated_at,      groups of completions, rewards per function,
                                  sampler_lag)                      how far behind the sampler's weights were
     recipe        ─▶ ScoredBatch.with_advantages(...)                group-relative, over the whole step
-    update stage  ─▶ UpdateResult (:mod:`.update.policy_update`)                   loss parts, grad norm, clip/KL/IS statistics
+    update stage  ─▶ UpdateResult (trainer/update/policy_update.py)  loss parts, grad norm, clip/KL/IS statistics
 
 A :class:`ScoredBatch` keeps the checked rollout (token ids, masks, sampler log-probs, extras, the weight version
 that sampled it: :class:`~grpo_rollout.rollouts.contract.RolloutOutput`) and, aligned with it completion by
@@ -138,14 +138,14 @@ class ScoredBatch:
         generated_at: when generation ended (``time.perf_counter()``, seconds).
         sampler_lag: weight versions the oldest sampled completion was behind the trainer when the batch was
             collected (0 synchronously; streaming, 0 to ``training.max_staleness``; checked by
-            :meth:`.rollout.stage.RolloutStage.checked_version`, read by the stale-weights guard).
+            :meth:`.stage.RolloutStage.checked_version`, read by the stale-weights guard).
         advantages: ``(len,)`` float32, this batch's, added by :meth:`with_advantages` once the whole step's rewards
-            are known (:meth:`.recipe.GRPORecipe.collect`). step_advantages: ``(every rank's len,)`` the whole step's,
+            are known (``GRPORecipe.collect``). step_advantages: ``(every rank's len,)`` the whole step's,
             in rank order (what metrics and records report).
         stream: with streaming rollouts, what the stream did for this step
             (:class:`~.stream_stats.StreamStats`: each group's staleness, drops, groups in flight, waiting).
         token_advantages: with ``training.credit: turn``, each completion's per-token advantages (``len`` lists;
-            :mod:`.update.turn_credit`); ``advantages`` then hold each completion's mean over its trained tokens.
+            trainer/update/turn_credit.py); ``advantages`` then hold each completion's mean over its trained tokens.
     """
 
     rollout: RolloutOutput

@@ -38,9 +38,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
-from ...user_code.coroutines import SharedLoop, shared_loop
-from ..batch import ScoredBatch
-from ..stream_stats import StreamStats
+from ..user_code.coroutines import SharedLoop, shared_loop
+from .batch import ScoredBatch
+from .stream_stats import StreamStats
 
 #: ``roll(position, step, row, attempt)``: one group's scored batch (``attempt``: 0, then 1, 2, ... for a prompt
 #: rolled again), or ``None`` for a group left out of its epoch (its episodes failed outside the model: on_error).

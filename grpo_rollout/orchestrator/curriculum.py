@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from ...runs import names as rn
+from ..runs import names as rn
 
 
 @dataclass
