@@ -47,7 +47,7 @@ class PromptOrder:
         self._counted = -1
         self._lock = threading.RLock()  # stream workers draw from their threads
         #: streaming rollouts: every rank's place in its prompt sequence at the checkpoint resumed from
-        #: (:meth:`~.stage.RolloutStage.stream_state`), or ``None``
+        #: (:meth:`~.stream_source.StreamSource.state`), or ``None``
         self.resumed_stream: Optional[List[dict]] = None
 
     def continue_from(self, step: int, position: dict, stream: Optional[List[dict]] = None) -> None:

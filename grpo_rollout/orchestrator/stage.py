@@ -10,8 +10,10 @@ Each batch carries the weight versions that sampled it, per completion, taken fr
 ``weight_versions``, else the answers of the client view each call is handed (:func:`~.versions.completion_versions`),
 whatever thread, loop or process generated them; a batch further behind than expected stops the run
 (:func:`~.versions.version_lag_problem`). With ``training.max_staleness`` ≥ 1 (or ``training.async_generation``, its
-alias for 1) the groups stream instead (:mod:`.stage_stream`, :mod:`.stream`): each group is its own rollout call, and
-a step takes the groups that finished, at most ``max_staleness`` weight versions behind.
+alias for 1) the groups stream instead (:mod:`.stream_source`, :mod:`.stream`): each group is its own rollout call,
+and a step takes the groups that finished, at most ``max_staleness`` weight versions behind. The two ways are two batch
+sources with one interface (:class:`BatchSource`: ``next_batch(step, version)``), chosen once when the stage is built
+(:attr:`RolloutStage.source`; prime-rl's ``train_source``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from ..config import Config
 from ..user_code.resolve import resolve_callable
@@ -41,8 +43,7 @@ from ..distributed import Dist
 from .curriculum import pass_rate_curriculum
 from .prompt_order import PromptOrder
 from .stats import shown_prompts, truncated_flags
-from .stage_stream import StreamedGroups
-from .stream import GroupStream
+from .stream_source import StreamSource
 from .versions import StaleWeightsError, completion_versions, version_lag_problem
 
 if TYPE_CHECKING:
@@ -50,7 +51,67 @@ if TYPE_CHECKING:
     from ..generation.base import GenerationClient
 
 
-class RolloutStage(StreamedGroups):
+class BatchSource(Protocol):
+    """Where a step's batch comes from: :class:`SyncSource` or :class:`~.stream_source.StreamSource`."""
+
+    def next_batch(self, step: int, version: int) -> ScoredBatch:
+        """This rank's scored groups of step ``step`` (0-based), checked against the trainer's weight ``version``."""
+
+    def trained(self) -> None:
+        """The step's batch was trained (a stream's prompts now count as used)."""
+
+    def state(self) -> Optional[Dict[str, Any]]:
+        """This rank's place in a stream's prompt sequence, for a checkpoint (``None``: nothing to keep)."""
+
+    def wake(self) -> None:
+        """The curriculum counted a step's visits (a stream waiting to draw goes on)."""
+
+    def close(self) -> None:
+        """Start no more rollouts."""
+
+
+class SyncSource:
+    """The step's prompts rolled out when the trainer asks (``training.max_staleness: 0``): one rollout call for this
+    rank's groups; with ``rollout.on_error`` retry or drop, one group at a time again when the call fails outside the
+    model (:meth:`.failures.EpisodeFailures.replay_step`)."""
+
+    def __init__(self, stage: RolloutStage):
+        self.stage = stage
+
+    def next_batch(self, step: int, version: int) -> ScoredBatch:
+        """Step ``step``'s (0-based) rollout and rewards, with its ``sampler_lag``.
+
+        Raises:
+            StaleWeightsError: sampled with other weights than the trainer's ``version``
+                (:meth:`RolloutStage.checked_version`).
+        """
+        stage = self.stage
+        ids = stage.share(stage.prompt_order.indices(step))
+        rows = [stage.dataset[i] for i in ids]
+        try:
+            batch = stage.generate_and_score(step, rows, None, row_ids=ids)
+        except Exception as exc:
+            def play_one(g: int, attempt: int) -> ScoredBatch:
+                sampling = stage.group_sampling(step, g, attempt + 1)
+                return stage.generate_and_score(step, [rows[g]], sampling, row_ids=[ids[g]])
+            groups = [(i, row.get(stage.cfg.data.prompt_column)) for i, row in zip(ids, rows)]
+            batch = stage.failures.replay_step(step, exc, play_one, groups)
+        return stage.checked_version(step, batch, version, allowed=0)
+
+    def trained(self) -> None:
+        """Nothing to keep: the next step draws its own prompts."""
+
+    def state(self) -> None:
+        """Nothing to keep (``None``)."""
+
+    def wake(self) -> None:
+        """Nothing waits."""
+
+    def close(self) -> None:
+        """Nothing runs between steps."""
+
+
+class RolloutStage:
     """The dataset, the rollout and reward functions, and the generation client, turned into scored batches.
 
     Built in two parts: the constructor loads what needs no model (dataset, functions, prompt order), so a broken
@@ -58,6 +119,8 @@ class RolloutStage(StreamedGroups):
 
     Attributes:
         dataset, rollout_fn, rewards, prompt_order: from the config.
+        source: where the steps' batches come from (:class:`SyncSource`, or :class:`~.stream_source.StreamSource`
+            with ``training.max_staleness`` ≥ 1), chosen here once.
     """
 
     def __init__(self, config: Config, base_dir: Path, dist: Dist):
@@ -81,10 +144,10 @@ class RolloutStage(StreamedGroups):
         self.client = self.tokenizer = None
         self.eos_ids: set = set()
         self.vocab_size = 0
-        self.stream: Optional[GroupStream] = None  # max_staleness >= 1: the groups rolling out
         self.failures = EpisodeFailures(config.rollout, config.sampling.num_generations, dist,  # rollout.on_error
                                         Path(t.output_dir).expanduser(), len(self.dataset), t.prompts_per_step,
                                         base_dir)
+        self.source: BatchSource = StreamSource(self) if t.staleness() > 0 else SyncSource(self)
 
     def connect(self, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, eos_ids: set, vocab_size: int) -> None:
         """Add what needs the model: the generation client, the tokenizer, its end-of-sequence ids and vocabulary
@@ -166,33 +229,6 @@ class RolloutStage(StreamedGroups):
         order = self.prompt_order
         return order.indices(step) + (self.curriculum.paused_rows() + order.sat_out(step) if self.curriculum else [])
 
-    def collect(self, step: int, version: int) -> ScoredBatch:
-        """Step ``step``'s (0-based) rollout and rewards, with its ``sampler_lag`` (``version``: the weight version
-        the servers confirmed last, the trainer's): rolled out now, or taken from the stream
-        (``training.max_staleness`` ≥ 1, :meth:`from_stream`).
-
-        Raises:
-            StaleWeightsError: the batch was sampled with older weights than expected (or newer: another trainer).
-        """
-        if self.cfg.training.staleness() > 0:
-            return self.from_stream(step, version)
-        ids = self.share(self.prompt_order.indices(step))
-        return self.checked_version(step, self.play_step(step, ids), version, allowed=0)
-
-    def play_step(self, step: int, ids: List[int]) -> ScoredBatch:
-        """This rank's dataset rows ``ids`` rolled out and scored; with ``rollout.on_error`` retry or drop, played
-        again one group at a time when the call fails outside the model
-        (:meth:`.failures.EpisodeFailures.replay_step`)."""
-        rows = [self.dataset[i] for i in ids]
-        try:
-            return self.generate_and_score(step, rows, None, row_ids=ids)
-        except Exception as exc:
-            def play_one(g: int, attempt: int) -> ScoredBatch:
-                sampling = self.group_sampling(step, g, attempt + 1)
-                return self.generate_and_score(step, [rows[g]], sampling, row_ids=[ids[g]])
-            groups = [(i, row.get(self.cfg.data.prompt_column)) for i, row in zip(ids, rows)]
-            return self.failures.replay_step(step, exc, play_one, groups)
-
     def group_sampling(self, step: int, position: int, attempt: int, retry: int = 0) -> Dict[str, Any]:
         """The sampling settings of one group played alone: seeded from step ``step``'s seed, the group's
         ``position`` in this rank's prompt sequence, its ``attempt`` and, for a group played again after an
@@ -224,8 +260,7 @@ class RolloutStage(StreamedGroups):
             with self.visits_lock:
                 visits, self.visits = self.visits, []
             self.prompt_order.count(step, [v for rank_visits in self.dist.gather(visits) for v in rank_visits])
-            if self.stream is not None:
-                self.stream.wake()
+            self.source.wake()
 
     def metrics(self, step: int, say: Callable[[str], None]) -> Dict[str, float]:
         """Step ``step``'s (0-based) ``episodes/*`` (``rollout.on_error``: rank 0 also writes the failed attempts to
@@ -249,8 +284,7 @@ class RolloutStage(StreamedGroups):
     def close(self) -> None:
         """Stop the stream (no group starts after), the MCP servers and OpenEnv apps the rollouts started, then the
         generation client (and any server it spawned)."""
-        if self.stream is not None:
-            self.stream.close()
+        self.source.close()
         close_mcp_servers()
         close_openenv_servers()
         if self.client is not None:

@@ -31,7 +31,7 @@ class TrainerState:
         ``state_dict``. rng_by_rank: every process's RNG states (:func:`rng_state`). data_position: where the prompt
         order stood (``{"epoch", "offset"}``, :meth:`PromptOrder.position`). config: the run's
         resolved YAML. world_size: processes that saved it. stream_by_rank: with streaming rollouts, every
-        process's place in its prompt sequence (:meth:`~..orchestrator.stage.RolloutStage.stream_state`), else ``None``.
+        process's place in its prompt sequence (:meth:`~..orchestrator.stream_source.StreamSource.state`), else ``None``.
     """
 
     step: int

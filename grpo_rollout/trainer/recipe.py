@@ -19,7 +19,7 @@ With ``N`` training processes each takes its own whole groups of the step's prom
 one would on the same batch (:mod:`grpo_rollout.distributed`, :mod:`.parallel.policy`); rank 0 alone writes and prints.
 
 One sample's way, prompt → ``backward()``, is recorded by ``tests/integration/test_trace.py`` on a tiny run and shown in
-docs/architecture.md ("The way of one sample"): 18 hops through 11 files synchronously, 23 through 14 streaming.
+docs/architecture.md ("The way of one sample"): 17 hops through 11 files synchronously, 22 through 14 streaming.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class GRPORecipe:
         try:
             # in-process generation from a sharded policy: weights held whole, so no rank waits on another's rollout
             with whole_weights(self.policy) if stage.client.shares_weights else nullcontext():
-                batch = first = stage.collect(step, version)
+                batch = first = stage.source.next_batch(step, version)
                 times.generated = max(batch.generated_at, times.start)  # made in the background: no wait
                 if t.dynamic_sampling.enabled and batch.stream is None:  # streaming drops them as they arrive
                     batch, counts = keep_groups_with_signal(
@@ -185,7 +185,7 @@ class GRPORecipe:
         else:
             result = skipped_update(self.updater, batch, keep)
         self.applied = step + 1  # the weights now include this step, whatever happens next
-        self.rollouts.trained()  # streaming: the step's prompts are used (a checkpoint will not roll them again)
+        self.rollouts.source.trained()  # streaming: the step's prompts are used (a checkpoint will not roll them again)
         self.nonfinite.after_step(step, result.skipped)
         if result.stats.no_signal:
             self.reporter.message(f"Step {step + 1}: every group's rewards were equal (all advantages 0, no KL or "
@@ -267,7 +267,7 @@ class GRPORecipe:
                 save_merged_model(self.policy.lm, folder / MERGED_DIR, self.tokenizer)
         optimizer = None if t.save_only_model else optimizer_state(self.policy, self.optimizer, dist)
         rngs = dist.gather(rng_state())
-        streams = dist.gather(self.rollouts.stream_state())
+        streams = dist.gather(self.rollouts.source.state())
         path = None
         if dist.is_main:
             state = TrainerState(step, optimizer, not t.save_only_model, self.scheduler.state_dict(), rngs,

@@ -27,12 +27,18 @@ def test_the_import_contracts_hold():
     assert "Contracts: 3 kept, 0 broken." in result.stdout
 
 
-def test_an_upward_import_from_config_breaks_them(tmp_path):
+def lint_with_planted_import(tmp_path: Path, module: str) -> subprocess.CompletedProcess:
+    """``lint-imports`` on a copy of the package where ``module`` (a path under grpo_rollout/) imports the trainer."""
     shutil.copytree(REPO / "grpo_rollout", tmp_path / "grpo_rollout", ignore=shutil.ignore_patterns("__pycache__"))
-    problems = tmp_path / "grpo_rollout" / "config" / "problems.py"
-    problems.write_text(problems.read_text() + "\nfrom ..trainer import checkpoint  # noqa: E402,F401\n")
+    planted = tmp_path / "grpo_rollout" / module
+    planted.write_text(planted.read_text() + "\nfrom ..trainer import checkpoint  # noqa: E402,F401\n")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout
+    return result
+
+
+def test_an_upward_import_from_config_breaks_them(tmp_path):
+    result = lint_with_planted_import(tmp_path, "config/problems.py")
     # all three: the orchestrator imports config, which would now reach the trainer
     assert "Contracts: 0 kept, 3 broken." in result.stdout
     assert "grpo_rollout.config.problems -> grpo_rollout.trainer.checkpoint" in result.stdout
@@ -40,11 +46,7 @@ def test_an_upward_import_from_config_breaks_them(tmp_path):
 
 def test_the_orchestrator_importing_the_trainer_breaks_them(tmp_path):
     """Issue 40.1: the orchestrator hands the trainer its batches; it never reaches into the trainer."""
-    shutil.copytree(REPO / "grpo_rollout", tmp_path / "grpo_rollout", ignore=shutil.ignore_patterns("__pycache__"))
-    stream = tmp_path / "grpo_rollout" / "orchestrator" / "stream.py"
-    stream.write_text(stream.read_text() + "\nfrom ..trainer import checkpoint  # noqa: E402,F401\n")
-    result = lint_imports(tmp_path)
-    assert result.returncode == 1, result.stdout
+    result = lint_with_planted_import(tmp_path, "orchestrator/stream.py")
     assert "Contracts: 1 kept, 2 broken." in result.stdout  # the layers, and the orchestrator's own contract
     assert "grpo_rollout.orchestrator.stream -> grpo_rollout.trainer.checkpoint" in result.stdout
 

@@ -126,7 +126,7 @@ def test_a_step_sampled_by_a_lagging_server_from_a_thread_pool_stops(tmp_path, p
     stage = _stage(tmp_path, from_thread_pool, StampingClient(1))
     with pytest.raises(StaleWeightsError, match="sampled with weight version 1, but the trainer's weights are "
                                                 "version 2"):
-        stage.collect(0, version=2) if path == "step" else stage.refill(0, 2, [0, 1])
+        stage.source.next_batch(0, version=2) if path == "step" else stage.refill(0, 2, [0, 1])
 
 
 def test_built_in_rollouts_return_their_answers_versions():
@@ -206,8 +206,8 @@ def test_a_streamed_group_sampled_after_a_sync_is_not_dropped(tmp_path):
             client.version = version  # the servers hold what the trainer synced
             if version == 3:
                 release.set()  # the slow groups, started at version 1, sample now
-            batch = stage.collect(step, version)
-            stage.trained()
+            batch = stage.source.next_batch(step, version)
+            stage.source.trained()
             dropped += batch.stream.dropped_stale
             steps.append(sorted(zip(batch.scores.prompts[::2], batch.scores.weight_versions[::2])))
     finally:

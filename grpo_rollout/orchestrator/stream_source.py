@@ -1,26 +1,39 @@
-"""The streaming half of the rollout stage (``training.max_staleness`` >= 1): each group its own rollout call on a
+"""The streaming batch source (``training.max_staleness`` >= 1): each group its own rollout call on a
 :class:`~.stream.GroupStream`, a step taking the groups that finished, at most ``max_staleness`` weight versions
-behind. A mixin of :class:`~.stage.RolloutStage`, whose attributes it reads (``cfg``, ``dist``, ``dataset``,
-``prompt_order``, ``curriculum``, ``failures``, ``stream``) and whose :meth:`generate_and_score` it
-calls for each group.
+behind. :class:`StreamSource` answers the same ``next_batch(step, version)`` as :class:`~.stage.SyncSource`; it calls
+its :class:`~.stage.RolloutStage`'s :meth:`~.stage.RolloutStage.generate_and_score` for each group and checks each
+group's version with the stage's :meth:`~.stage.RolloutStage.checked_version`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from .batch import ScoredBatch
 from .dynamic_sampling import groups_with_signal
 from .stream import GroupStream
-from .versions import StaleWeightsError, version_lag_problem
+
+if TYPE_CHECKING:
+    from .stage import RolloutStage
 
 
-class StreamedGroups:
-    """Streaming rollouts for :class:`~.stage.RolloutStage` (see the module docstring)."""
+class StreamSource:
+    """Groups taken from a stream of worker threads (see the module docstring); opened on the first
+    :meth:`next_batch`.
 
-    def from_stream(self, step: int, version: int) -> ScoredBatch:
+    Attributes:
+        stage: the rollout stage whose dataset, prompt order, failures and ``generate_and_score`` it uses.
+        stream: the groups rolling out (``None`` until the first step).
+    """
+
+    def __init__(self, stage: RolloutStage):
+        self.stage = stage
+        self.stream: Optional[GroupStream] = None
+        self.share = stage.cfg.training.prompts_per_step // stage.dist.world_size
+
+    def next_batch(self, step: int, version: int) -> ScoredBatch:
         """This rank's groups of step ``step`` (0-based), taken from the stream (opened on the first call): every one
         at most ``max_staleness`` versions behind ``version``; ``sampler_lag`` is the largest lag, ``stream`` what the
         stream did.
@@ -30,28 +43,23 @@ class StreamedGroups:
             RolloutError / RewardError: a group's rollout or reward failed (no group starts after it).
         """
         if self.stream is None:
-            self.stream = self.open_stream(step)
+            self.stream = self.open(step)
         groups, stats = self.stream.take(version)
-        for group in groups:
-            problem = version_lag_problem(step, group.rollout.weight_version, version, self.cfg.training.staleness())
-            if problem:
-                raise StaleWeightsError(problem)
-        batch = ScoredBatch.concat(groups)
-        return replace(batch, generated_at=time.perf_counter(), sampler_lag=max(stats.staleness, default=0),
-                       stream=stats)
+        allowed = self.stage.cfg.training.staleness()
+        batch = ScoredBatch.concat([self.stage.checked_version(step, g, version, allowed) for g in groups])
+        return replace(batch, generated_at=time.perf_counter(), stream=stats)
 
-    def open_stream(self, step: int) -> GroupStream:
+    def open(self, step: int) -> GroupStream:
         """The stream of this rank's groups from step ``step`` on (after a resume: from where the saved run's stream
         stood, when it had as many processes and prompts per step), up to the run's last step (``max_steps``, which
         ``num_epochs`` sets): no group of a later step starts."""
-        t = self.cfg.training
-        share = t.prompts_per_step // self.dist.world_size
+        t, dist, share = self.stage.cfg.training, self.stage.dist, self.share
         start, used, replaced = step * share, (), 0
-        saved = self.prompt_order.resumed_stream  # every rank's stream_state() at the checkpoint
-        if saved and len(saved) == self.dist.world_size and all(r["groups_per_step"] == share for r in saved):
-            mine = saved[self.dist.rank]
+        saved = self.stage.prompt_order.resumed_stream  # every rank's state() at the checkpoint
+        if saved and len(saved) == dist.world_size and all(r["groups_per_step"] == share for r in saved):
+            mine = saved[dist.rank]
             start, used, replaced = mine["first_unused"], mine["used"], mine.get("replaced", 0)
-        g = self.cfg.sampling.num_generations
+        g = self.stage.cfg.sampling.num_generations
         keep = (lambda batch: bool(groups_with_signal(batch.scores.rewards, g))) if t.dynamic_sampling.enabled \
             else None
         return GroupStream(self.roll_group, self.position_row, ready=self.position_ready, groups_per_step=share,
@@ -63,40 +71,50 @@ class StreamedGroups:
     def position_index(self, position: int) -> Tuple[int, int]:
         """Position ``position`` of this rank's prompt sequence: the step it belongs to and its dataset row's index
         (this rank's share of each step's prompts, step after step)."""
-        share = self.cfg.training.prompts_per_step // self.dist.world_size
-        step = position // share
-        return step, self.prompt_order.indices(step)[self.dist.rank * share + position % share]
+        step = position // self.share
+        return step, self.stage.prompt_order.indices(step)[self.stage.dist.rank * self.share + position % self.share]
 
     def position_row(self, position: int) -> Tuple[int, Dict[str, Any]]:
         """Position ``position`` of this rank's prompt sequence: the step it belongs to and its dataset row."""
         step, index = self.position_index(position)
-        return step, self.dataset[index]
+        return step, self.stage.dataset[index]
 
     def position_ready(self, position: int) -> bool:
         """Whether position ``position``'s step can be drawn now (a curriculum's draw waits for the visits it
         applies)."""
-        return self.prompt_order.ready(position // (self.cfg.training.prompts_per_step // self.dist.world_size))
+        return self.stage.prompt_order.ready(position // self.share)
 
     def roll_group(self, position: int, step: int, row: Dict[str, Any], attempt: int) -> Optional[ScoredBatch]:
         """One group: ``row``'s rollout and rewards (``None``: it failed outside the model on every attempt and is
         left out, ``rollout.on_error``). Seeded from step ``step``'s seed, the group's ``position`` in this rank's
         prompt sequence and its ``attempt`` (a group rolled again gets another seed): each group is its own call, so
         two groups of the same prompt text (a repeated dataset row) must not share a seed."""
+        stage = self.stage
         index = self.position_index(position)[1]
-        ids = [index] if self.curriculum is not None else None
-        share = self.cfg.training.prompts_per_step // self.dist.world_size
-        return self.failures.play_group(lambda retry: self.generate_and_score(
-            step, [row], self.group_sampling(step, position, attempt, retry), row_ids=ids),
-            index, row.get(self.cfg.data.prompt_column), most_in_a_row=share)
+        ids = [index] if stage.curriculum is not None else None
+
+        def play(retry: int) -> ScoredBatch:
+            return stage.generate_and_score(step, [row], stage.group_sampling(step, position, attempt, retry),
+                                            row_ids=ids)
+        return stage.failures.play_group(play, index, row.get(stage.cfg.data.prompt_column), most_in_a_row=self.share)
 
     def trained(self) -> None:
-        """The step's groups were trained (streaming: their prompts now count as used)."""
+        """The step's groups were trained: their prompts now count as used."""
         if self.stream is not None:
             self.stream.commit()
 
-    def stream_state(self) -> Optional[Dict[str, Any]]:
-        """This rank's place in its prompt sequence for a checkpoint (``None`` without a stream)."""
+    def state(self) -> Optional[Dict[str, Any]]:
+        """This rank's place in its prompt sequence for a checkpoint (``None`` before the first step)."""
         if self.stream is None:
             return None
-        share = self.cfg.training.prompts_per_step // self.dist.world_size
-        return {"groups_per_step": share, **self.stream.state()}
+        return {"groups_per_step": self.share, **self.stream.state()}
+
+    def wake(self) -> None:
+        """The curriculum counted a step's visits: a stream waiting to draw a later step goes on."""
+        if self.stream is not None:
+            self.stream.wake()
+
+    def close(self) -> None:
+        """Start no more groups (running ones end on their daemon threads)."""
+        if self.stream is not None:
+            self.stream.close()
