@@ -35,8 +35,7 @@ from .failures import EpisodeFailures
 from ..rollouts import builtin_rollout
 from ..rollouts.rollout_call import call_rollout
 from ..rollouts.contract import SAMPLING_ARGS
-from ..rollouts.mcp_tools import close_mcp_servers
-from ..rollouts.openenv import close_openenv_servers
+from ..rollouts.run_end import end_run
 from ..runs import names as rn
 from .batch import CompletionScores, ScoredBatch
 from ..distributed import Dist
@@ -285,7 +284,6 @@ class RolloutStage:
         """Stop the stream (no group starts after), the MCP servers and OpenEnv apps the rollouts started, then the
         generation client (and any server it spawned)."""
         self.source.close()
-        close_mcp_servers()
-        close_openenv_servers()
+        end_run()  # what the rollouts' integrations left running: MCP servers, OpenEnv apps
         if self.client is not None:
             self.client.close()

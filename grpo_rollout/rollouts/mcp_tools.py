@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .contract import EpisodeFailure, RolloutError
 
 from .mcp_checks import label, located, server_problem, startup_timeout
+from .run_end import on_run_end
 
 #: commands that start the interpreter running the training (so a Python server sees the same packages, also when
 #: the virtual environment is not activated)
@@ -251,6 +252,7 @@ def mcp_tools(specs: Sequence[Mapping[str, Any]], base_dir: Optional[Path] = Non
         return dict(_HOSTS[key].tools)
 
 
+@on_run_end
 def close_mcp_servers() -> None:
     """Close every MCP connection this process opened (stdio servers stop); the next rollout opens them again."""
     with _LOCK:

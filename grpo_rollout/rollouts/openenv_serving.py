@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 from ..user_code.resolve import ImportSpecError, resolve_callable
 from ..user_code.signatures import a_type
 from .contract import RolloutError
+from .run_end import on_run_end
 
 _SERVED: Dict[str, Tuple[str, Any]] = {}
 _LOCK = threading.Lock()
@@ -63,6 +64,7 @@ def _no_disconnect_tracebacks(record: logging.LogRecord) -> bool:
     return type(exc).__name__ != "WebSocketDisconnect"
 
 
+@on_run_end
 def close_openenv_servers() -> None:
     """Stop the OpenEnv apps this process serves (the next rollout serves them again)."""
     with _LOCK:

@@ -1,0 +1,35 @@
+"""The clean-ups the rollouts' integrations register for the end of a run (grpo_rollout/rollouts/run_end.py)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+from grpo_rollout.orchestrator import stage
+from grpo_rollout.rollouts import run_end
+from grpo_rollout.rollouts.mcp_tools import close_mcp_servers
+from grpo_rollout.rollouts.openenv_serving import close_openenv_servers
+
+
+def test_each_clean_up_runs_once_per_run_end_in_the_order_registered(monkeypatch):
+    monkeypatch.setattr(run_end, "_CLEANUPS", [])
+    calls = []
+    first = run_end.on_run_end(lambda: calls.append("first"))
+    run_end.on_run_end(lambda: calls.append("second"))
+    assert run_end.on_run_end(first) is first  # registered again: still once
+    run_end.end_run()
+    run_end.end_run()
+    assert calls == ["first", "second", "first", "second"]
+
+
+def test_the_mcp_and_openenv_integrations_register_theirs_and_the_stage_ends_them(monkeypatch):
+    """Issue 40.2: the orchestrator imported both adapters to close their servers; now it knows neither."""
+    assert {close_mcp_servers, close_openenv_servers} <= set(run_end._CLEANUPS)
+    imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(stage))) if isinstance(node, ast.ImportFrom)}
+    assert [m for m in imported if m and ("mcp" in m or "openenv" in m)] == []
+    ended = []
+    monkeypatch.setattr(stage, "end_run", lambda: ended.append(True))
+    rollout_stage = object.__new__(stage.RolloutStage)
+    rollout_stage.source, rollout_stage.client = stage.SyncSource(rollout_stage), None
+    rollout_stage.close()
+    assert ended == [True]
