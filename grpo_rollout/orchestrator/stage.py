@@ -148,7 +148,8 @@ class RolloutStage:
                                         base_dir)
         self.source: BatchSource = StreamSource(self) if t.staleness() > 0 else SyncSource(self)
 
-    def connect(self, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, eos_ids: set, vocab_size: int) -> None:
+    def connect(self, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, eos_ids: set,
+                vocab_size: int) -> None:
         """Add what needs the model: the generation client, the tokenizer, its end-of-sequence ids and vocabulary
         size."""
         self.client, self.tokenizer, self.eos_ids, self.vocab_size = client, tokenizer, eos_ids, vocab_size

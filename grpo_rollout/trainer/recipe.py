@@ -18,8 +18,8 @@ that takes or gives the 1-based count says so.
 With ``N`` training processes each takes its own whole groups of the step's prompts; N processes train exactly as
 one would on the same batch (:mod:`grpo_rollout.distributed`, :mod:`.parallel.policy`); rank 0 alone writes and prints.
 
-One sample's way, prompt → ``backward()``, is recorded by ``tests/integration/test_trace.py`` on a tiny run and shown in
-docs/architecture.md ("The way of one sample"): 17 hops through 11 files synchronously, 22 through 14 streaming.
+One sample's way, prompt → ``backward()``, is recorded by ``tests/integration/test_trace.py`` on a tiny run and
+shown in docs/architecture.md ("The way of one sample"): 17 hops through 11 files synchronously, 22 through 14 streaming.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ MOMENTS = {  # moment: (the called file's path ends with, the function's name or
 
 
 def package_stack(frame) -> List[Tuple[str, str]]:
-    """``(file relative to grpo_rollout/, function)`` of the package frames from ``frame`` (the called function) outwards, outermost first,
-    from ``train_step`` (or from the first package frame of a thread that has none)."""
+    """``(file relative to grpo_rollout/, function)`` of the package frames from ``frame`` (the called function)
+    outwards, outermost first, from ``train_step`` (or from the first package frame of a thread that has none)."""
     ours = []
     while frame is not None:
         path = Path(frame.f_code.co_filename)

@@ -25,7 +25,8 @@ def test_each_clean_up_runs_once_per_run_end_in_the_order_registered(monkeypatch
 def test_the_mcp_and_openenv_integrations_register_theirs_and_the_stage_ends_them(monkeypatch):
     """Issue 40.2: the orchestrator imported both adapters to close their servers; now it knows neither."""
     assert {close_mcp_servers, close_openenv_servers} <= set(run_end._CLEANUPS)
-    imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(stage))) if isinstance(node, ast.ImportFrom)}
+    tree = ast.parse(inspect.getsource(stage))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert [m for m in imported if m and ("mcp" in m or "openenv" in m)] == []
     ended = []
     monkeypatch.setattr(stage, "end_run", lambda: ended.append(True))
