@@ -8,8 +8,8 @@ group's version with the stage's :meth:`~.stage.RolloutStage.checked_version`.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
 from .batch import ScoredBatch
 from .dynamic_sampling import groups_with_signal
@@ -17,6 +17,33 @@ from .stream import GroupStream
 
 if TYPE_CHECKING:
     from .stage import RolloutStage
+
+
+@dataclass(frozen=True)
+class StreamPosition:
+    """One rank's place in its prompt sequence, as a checkpoint keeps it (``TrainerState.stream``, one per rank).
+
+    Attributes:
+        groups_per_step: this rank's groups a step when it was saved (a resume with another number starts afresh).
+        first_unused: every earlier position was trained or left out. used: later positions that were.
+        replaced: positions left out so far, each replaced by one past the end of the run.
+    """
+
+    groups_per_step: int
+    first_unused: int
+    used: Tuple[int, ...] = ()
+    replaced: int = 0
+
+    def to_json(self) -> Dict[str, Any]:
+        """The plain mapping a checkpoint stores."""
+        return {"groups_per_step": self.groups_per_step, "first_unused": self.first_unused, "used": list(self.used),
+                "replaced": self.replaced}
+
+    @classmethod
+    def of(cls, saved: Mapping[str, Any]) -> StreamPosition:
+        """A checkpoint's mapping read back (one written before ``replaced`` existed counts none)."""
+        return cls(int(saved["groups_per_step"]), int(saved["first_unused"]), tuple(saved["used"]),
+                   int(saved.get("replaced", 0)))
 
 
 class StreamSource:
@@ -54,19 +81,18 @@ class StreamSource:
         stood, when it had as many processes and prompts per step), up to the run's last step (``max_steps``, which
         ``num_epochs`` sets): no group of a later step starts."""
         t, dist, share = self.stage.cfg.training, self.stage.dist, self.share
-        start, used, replaced = step * share, (), 0
-        saved = self.stage.prompt_order.resumed_stream  # every rank's state() at the checkpoint
-        if saved and len(saved) == dist.world_size and all(r["groups_per_step"] == share for r in saved):
+        mine = StreamPosition(share, step * share)
+        saved = [StreamPosition.of(r) for r in self.stage.prompt_order.resumed_stream or ()]  # every rank's state()
+        if saved and len(saved) == dist.world_size and all(r.groups_per_step == share for r in saved):
             mine = saved[dist.rank]
-            start, used, replaced = mine["first_unused"], mine["used"], mine.get("replaced", 0)
         g = self.stage.cfg.sampling.num_generations
         keep = (lambda batch: bool(groups_with_signal(batch.scores.rewards, g))) if t.dynamic_sampling.enabled \
             else None
         return GroupStream(self.roll_group, self.position_row, ready=self.position_ready, groups_per_step=share,
                            max_staleness=t.staleness(), max_inflight=t.max_inflight_groups or 2 * share,
-                           start=start, used=tuple(used), keep=keep,
+                           start=mine.first_unused, used=mine.used, keep=keep,
                            max_refused=t.dynamic_sampling.max_rounds * share if keep else None,
-                           end=t.max_steps * share, replaced=replaced)
+                           end=t.max_steps * share, replaced=mine.replaced)
 
     def position_index(self, position: int) -> Tuple[int, int]:
         """Position ``position`` of this rank's prompt sequence: the step it belongs to and its dataset row's index
@@ -104,10 +130,12 @@ class StreamSource:
             self.stream.commit()
 
     def state(self) -> Optional[Dict[str, Any]]:
-        """This rank's place in its prompt sequence for a checkpoint (``None`` before the first step)."""
+        """This rank's place in its prompt sequence for a checkpoint (:meth:`StreamPosition.to_json`; ``None`` before
+        the first step)."""
         if self.stream is None:
             return None
-        return {"groups_per_step": self.share, **self.stream.state()}
+        now = self.stream.state()
+        return StreamPosition(self.share, now["first_unused"], tuple(now["used"]), now["replaced"]).to_json()
 
     def wake(self) -> None:
         """The curriculum counted a step's visits: a stream waiting to draw a later step goes on."""

@@ -102,3 +102,16 @@ def test_a_group_left_out_by_on_error_drop_is_replaced_and_the_run_ends_full():
     stream.close()
     assert sorted(r for step in taken for r in step) == [0, 1, 2, 4, 5, 6]
     assert state["replaced"] == 1 and 3 in state["used"] + list(range(state["first_unused"]))
+
+
+def test_the_stream_position_a_checkpoint_keeps_reads_back_typed():
+    """Issue 40.3: the stream's checkpoint state was read back by string keys; a checkpoint's mapping is now a
+    StreamPosition (the mapping itself unchanged, so earlier checkpoints resume)."""
+    from grpo_rollout.orchestrator.stream_source import StreamPosition
+
+    position = StreamPosition(groups_per_step=2, first_unused=7, used=(9, 11), replaced=1)
+    saved = position.to_json()
+    assert saved == {"groups_per_step": 2, "first_unused": 7, "used": [9, 11], "replaced": 1}
+    assert StreamPosition.of(saved) == position
+    older = {"groups_per_step": 2, "first_unused": 4, "used": [6]}  # written before `replaced` existed
+    assert StreamPosition.of(older) == StreamPosition(2, 4, (6,), 0)
