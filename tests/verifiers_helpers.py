@@ -29,11 +29,11 @@ class ScriptedServer:
 
     def install(self, monkeypatch: Any) -> SimpleNamespace:
         """Answer through every verifiers chat client; the run's generation client and served model stubbed: the
-        client :func:`~grpo_rollout.rollouts.verifiers.verifiers_rollout` takes."""
+        client :func:`~grpo_rollout.integrations.verifiers.verifiers.verifiers_rollout` takes."""
         from openai.types.chat import ChatCompletion
         from verifiers.clients import OpenAIChatCompletionsClient
 
-        from grpo_rollout.rollouts import verifiers as adapter
+        from grpo_rollout.integrations.verifiers import verifiers as adapter
 
         server = self
 

@@ -184,7 +184,7 @@ def verifiers_config(root: Path, server, tiny_model: Path):
     cfg, problems = config_from_dict({
         "model": {"name_or_path": str(tiny_model)},
         "data": {"train": f"{env}:dataset"},
-        "rollout": {"function": "grpo_rollout.rollouts.verifiers:verifiers_rollout",
+        "rollout": {"function": "grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout",
                     "kwargs": {"env": f"{env}:load_environment", "env_args": {"num_examples": 8}}},
         "rewards": [{"function": f"{root / 'parity.py'}:first_token_parity", "weight": 1.0}],
         "sampling": {"num_generations": 4, "max_completion_length": 16, "max_prompt_length": 96, "seed": 0},

@@ -110,6 +110,14 @@ def _getattr_path(obj: Any, attr_path: str, where: str) -> Any:
     return obj
 
 
+#: Modules that moved, by their old dotted name: a config naming the old one keeps working (issue 40 moved the
+#: ecosystems' adapters out of ``grpo_rollout.rollouts`` into ``grpo_rollout.integrations``).
+MOVED_MODULES = {
+    "grpo_rollout.rollouts.verifiers": "grpo_rollout.integrations.verifiers.verifiers",
+    "grpo_rollout.rollouts.openenv": "grpo_rollout.integrations.openenv.openenv",
+}
+
+
 def resolve_object(spec: str, base_dir: Optional[Path] = None) -> Any:
     """Import what ``spec`` names (any object). Raises :class:`ImportSpecError` with the reason."""
     spec = spec.strip()
@@ -120,7 +128,7 @@ def resolve_object(spec: str, base_dir: Optional[Path] = None) -> Any:
         if left.endswith(".py") or "/" in left or "\\" in left:
             module = _load_file(left, base_dir)
         else:
-            module = _import_module(left)
+            module = _import_module(MOVED_MODULES.get(left, left))
         return _getattr_path(module, attr, left)
     if spec.endswith(".py"):
         raise ImportSpecError("a file path needs the function name after a colon, e.g. `my_rewards.py:accuracy`")
@@ -129,7 +137,7 @@ def resolve_object(spec: str, base_dir: Optional[Path] = None) -> Any:
     # `pkg.mod.Class.method`: walk back until a module imports
     parts = spec.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:cut])
+        module_name = MOVED_MODULES.get(".".join(parts[:cut]), ".".join(parts[:cut]))
         try:
             module = _import_module(module_name)
         except _ModuleMissing:

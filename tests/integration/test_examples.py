@@ -166,8 +166,8 @@ def _play_sums(server, env_args, seed=7):
     from transformers import AutoTokenizer
 
     from grpo_rollout.generation.vllm_client import VllmClient
-    from grpo_rollout.rollouts.verifiers import verifiers_rollout
-    from grpo_rollout.rollouts.verifiers_loading import load_env
+    from grpo_rollout.integrations.verifiers.verifiers import verifiers_rollout
+    from grpo_rollout.integrations.verifiers.verifiers_loading import load_env
 
     env_args = dict(env_args, num_examples=4)
     rows = [dict(r) for r in load_env(EXAMPLE_ENV, env_args, REPO).get_dataset()][:2]

@@ -198,7 +198,7 @@ def test_validate_config_names_a_server_that_does_not_start(tmp_path):
 
 
 def test_validate_config_says_how_to_install_a_missing_package(monkeypatch):
-    from grpo_rollout.rollouts import openenv as oe
+    from grpo_rollout.integrations.openenv import openenv as oe
 
     monkeypatch.setitem(sys.modules, "mcp", None)  # as if not installed: importing it raises ImportError
     monkeypatch.setitem(sys.modules, "openenv", None)

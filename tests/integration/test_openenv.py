@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from grpo_rollout.config import to_yaml
 from grpo_rollout.preflight import check_config
-from grpo_rollout.rollouts import openenv as oe
+from grpo_rollout.integrations.openenv import openenv as oe
 from grpo_rollout.rollouts.contract import RolloutError
 from scripted_client import ScriptedClient
 
@@ -133,7 +133,7 @@ def test_validate_config_checks_the_settings(files):
 
     (files / "model").mkdir()
 
-    cfg = tiny_config(files, files / "model", rollout={"function": "grpo_rollout.rollouts.openenv:openenv_rollout",
+    cfg = tiny_config(files, files / "model", rollout={"function": "grpo_rollout.integrations.openenv.openenv:openenv_rollout",
                                                        "kwargs": {"server": f"{files}/count_server.py:appp",
                                                                   "max_turn": 3}})
     (files / "config.yaml").write_text(to_yaml(cfg))

@@ -149,7 +149,7 @@ def _play(env, timeout_s, monkeypatch, model_s=0.0):
     """One group of 2 episodes of ``env``, the model answering in ``model_s`` seconds (no server)."""
     from test_verifiers_rollout import _answer
 
-    from grpo_rollout.rollouts import verifiers_play
+    from grpo_rollout.integrations.verifiers import verifiers_play
 
     made = verifiers_play.training_client
 

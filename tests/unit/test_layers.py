@@ -24,14 +24,16 @@ def lint_imports(package_root: Path) -> subprocess.CompletedProcess:
 def test_the_import_contracts_hold():
     result = lint_imports(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 4 kept, 0 broken." in result.stdout
 
 
-def lint_with_planted_import(tmp_path: Path, module: str) -> subprocess.CompletedProcess:
-    """``lint-imports`` on a copy of the package where ``module`` (a path under grpo_rollout/) imports the trainer."""
+def lint_with_planted_import(tmp_path: Path, module: str,
+                             line: str = "from ..trainer import checkpoint") -> subprocess.CompletedProcess:
+    """``lint-imports`` on a copy of the package where ``module`` (a path under grpo_rollout/) has the import
+    ``line`` (by default: of the trainer)."""
     shutil.copytree(REPO / "grpo_rollout", tmp_path / "grpo_rollout", ignore=shutil.ignore_patterns("__pycache__"))
     planted = tmp_path / "grpo_rollout" / module
-    planted.write_text(planted.read_text() + "\nfrom ..trainer import checkpoint  # noqa: E402,F401\n")
+    planted.write_text(planted.read_text() + f"\n{line}  # noqa: E402,F401\n")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout
     return result
@@ -40,15 +42,25 @@ def lint_with_planted_import(tmp_path: Path, module: str) -> subprocess.Complete
 def test_an_upward_import_from_config_breaks_them(tmp_path):
     result = lint_with_planted_import(tmp_path, "config/problems.py")
     # all three: the orchestrator imports config, which would now reach the trainer
-    assert "Contracts: 0 kept, 3 broken." in result.stdout
+    assert "Contracts: 1 kept, 3 broken." in result.stdout
     assert "grpo_rollout.config.problems -> grpo_rollout.trainer.checkpoint" in result.stdout
 
 
 def test_the_orchestrator_importing_the_trainer_breaks_them(tmp_path):
     """Issue 40.1: the orchestrator hands the trainer its batches; it never reaches into the trainer."""
     result = lint_with_planted_import(tmp_path, "orchestrator/stream.py")
-    assert "Contracts: 1 kept, 2 broken." in result.stdout  # the layers, and the orchestrator's own contract
+    assert "Contracts: 2 kept, 2 broken." in result.stdout  # the layers, and the orchestrator's own contract
     assert "grpo_rollout.orchestrator.stream -> grpo_rollout.trainer.checkpoint" in result.stdout
+
+
+def test_the_rollouts_importing_an_integration_breaks_them(tmp_path):
+    """Issue 40.2: the integrations adapt the ecosystems' environments to the rollout contract; the built-in rollouts
+    never reach into them."""
+    result = lint_with_planted_import(tmp_path, "rollouts/single_turn.py",
+                                      "from ..integrations.verifiers import verifiers_tokens")
+    assert "Contracts: 2 kept, 2 broken." in result.stdout  # the layers, and the rollouts' own contract
+    said = " ".join(result.stdout.split())  # lint-imports wraps long lines
+    assert "grpo_rollout.rollouts.single_turn -> grpo_rollout.integrations.verifiers.verifiers_tokens" in said
 
 
 def _layer_modules() -> set:

@@ -1,4 +1,5 @@
-"""The clean-ups the rollouts' integrations register for the end of a run (grpo_rollout/rollouts/run_end.py)."""
+"""Where the integrations meet the rest: the clean-ups they register for the end of a run (rollouts/run_end.py), and
+the old config paths of the adapters that moved to grpo_rollout/integrations/."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import inspect
 from grpo_rollout.orchestrator import stage
 from grpo_rollout.rollouts import run_end
 from grpo_rollout.rollouts.mcp_tools import close_mcp_servers
-from grpo_rollout.rollouts.openenv_serving import close_openenv_servers
+from grpo_rollout.integrations.openenv.openenv_serving import close_openenv_servers
 
 
 def test_each_clean_up_runs_once_per_run_end_in_the_order_registered(monkeypatch):
@@ -34,3 +35,15 @@ def test_the_mcp_and_openenv_integrations_register_theirs_and_the_stage_ends_the
     rollout_stage.source, rollout_stage.client = stage.SyncSource(rollout_stage), None
     rollout_stage.close()
     assert ended == [True]
+
+
+def test_a_config_naming_a_moved_integration_by_its_old_path_still_resolves():
+    """Issue 40.2 moved the verifiers and OpenEnv adapters to grpo_rollout/integrations/; configs written before name
+    them under grpo_rollout.rollouts (both forms of a dotted name)."""
+    from grpo_rollout.integrations.openenv.openenv import openenv_rollout
+    from grpo_rollout.integrations.verifiers.verifiers import verifiers_rollout
+    from grpo_rollout.user_code.resolve import resolve_callable
+
+    assert resolve_callable("grpo_rollout.rollouts.verifiers:verifiers_rollout") is verifiers_rollout
+    assert resolve_callable("grpo_rollout.rollouts.openenv.openenv_rollout") is openenv_rollout
+    assert resolve_callable("grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout") is verifiers_rollout

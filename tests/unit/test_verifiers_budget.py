@@ -13,7 +13,7 @@ import pytest
 from grpo_rollout import EpisodeFailure
 from grpo_rollout.rollouts.contract import RolloutError, RolloutOutput
 from grpo_rollout.orchestrator.batch import CompletionScores, ScoredBatch
-from grpo_rollout.rollouts.verifiers import verifiers_rollout
+from grpo_rollout.integrations.verifiers.verifiers import verifiers_rollout
 from grpo_rollout.orchestrator.failures import EpisodeFailures
 from tests.verifiers_helpers import END, ENV_SOURCE, X, ScriptedServer, rows
 
@@ -119,8 +119,8 @@ def test_a_judge_gone_in_the_rubric_fails_the_episode_and_on_error_drop_counts_i
 
 def test_outside_the_runs_scoring_a_guarded_rubric_function_behaves_as_written(project):
     """(verifiers' own evaluation of the same environment object still gets the function's own error)"""
-    from grpo_rollout.rollouts.verifiers_loading import load_env
-    from grpo_rollout.rollouts.verifiers_rubric import guard_rubric
+    from grpo_rollout.integrations.verifiers.verifiers_loading import load_env
+    from grpo_rollout.integrations.verifiers.verifiers_rubric import guard_rubric
 
     env = load_env(f"{project.module(ENV_SOURCE)}:load_environment", {"rubric": "broken"})
     guard_rubric(env.rubric)

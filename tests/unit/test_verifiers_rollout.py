@@ -11,8 +11,8 @@ import pytest
 
 from grpo_rollout.generation.transformers_client import TransformersClient
 from grpo_rollout.rollouts.contract import RolloutError
-from grpo_rollout.rollouts.verifiers import _endpoints, episode_tokens, rubric_rewards, verifiers_rollout
-from grpo_rollout.rollouts.verifiers_loading import load_env, load_function
+from grpo_rollout.integrations.verifiers.verifiers import _endpoints, episode_tokens, rubric_rewards, verifiers_rollout
+from grpo_rollout.integrations.verifiers.verifiers_loading import load_env, load_function
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = "examples/verifiers_sums/env.py:load_environment"
@@ -114,7 +114,7 @@ def test_the_rubric_is_the_reward_and_each_function_is_logged(monkeypatch):
 def test_validate_config_reports_env_args_and_unknown_settings(project, errs):
     cfg = project.baseline()
     cfg["rewards"] = []
-    cfg["rollout"] = {"function": "grpo_rollout.rollouts.verifiers:verifiers_rollout",
+    cfg["rollout"] = {"function": "grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout",
                       "kwargs": {"env": str(REPO / EXAMPLE), "env_args": {"num_example": 4}, "enf_args": {}}}
     problems = project.check(cfg, load_data=False)
     env_args = errs(problems, "rollout.kwargs.env_args")
@@ -141,7 +141,7 @@ def test_building_an_environment_keeps_the_runs_signal_handlers_and_works_off_th
 
 
 def test_a_row_reaches_the_environment_with_all_its_columns():
-    from grpo_rollout.rollouts.verifiers import _input
+    from grpo_rollout.integrations.verifiers.verifiers import _input
 
     row = {"prompt": "2+2?", "answer": "4", "question": "2+2?", "info": '{"level": 1}', "task": "arith"}
     out = _input(row, row["prompt"], 3, "Be brief.")
@@ -169,7 +169,7 @@ def test_the_training_client_keeps_an_empty_answer_and_gives_each_turn_its_seed_
 
     import verifiers as vf
 
-    from grpo_rollout.rollouts.verifiers_play import training_client
+    from grpo_rollout.integrations.verifiers.verifiers_play import training_client
 
     client = training_client("chat", object(), budget=20)
     sent = []
@@ -194,7 +194,7 @@ def test_an_environment_that_raises_is_named_and_the_loop_is_one_for_the_process
     import verifiers as vf
     from datasets import Dataset
 
-    from grpo_rollout.rollouts.verifiers_play import play_groups, run_on_loop
+    from grpo_rollout.integrations.verifiers.verifiers_play import play_groups, run_on_loop
 
     class Broken(vf.SingleTurnEnv):
         async def setup_state(self, state):

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from ..user_code.resolve import ImportSpecError, resolve_callable
-from ..user_code.signatures import a_type
-from .contract import RolloutError
-from .run_end import on_run_end
+from ...user_code.resolve import ImportSpecError, resolve_callable
+from ...user_code.signatures import a_type
+from ...rollouts.contract import RolloutError
+from ...rollouts.run_end import on_run_end
 
 _SERVED: Dict[str, Tuple[str, Any]] = {}
 _LOCK = threading.Lock()

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from ..user_code.signatures import a_type, describe, raised_at
-from .contract import RolloutError
+from ...user_code.signatures import a_type, describe, raised_at
+from ...rollouts.contract import RolloutError
 
 INSTALL_FIX = ("pip install 'grpo-rollout[environments]' (its dependencies), then pip install --no-deps "
                "'verifiers==0.2.0' (make install does both)")
@@ -37,7 +37,7 @@ def load_function(env: str, base_dir: Optional[Path] = None) -> Callable:
     Raises:
         RolloutError: verifiers is not installed, or ``env`` does not import (the message says which and the fix).
     """
-    from ..user_code.resolve import ImportSpecError, resolve_callable
+    from ...user_code.resolve import ImportSpecError, resolve_callable
 
     _import_verifiers()
     if ":" not in env and (env.endswith(".py") or "/" in env):

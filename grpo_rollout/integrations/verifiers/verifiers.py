@@ -3,7 +3,7 @@
 Config::
 
     rollout:
-      function: grpo_rollout.rollouts.verifiers:verifiers_rollout
+      function: grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout
       kwargs:
         env: examples/verifiers_sums/env.py:load_environment   # or an installed environment's id (vf-install)
         env_args: {num_examples: 64}                            # load_environment's keyword arguments
@@ -39,18 +39,18 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..generation.version_stamps import confirmed_version
-from ..runs import names as rn
-from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
-from .conversation import as_messages
-from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
+from ...generation.version_stamps import confirmed_version
+from ...runs import names as rn
+from ...rollouts.contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
+from ...rollouts.conversation import as_messages
+from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .verifiers_loading import env_problems, load_env
-from .episodes import BUDGET_REASONS
+from ...rollouts.episodes import BUDGET_REASONS
 from .verifiers_tokens import episode_tokens
 from .verifiers_play import play_groups, run_on_loop, why_ended
 
 if TYPE_CHECKING:
-    from ..generation.base import GenerationClient
+    from ...generation.base import GenerationClient
 
 VERIFIERS_REWARD = "verifiers_reward"   # extra: the rubric's weighted sum, per completion
 VERIFIERS_SCORES = "verifiers_scores"   # extra: {rubric function name: score}, per completion
@@ -235,7 +235,7 @@ verifiers_rollout.needs_server = True  # the environment calls the server's Open
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, ...]]:
     """Static checks of ``rollout.kwargs`` for :func:`verifiers_rollout` (validate-config): no unknown setting, and
     :func:`~.verifiers_loading.env_problems`."""
-    from .kwargs_checks import unknown_settings
+    from ...rollouts.kwargs_checks import unknown_settings
 
     return unknown_settings(verifiers_rollout, kwargs) + env_problems(kwargs, base_dir)
 

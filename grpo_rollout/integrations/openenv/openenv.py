@@ -3,7 +3,7 @@
 Config::
 
     rollout:
-      function: grpo_rollout.rollouts.openenv:openenv_rollout
+      function: grpo_rollout.integrations.openenv.openenv:openenv_rollout
       kwargs:
         url: http://127.0.0.1:8000                       # a running OpenEnv server, or:
         # server: examples/openenv_guess/server.py:app   # its app, served by this process for the run
@@ -31,17 +31,17 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..user_code.signatures import a_type, describe, raised_at
-from .contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
-from .conversation import as_messages
-from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
-from .environment import ENV_EXTRAS, environment_rollout
-from .kwargs_checks import type_problems, unknown_settings
+from ...user_code.signatures import a_type, describe, raised_at
+from ...rollouts.contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
+from ...rollouts.conversation import as_messages
+from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S
+from ...rollouts.environment import ENV_EXTRAS, environment_rollout
+from ...rollouts.kwargs_checks import type_problems, unknown_settings
 from .openenv_serving import _SERVED, close_openenv_servers, serve_app  # noqa: F401 - the OpenEnv rollout's API
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-    from ..generation.base import GenerationClient
+    from ...generation.base import GenerationClient
 
 #: observation fields tried, in order, for its text when no ``observation`` function is configured
 TEXT_FIELDS = ("prompt", "message", "text", "content", "output")
@@ -138,7 +138,7 @@ class OpenEnvSession:
 
 
 def _function(spec: Any, key: str, base_dir: Optional[Path]) -> Callable:
-    from ..user_code.resolve import ImportSpecError, resolve_callable
+    from ...user_code.resolve import ImportSpecError, resolve_callable
 
     if callable(spec):
         return spec

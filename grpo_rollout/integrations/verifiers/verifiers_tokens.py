@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple
 
-from .contract import RolloutError
+from ...rollouts.contract import RolloutError
 
 
 class EpisodeTokens(NamedTuple):

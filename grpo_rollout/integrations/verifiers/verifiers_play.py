@@ -20,12 +20,12 @@ import threading
 import time
 from typing import Any, Awaitable, Dict, List, Optional, Tuple
 
-from ..generation.seeds import derive_seed
-from ..user_code.coroutines import SharedLoop
-from ..user_code.deadlines import ExitedInUserCode, task_at
-from ..user_code.signatures import raised_at
-from .contract import RolloutError
-from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, EnvTimeout, bounded_call
+from ...generation.seeds import derive_seed
+from ...user_code.coroutines import SharedLoop
+from ...user_code.deadlines import ExitedInUserCode, task_at
+from ...user_code.signatures import raised_at
+from ...rollouts.contract import RolloutError
+from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S, EnvTimeout, bounded_call
 from .verifiers_rubric import SCORING, RubricRaised, guard_rubric
 
 _LOOP: Optional[SharedLoop] = None

@@ -12,8 +12,8 @@ import inspect
 from contextvars import ContextVar
 from typing import Any
 
-from ..user_code.signatures import a_type, defined_at, raised_at
-from .contract import EpisodeFailure, RolloutError
+from ...user_code.signatures import a_type, defined_at, raised_at
+from ...rollouts.contract import EpisodeFailure, RolloutError
 
 _GUARDED = "__grpo_rollout_guarded__"  # a rubric function's wrapper (guard_rubric)
 #: set by play_groups while it scores: its scoring tasks inherit it
