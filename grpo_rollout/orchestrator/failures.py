@@ -176,7 +176,7 @@ class EpisodeFailures:
         still fail left out. ``groups``: each group's dataset row index and prompt (for the records).
 
         Raises:
-            EpisodeFailure: ``on_error: stop``, or every group failed (step ``step``, 0-based, named 1-based).
+            EpisodeFailure: every group failed again (step ``step``, 0-based, named 1-based).
             ``exc`` itself when it is not a failure (:func:`failure_cause`), or with ``on_error: stop``.
         """
         cause = None if self.on_error == "stop" else failure_cause(exc, self.types)
