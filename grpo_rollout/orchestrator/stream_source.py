@@ -134,8 +134,7 @@ class StreamSource:
         the first step)."""
         if self.stream is None:
             return None
-        now = self.stream.state()
-        return StreamPosition(self.share, now["first_unused"], tuple(now["used"]), now["replaced"]).to_json()
+        return StreamPosition.of({"groups_per_step": self.share, **self.stream.state()}).to_json()
 
     def wake(self) -> None:
         """The curriculum counted a step's visits: a stream waiting to draw a later step goes on."""
