@@ -109,18 +109,18 @@ def test_nothing_listening_is_a_named_error_after_retries(flaky):
 # --- a real server that dies mid-run --------------------------------------------------------------------------------
 
 KILLING_ROLLOUT = '''
-import os, signal, threading, time
+import os, signal, threading
 from grpo_rollout.rollouts.single_turn import single_turn
 
 def rollout(prompts, client, step, **sampling):
     """At step 2 (index 1) kill the spawned server while its generation request is in flight. The tiny model may
-    answer in under 0.15 s (then step 2 trained and step 3's request failed): a second request after the kill lands
-    keeps the failure in step 2 either way."""
+    answer in under 0.15 s (then step 2 trained and step 3's request failed): a second request once the server has
+    died keeps the failure in step 2 either way."""
     if step == 1:
         pid = client.server.process.pid
         threading.Timer(0.15, lambda: os.killpg(pid, signal.SIGKILL)).start()
         single_turn(prompts, client=client, **sampling)
-        time.sleep(1.0)
+        client.server.process.wait(timeout=60)
     return single_turn(prompts, client=client, **sampling)
 '''
 
