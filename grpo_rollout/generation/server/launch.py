@@ -34,7 +34,7 @@ class ServerSettings:
     enforce_eager: bool = _vllm("enforce_eager")
     extra_args: List[str] = field(default_factory=lambda: _vllm("extra_args"))
     devices: Optional[str] = None  # CUDA_VISIBLE_DEVICES for this server (None: inherited); TP = how many
-    cpu_cores: Optional[str] = None  # CPU build: the cores its worker threads use, e.g. "0-1" (None: vLLM's choice)
+    cpu_cores: Optional[str] = None  # CPU build: its cores, "0,1" (None or every core: the engine process's own)
     weight_transfer: str = _vllm("weight_transfer")  # nccl: start vLLM's weight-transfer engine and its RL routes
     sleep_mode: bool = _vllm("sleep_during_training")  # --enable-sleep-mode: /sleep/ and /wake_up/ work
 
