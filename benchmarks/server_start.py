@@ -1,7 +1,7 @@
 """Benchmark: a CPU server's start and generation speed with the model in vLLM's engine-core process (what
 ``server_command`` starts on every core: ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) against a worker process of its own
-bound to the same cores (vLLM's multi-process executor, what every start used before, and what a server on a share of
-the cores or with the user's own ``VLLM_CPU_OMP_THREADS_BIND`` keeps), in one run.
+bound to the same cores (vLLM's multi-process executor: what every start used before, and what a server with the user's
+own ``VLLM_CPU_OMP_THREADS_BIND`` keeps), in one run.
 
     .venv/bin/python benchmarks/server_start.py [--model builtin:smollm2-135m-instruct] [--rounds 2]
 

@@ -108,6 +108,8 @@ def test_two_spawned_servers_both_serve_and_follow_every_sync(tmp_path, tiny_mod
         assert len(re.findall(r'"POST /generate/ HTTP/1\.1" 200', text)) == 2, log  # one share of each step
         # the weights at the start, then after each of the 2 steps: every sync reached both servers
         assert len(re.findall(r'"POST /update_weights/ HTTP/1\.1" 200', text)) == 3, log
+        # each server on its share of the cores runs the model in its engine-core process: no worker process
+        assert "(EngineCore pid=" in text and "(Worker pid=" not in text, log
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from ...config.batch_checks import needed_model_len  # noqa: F401 - re-exported (serve, spawn)
 from ...config.schema import Config, ModelConfig, VllmConfig, default_of
+from .orphan_guard import PINNED_CORES_ENV
 
 
 def _vllm(key: str) -> Any:
@@ -34,7 +35,7 @@ class ServerSettings:
     enforce_eager: bool = _vllm("enforce_eager")
     extra_args: List[str] = field(default_factory=lambda: _vllm("extra_args"))
     devices: Optional[str] = None  # CUDA_VISIBLE_DEVICES for this server (None: inherited); TP = how many
-    cpu_cores: Optional[str] = None  # CPU build: its cores, "0,1" (None or every core: the engine process's own)
+    cpu_cores: Optional[str] = None  # CPU build: its cores, "0,1" (None: every core; a share: pinned to it)
     weight_transfer: str = _vllm("weight_transfer")  # nccl: start vLLM's weight-transfer engine and its RL routes
     sleep_mode: bool = _vllm("sleep_during_training")  # --enable-sleep-mode: /sleep/ and /wake_up/ work
 
@@ -103,10 +104,15 @@ def _drop_expandable(env: Dict[str, str]) -> None:
                 del env[name]
 
 
+def _cores(cpu_cores: str) -> Set[int]:
+    """The core numbers of ``cpu_cores`` ("0,1")."""
+    return {int(c) for c in cpu_cores.split(",") if c.strip().isdigit()}
+
+
 def _every_core(cpu_cores: str) -> bool:
     """Whether ``cpu_cores`` ("0,1") names every core this process may run on."""
     mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    return bool(mine) and {int(c) for c in cpu_cores.split(",") if c.strip().isdigit()} == mine
+    return bool(mine) and _cores(cpu_cores) == mine
 
 
 def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
@@ -140,16 +146,20 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     if on_cpu():
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(s.kv_cache_space_gib))
-        if "VLLM_CPU_OMP_THREADS_BIND" not in env and (s.cpu_cores is None or _every_core(s.cpu_cores)):
-            # the model runs in the engine-core process (vLLM's one-process executor) on every core, instead of a
-            # worker process of its own bound to one core (vLLM keeps the other for itself): one interpreter fewer
-            # importing torch and vLLM, ~10 s off each start, the same tokens (docs/benchmarks.md)
+        if "VLLM_CPU_OMP_THREADS_BIND" not in env:
+            # the model runs in the engine-core process (vLLM's one-process executor) instead of a worker process
+            # of its own bound to one core (vLLM keeps the other for itself): one interpreter fewer importing torch
+            # and vLLM, ~10 s off each start, the same tokens (docs/benchmarks.md)
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        elif s.cpu_cores and "VLLM_CPU_OMP_THREADS_BIND" not in env:
-            # a server given a share of the cores (several servers): its worker bound to that share, none reserved;
-            # the trainer waits while the server generates, so the server may take every core it is given
-            env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_cores
-            env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            if s.cpu_cores and not _every_core(s.cpu_cores):
+                # a share of the cores (several servers): orphan_guard pins the server's processes to it before
+                # they start, and OpenMP runs one thread a core of it; the trainer waits while the server
+                # generates, so the server may take every core it is given
+                env[PINNED_CORES_ENV] = s.cpu_cores
+                env["OMP_NUM_THREADS"] = str(len(_cores(s.cpu_cores)))
+                if env["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":  # the user's own worker process: bound to it too
+                    env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_cores
+                    env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded request's prefill
         # is split into chunks; whole prefills avoid it
         if not any(a.startswith("--enable-chunked-prefill") for a in s.extra_args):

@@ -2,10 +2,12 @@
 
 Spawn mode runs the vLLM server through this file (by path, so no package import slows it down). It asks Linux to
 send the process SIGTERM when the parent dies (``PR_SET_PDEATHSIG``, which survives ``exec``), checks the parent is
-still ``PARENT_PID`` (it may have died before the request), then becomes ``PROGRAM``. Doing this here rather than
-in a ``preexec_fn`` keeps ``subprocess`` from running Python code between ``fork`` and ``exec`` while other threads
-(the console spinner, HTTP pools) hold locks. Elsewhere than Linux the request is skipped: the trainer's ``atexit``
-hook and ``ManagedServer.stop`` remain the way a server is stopped.
+still ``PARENT_PID`` (it may have died before the request), pins itself to the cores ``GRPO_ROLLOUT_SERVER_CORES``
+names ("0,1": a server given a share of the machine; the program and every process it starts inherit the pinning),
+then becomes ``PROGRAM``. Doing this here rather than in a ``preexec_fn`` keeps ``subprocess`` from running Python
+code between ``fork`` and ``exec`` while other threads (the console spinner, HTTP pools) hold locks. Elsewhere than
+Linux the request is skipped: the trainer's ``atexit`` hook and ``ManagedServer.stop`` remain the way a server is
+stopped.
 """
 
 import ctypes
@@ -14,10 +16,12 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PINNED_CORES_ENV = "GRPO_ROLLOUT_SERVER_CORES"  # set by launch.server_command; not passed on to the program
 
 
 def main(argv):
-    """Arrange to receive SIGTERM when the parent dies, then exec ``argv[1:]``; exit 1 when the parent is gone."""
+    """Arrange to receive SIGTERM when the parent dies, pin the cores, then exec ``argv[1:]``; exit 1 when the parent is
+    gone."""
     if len(argv) < 2:
         sys.stderr.write("usage: orphan_guard.py PARENT_PID PROGRAM [ARGS...]\n")
         return 2
@@ -29,6 +33,9 @@ def main(argv):
             pass
     if os.getppid() != parent:  # the parent died before the request took effect: do not start an orphan
         return 1
+    cores = os.environ.pop(PINNED_CORES_ENV, "")
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
     os.execvp(argv[1], argv[1:])
     return 127  # not reached
 
