@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence
 
 from ...config.batch_checks import needed_model_len  # noqa: F401 - re-exported (serve, spawn)
 from ...config.schema import Config, ModelConfig, VllmConfig, default_of
-from .orphan_guard import PINNED_CORES_ENV
+from .orphan_guard import PINNED_CORES_ENV, core_numbers
 
 
 def _vllm(key: str) -> Any:
@@ -104,15 +104,10 @@ def _drop_expandable(env: Dict[str, str]) -> None:
                 del env[name]
 
 
-def _cores(cpu_cores: str) -> Set[int]:
-    """The core numbers of ``cpu_cores`` ("0,1")."""
-    return {int(c) for c in cpu_cores.split(",") if c.strip().isdigit()}
-
-
 def _every_core(cpu_cores: str) -> bool:
     """Whether ``cpu_cores`` ("0,1") names every core this process may run on."""
     mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
-    return bool(mine) and _cores(cpu_cores) == mine
+    return bool(mine) and core_numbers(cpu_cores) == mine
 
 
 def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
@@ -156,7 +151,7 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
                 # they start, and OpenMP runs one thread a core of it; the trainer waits while the server
                 # generates, so the server may take every core it is given
                 env[PINNED_CORES_ENV] = s.cpu_cores
-                env["OMP_NUM_THREADS"] = str(len(_cores(s.cpu_cores)))
+                env["OMP_NUM_THREADS"] = str(len(core_numbers(s.cpu_cores)))
                 if env["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":  # the user's own worker process: bound to it too
                     env["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_cores
                     env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")

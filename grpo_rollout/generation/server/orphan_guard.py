@@ -19,6 +19,11 @@ PR_SET_PDEATHSIG = 1
 PINNED_CORES_ENV = "GRPO_ROLLOUT_SERVER_CORES"  # set by launch.server_command; not passed on to the program
 
 
+def core_numbers(cores):
+    """The set of core numbers that ``cores`` ("0,1") names."""
+    return {int(c) for c in cores.split(",") if c.strip()}
+
+
 def main(argv):
     """Arrange to receive SIGTERM when the parent dies, pin the cores, then exec ``argv[1:]``; exit 1 when the parent is
     gone."""
@@ -35,7 +40,7 @@ def main(argv):
         return 1
     cores = os.environ.pop(PINNED_CORES_ENV, "")
     if cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+        os.sched_setaffinity(0, core_numbers(cores))
     os.execvp(argv[1], argv[1:])
     return 127  # not reached
 
