@@ -16,6 +16,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 from .config import Config, ConfigError, Problem, load_config  # noqa: E402
+from . import integrations  # noqa: E402,F401 - registers the tool-calling rollout's tool sources (TRL, MCP)
 from .jupyter import import_tqdm_quietly, in_jupyter  # noqa: E402
 from .preflight import check_config, validate  # noqa: E402
 

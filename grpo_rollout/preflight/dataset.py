@@ -63,7 +63,7 @@ def _rollout_uses_prompts(config: Config, base_dir: Path) -> bool:
 def _check_environment_column(config: Config, ds: object, problems: List[Problem]) -> None:
     """With several TRL environments (``rollout.kwargs.environment_factory`` a mapping) every row's ``environment``
     column names one of them."""
-    from ..rollouts.environment_factory import ENVIRONMENT_COLUMN
+    from ..integrations.trl.environment_factory import ENVIRONMENT_COLUMN
 
     factories = config.rollout.kwargs.get("environment_factory")
     if not isinstance(factories, dict) or not factories:

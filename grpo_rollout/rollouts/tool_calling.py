@@ -29,14 +29,12 @@ from ..runs import names as rn
 from .contract import SAMPLING_DEFAULTS as D, RolloutError
 from .kwargs_checks import check_bool, check_optional_text, check_positive_seconds, one_of, type_problems, unknown_settings
 from .conversation import Conversation, as_messages, eos_ids_of
-from .environment_factory import (environment_extras, environment_rewards, environment_tools, factory_problems,
-                                  load_factories, start_environments, with_observation)
 from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .episodes import run_multi_turn
-from .mcp_tools import mcp_problems, mcp_tools
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tool_prompt import ToolPrompt
 from .tool_running import ToolError, ToolResult, cut_result, load_tools, run_tool_call, tool_schema
+from .tool_sources import CONFIGURED_TOOLS, EpisodeTools, SourceStart, merged_tools, tool_source, with_observation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -45,6 +43,9 @@ if TYPE_CHECKING:
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
 TOOL_EXTRAS = (rn.NUM_TURNS_EXTRA, rn.NUM_TOOL_CALLS_EXTRA, rn.NUM_TOOL_ERRORS_EXTRA, rn.TOOL_RESULTS_EXTRA,
                rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)
+#: the ``rollout.kwargs`` keys naming tool sources (:mod:`.tool_sources`; the integrations register them), in the
+#: order their tools follow the configured ones
+SOURCE_KEYS = ("mcp_servers", "environment_factory")
 
 
 def tool_message(result: ToolResult) -> Dict[str, Any]:
@@ -127,11 +128,12 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: GenerationClient, to
         parallel_tool_calls: run the calls of one turn concurrently; by default they run one after the other in
             the order the model wrote them (a later call may depend on an earlier one's effect).
         mcp_servers: MCP servers whose tools are added (``{command, args, env, cwd}`` started over stdio, or
-            ``{url}``; :mod:`.mcp_tools`).
+            ``{url}``; :mod:`grpo_rollout.integrations.mcp.mcp_tools`, a tool source).
         environment_factory: TRL's environment factory (a class or its name, or a mapping of names to them): one
             environment per episode, reset with its prompt's row, whose public methods are tools
-            (:mod:`.environment_factory`). rows: the ``P`` dataset rows (for ``reset``). env_timeout_s: seconds
-            each ``reset`` may take (``rollout.env_timeout_s``, the trainer's; raises EnvTimeout past it).
+            (:mod:`grpo_rollout.integrations.trl.environment_factory`, a tool source). rows: the ``P`` dataset rows
+            (for ``reset``). env_timeout_s: seconds each ``reset`` may take (``rollout.env_timeout_s``, the
+            trainer's; raises EnvTimeout past it).
         base_dir: where relative tool file paths are also looked up.
 
     Returns:
@@ -147,20 +149,21 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: GenerationClient, to
     """
     if max_turns < 1:
         raise RolloutError(f"max_turns must be >= 1, got {max_turns}")
-    functions = _load_tools(tools, Path(base_dir) if base_dir else None, mcp_servers)
-    if environment_factory is None:
-        envs, observations = [None] * (len(prompts) * n), [None] * (len(prompts) * n)
-    else:
-        factories = load_factories(environment_factory, Path(base_dir) if base_dir else None)
-        envs, observations = start_environments(factories, rows, len(prompts), n, env_timeout_s)
+    sources = {"mcp_servers": mcp_servers, "environment_factory": environment_factory}
+    start = SourceStart(rows, len(prompts), n, Path(base_dir) if base_dir else None, env_timeout_s)
+    parts = [[_configured_tools(tools, start.base_dir)]] * (len(prompts) * n)
+    for key, spec in sources.items():
+        if spec is not None:
+            parts = [mine + [theirs] for mine, theirs in zip(parts, tool_source(key).start(spec, start))]
     eos = eos_ids_of(client, tokenizer)
     episodes, handlers, shown, setups = [], [], [], {}
-    for k, (env, observation) in enumerate(zip(envs, observations)):
-        sample_tools = _with_environment_tools(functions, env)
-        if type(env) not in setups:  # how the tools are shown: once per environment class
-            setups[type(env)] = ToolPrompt.of(tokenizer, sample_tools, tool_prompt, system_prompt)
-        setup = setups[type(env)]
-        messages = with_observation(as_messages(prompts[k // n]), observation, f"{type(env).__name__}.reset")
+    for k, sample_parts in enumerate(parts):
+        sample_tools = merged_tools(sample_parts)
+        if tuple(sample_tools) not in setups:  # how the tools are shown: once per tool set (environment class)
+            setups[tuple(sample_tools)] = ToolPrompt.of(tokenizer, sample_tools, tool_prompt, system_prompt)
+        setup = setups[tuple(sample_tools)]
+        observation = next((p.observation for p in sample_parts if p.observation is not None), None)
+        messages = with_observation(as_messages(prompts[k // n]), observation)
         shown.append(prompts[k // n] if observation is None else messages)
         conv = Conversation.start(tokenizer, setup.messages(messages), eos, client.max_prompt_length,
                                   **setup.template_kwargs)
@@ -173,49 +176,35 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: GenerationClient, to
     per_sample = [h.extras() for h in handlers]
     for key in dict.fromkeys(k for e in per_sample for k in e):  # several environments: each its own tools
         out[key] = [e.get(key, 0) for e in per_sample]
-    if environment_factory is not None:
-        out.update(environment_extras(envs, observations, shown))
+    environments = [next((p.environment for p in ps if p.environment is not None), None) for ps in parts]
+    if any(e is not None for e in environments):
+        out[rn.ENVIRONMENTS_EXTRA] = environments
+    if any(p.observation is not None for ps in parts for p in ps):
+        out[rn.FIRST_PROMPT_EXTRA] = shown
     return out
 
 
-def _load_tools(tools: Sequence[Any], base_dir: Optional[Path],
-                mcp_servers: Optional[Sequence[Any]]) -> Dict[str, Callable]:
-    """The configured tools, then the MCP servers' (started on first use).
+def _configured_tools(tools: Sequence[Any], base_dir: Optional[Path]) -> EpisodeTools:
+    """``rollout.kwargs.tools``, loaded.
 
     Raises:
-        RolloutError: a tool does not load, a server does not start, or an MCP tool has a configured tool's name.
+        RolloutError: a tool does not load.
     """
     try:
-        functions = load_tools(tools or [], base_dir)
+        return EpisodeTools(load_tools(tools or [], base_dir), owner=CONFIGURED_TOOLS)
     except ToolError as exc:
         raise RolloutError(str(exc)) from exc
-    served = mcp_tools(mcp_servers, base_dir) if mcp_servers else {}
-    clash = sorted(set(served) & set(functions))
-    if clash:
-        raise RolloutError(f"an MCP server has a tool named {clash[0]!r}, as rollout.kwargs.tools has; rename one")
-    return {**functions, **served}
 
 
-def _with_environment_tools(functions: Dict[str, Callable], env: Any) -> Dict[str, Callable]:
-    """The configured tools plus ``env``'s methods (none for ``None``).
-
-    Raises:
-        RolloutError: a method has the name of a configured tool, or there are no tools at all.
-    """
-    methods = {} if env is None else environment_tools(env)
-    clash = sorted(set(methods) & set(functions))
-    if clash:
-        raise RolloutError(f"{type(env).__name__}.{clash[0]} has the name of a tool in rollout.kwargs.tools; rename "
-                           "one of them")
-    if not functions and not methods:
-        raise RolloutError("no tools: list them in rollout.kwargs.tools, or give an environment_factory whose "
-                           "environment has public methods")
-    return {**functions, **methods}
+def _implied_rewards(kwargs: Dict[str, Any], base_dir: Optional[Path] = None,
+                     env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S) -> List[Tuple[str, Callable]]:
+    """The reward functions the configured tool sources imply (an environment's ``get_reward``)."""
+    return [reward for key in SOURCE_KEYS if kwargs.get(key) is not None
+            for reward in tool_source(key).rewards(kwargs[key], base_dir, env_timeout_s)]
 
 
 tool_calling_rollout.extras = TOOL_EXTRAS + (rn.ENVIRONMENTS_EXTRA, rn.FIRST_PROMPT_EXTRA)
-tool_calling_rollout.implied_rewards = lambda kwargs, base_dir=None, env_timeout_s=DEFAULT_ENV_TIMEOUT_S: \
-    environment_rewards(kwargs.get("environment_factory"), base_dir, env_timeout_s)
+tool_calling_rollout.implied_rewards = _implied_rewards
 
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
@@ -225,13 +214,13 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
     problems = unknown_settings(tool_calling_rollout, kwargs) + type_problems(kwargs)
     problems += check_positive_seconds(kwargs, "tool_timeout_s") + check_optional_text(kwargs, "system_prompt")
     problems += check_bool(kwargs, "parallel_tool_calls")
-    tools, factory, servers = kwargs.get("tools"), kwargs.get("environment_factory"), kwargs.get("mcp_servers")
-    if factory is not None:
-        problems += factory_problems(factory, base_dir, has_tools=bool(tools or servers))
-    if servers is not None:
-        problems += mcp_problems(servers, base_dir)
+    tools = kwargs.get("tools")
+    specs = {key: kwargs[key] for key in SOURCE_KEYS if kwargs.get(key) is not None}
+    for key, spec in specs.items():
+        others = bool(tools) or any(other != key and bool(s) for other, s in specs.items())
+        problems += tool_source(key).problems(spec, base_dir, others)
     if not tools:
-        if factory is None and not servers:
+        if not any(specs.values()):
             problems.append(("rollout.kwargs.tools", "no tools configured",
                              "list them: tools: [package.module:function, path/file.py:function], or give "
                              "mcp_servers or an environment_factory (TRL's: a class whose methods are the tools)"))

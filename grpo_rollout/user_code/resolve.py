@@ -115,6 +115,8 @@ def _getattr_path(obj: Any, attr_path: str, where: str) -> Any:
 MOVED_MODULES = {
     "grpo_rollout.rollouts.verifiers": "grpo_rollout.integrations.verifiers.verifiers",
     "grpo_rollout.rollouts.openenv": "grpo_rollout.integrations.openenv.openenv",
+    "grpo_rollout.rollouts.environment_factory": "grpo_rollout.integrations.trl.environment_factory",
+    "grpo_rollout.rollouts.mcp_tools": "grpo_rollout.integrations.mcp.mcp_tools",
 }
 
 

@@ -31,7 +31,7 @@ def test_mutated_configs_never_give_a_traceback(source, tmp_path_factory, monkey
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     # MCP servers are not started here (~1 s each, three checks per example; a mutated command may wait until its
     # startup timeout): their entries are still checked; starting them is tests/integration/test_mcp_tools.py's job
-    from grpo_rollout.rollouts import mcp_tools
+    from grpo_rollout.integrations.mcp import mcp_source, mcp_tools
 
     class NotStarted(mcp_tools.MCPHost):
         def __init__(self, specs):
@@ -43,7 +43,7 @@ def test_mutated_configs_never_give_a_traceback(source, tmp_path_factory, monkey
         def close(self):
             pass
 
-    monkeypatch.setattr(mcp_tools, "MCPHost", NotStarted)
+    monkeypatch.setattr(mcp_source, "MCPHost", NotStarted)
     original = yaml.safe_load(source.read_text())
     folder = tmp_path_factory.mktemp("fuzz")
 

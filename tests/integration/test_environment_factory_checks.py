@@ -108,7 +108,7 @@ class OnlyReset:
 
 
 def test_properties_are_not_tools_and_are_not_read():
-    from grpo_rollout.rollouts.environment_factory import environment_tools
+    from grpo_rollout.integrations.trl.environment_factory import environment_tools
 
     class Env:
         def reset(self, **kwargs):

@@ -20,7 +20,8 @@ from transformers import AutoTokenizer
 
 from grpo_rollout.config import to_yaml
 from grpo_rollout.preflight import check_config
-from grpo_rollout.rollouts import mcp_tools as mcp
+from grpo_rollout.integrations.mcp import mcp_tools as mcp
+from grpo_rollout.integrations.mcp.mcp_source import mcp_problems
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
@@ -203,7 +204,7 @@ def test_validate_config_says_how_to_install_a_missing_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "mcp", None)  # as if not installed: importing it raises ImportError
     monkeypatch.setitem(sys.modules, "openenv", None)
     monkeypatch.setitem(sys.modules, "openenv.core", None)
-    [(key, message, fix)] = mcp.mcp_problems([{"url": "http://127.0.0.1:9/mcp"}])
+    [(key, message, fix)] = mcp_problems([{"url": "http://127.0.0.1:9/mcp"}])
     assert key == "rollout.kwargs.mcp_servers" and "mcp is not installed" in message and "pip install mcp" in fix
     [(key, message, fix)] = [p for p in oe.validate_kwargs({"url": "http://x", "action": "a:b"})
                              if p[0] == "rollout.function"]
@@ -256,7 +257,7 @@ def test_a_server_that_dies_mid_run_stops_the_run_naming_it(tmp_path, tiny_model
 
 
 def test_entries_are_checked_and_relative_paths_found_in_the_configs_folder(tmp_path, monkeypatch):
-    problems = mcp.mcp_problems([{"command": "python", "args": ["s.py"], "env": {"N": 5}},
+    problems = mcp_problems([{"command": "python", "args": ["s.py"], "env": {"N": 5}},
                                         {"url": "127.0.0.1:8000/mcp"}])
     assert [p[0] for p in problems] == ["rollout.kwargs.mcp_servers[0]", "rollout.kwargs.mcp_servers[1]"]
     assert "`env` must map names to strings, got N: 5 (quote the value" in problems[0][1]
@@ -264,6 +265,6 @@ def test_entries_are_checked_and_relative_paths_found_in_the_configs_folder(tmp_
     (tmp_path / "calc_server.py").write_text(SERVER)
     monkeypatch.chdir("/")  # the server file is not in the current folder, but in the config's
     try:
-        assert mcp.mcp_problems([{"command": "python", "args": ["calc_server.py"]}], base_dir=tmp_path) == []
+        assert mcp_problems([{"command": "python", "args": ["calc_server.py"]}], base_dir=tmp_path) == []
     finally:
         mcp.close_mcp_servers()

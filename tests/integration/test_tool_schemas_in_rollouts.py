@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from grpo_rollout.generation.base import GenerationResult
 from grpo_rollout.rewards.tools import tool_call_validity
-from grpo_rollout.rollouts import mcp_tools as mcp
+from grpo_rollout.integrations.mcp import mcp_tools as mcp
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 from grpo_rollout.rollouts.tool_parsing import parse_tool_calls
 from scripted_client import ScriptedClient

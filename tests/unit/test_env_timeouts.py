@@ -17,7 +17,7 @@ import pytest
 from grpo_rollout.rollouts.contract import EpisodeFailure, RolloutError
 from grpo_rollout.rollouts.env_timeouts import EnvTimeout
 from grpo_rollout.rollouts.environment import call_env
-from grpo_rollout.rollouts.environment_factory import environment_rewards, start_environments
+from grpo_rollout.integrations.trl.environment_factory import environment_rewards, start_environments
 
 HERE = r".*test_env_timeouts\.py:\d+"
 

@@ -12,7 +12,7 @@ import pytest
 
 from grpo_rollout import EpisodeFailure
 from grpo_rollout.rollouts.contract import RolloutError, RolloutOutput
-from grpo_rollout.rollouts.mcp_tools import MCPServerGone
+from grpo_rollout.integrations.mcp.mcp_tools import MCPServerGone
 from grpo_rollout.orchestrator.batch import CompletionScores, ScoredBatch
 from grpo_rollout.config.schema import FAILURE_ERRORS
 from grpo_rollout.orchestrator.failures import EpisodeFailures, FailureCounts, play_group

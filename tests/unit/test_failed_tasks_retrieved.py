@@ -62,7 +62,7 @@ def test_an_mcp_call_abandoned_as_its_server_fails_leaves_no_unread_error_on_the
     import threading
     from types import SimpleNamespace
 
-    from grpo_rollout.rollouts.mcp_tools import MCPHost
+    from grpo_rollout.integrations.mcp.mcp_tools import MCPHost
 
     reported, started = [], threading.Event()
     host = MCPHost.__new__(MCPHost)  # only its background loop and the call path, no server

@@ -8,7 +8,7 @@ import inspect
 
 from grpo_rollout.orchestrator import stage
 from grpo_rollout.rollouts import run_end
-from grpo_rollout.rollouts.mcp_tools import close_mcp_servers
+from grpo_rollout.integrations.mcp.mcp_tools import close_mcp_servers
 from grpo_rollout.integrations.openenv.openenv_serving import close_openenv_servers
 
 

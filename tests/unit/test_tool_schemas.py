@@ -12,7 +12,7 @@ import pydantic
 from helpers import run_tool_calls_sync
 
 from grpo_rollout.rewards.tools import tool_call_validity
-from grpo_rollout.rollouts.environment_factory import environment_tools
+from grpo_rollout.integrations.trl.environment_factory import environment_tools
 from grpo_rollout.rollouts.tool_parsing import format_tool_call, parse_tool_calls
 from grpo_rollout.rollouts.tool_prompt import system_prompt_text
 from grpo_rollout.rollouts.tool_running import example_arguments, tool_schema

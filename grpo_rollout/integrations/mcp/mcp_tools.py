@@ -33,10 +33,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .contract import EpisodeFailure, RolloutError
-
+from ...rollouts.contract import EpisodeFailure, RolloutError
+from ...rollouts.run_end import on_run_end
 from .mcp_checks import label, located, server_problem, startup_timeout
-from .run_end import on_run_end
 
 #: commands that start the interpreter running the training (so a Python server sees the same packages, also when
 #: the virtual environment is not activated)
@@ -263,33 +262,3 @@ def close_mcp_servers() -> None:
 
 
 atexit.register(close_mcp_servers)
-
-
-def mcp_problems(specs: Any, base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
-    """validate-config's checks of ``rollout.kwargs.mcp_servers``: the ``mcp`` package is installed, each entry is well
-    formed, each server starts and lists its tools (then stops). ``(key, message, fix)`` per problem."""
-    key = "rollout.kwargs.mcp_servers"
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        return [(key, "the package mcp is not installed", "pip install mcp (make install does)")]
-    if not isinstance(specs, list):
-        return [(key, f"must be a list of servers, got {specs!r}", "mcp_servers: [{command: python, args: [server.py]}]")]
-    problems = [(f"{key}[{i}]", f"{key}[{i}] {p}", "e.g. {command: python, args: [server.py]} or {url: http://...}")
-                for i, p in ((i, server_problem(s)) for i, s in enumerate(specs)) if p]
-    if problems:
-        return problems
-    try:  # started, listed and stopped again: a check leaves no process behind (the run starts its own)
-        MCPHost([located(spec, base_dir) for spec in specs]).start().close()
-    except RolloutError as exc:
-        message = str(exc)
-        index = next((i for i, spec in enumerate(specs) if f"`{label(located(spec, base_dir))}`" in message), None)
-        if "two MCP servers" in message:
-            fix = "remove one of the servers, or rename the tool in one of them"
-        elif "within" in message:
-            fix = "check that the command speaks MCP over stdin/stdout, or raise its startup_timeout_s"
-        else:
-            fix = ("check the command (it must speak MCP over stdin/stdout; relative paths are looked up in the "
-                   "current folder, then the config's) or that the URL's server is running")
-        return [(key if index is None else f"{key}[{index}]", message, fix)]
-    return []

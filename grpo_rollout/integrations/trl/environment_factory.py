@@ -20,8 +20,8 @@ What an environment written for TRL's ``GRPOTrainer(environment_factory=...)`` (
 - its public methods (not ``reset`` or ``get_reward``, not ``_``-prefixed) are the episode's tools, beside any
   ``tools`` of the config: type hints and an ``Args:`` docstring each, as for any tool. With several environments a
   prompt is shown only its own environment's tools;
-- ``reset`` and ``get_reward`` may each take ``rollout.env_timeout_s`` seconds (:mod:`.env_timeouts`); the tools,
-  ``rollout.kwargs.tool_timeout_s``;
+- ``reset`` and ``get_reward`` may each take ``rollout.env_timeout_s`` seconds
+  (:mod:`grpo_rollout.rollouts.env_timeouts`); the tools, ``rollout.kwargs.tool_timeout_s``;
 - ``get_reward()`` (optional; plain or ``async def``): after the episode the environment scores it. Each environment
   class that has one adds a reward function of weight 1 named after the class (``rewards/<Class>``), summed with the
   configured ones, which may then be empty;
@@ -37,12 +37,13 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..runs import names as rn
-from ..user_code.coroutines import run_coroutine
-from ..user_code.signatures import a_type
-from .contract import RolloutError
-from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, bounded_call
-from .environment import call_env
+from ...rollouts.contract import RolloutError
+from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S, bounded_call
+from ...rollouts.environment import call_env
+from ...rollouts.kwargs_checks import KwargsProblem
+from ...rollouts.tool_sources import EpisodeTools, SourceStart, ToolSource, register_tool_source
+from ...user_code.coroutines import run_coroutine
+from ...user_code.signatures import a_type
 
 #: methods of an environment that are not tools
 RESERVED = ("reset", "get_reward")
@@ -59,7 +60,7 @@ def load_factories(spec: Any, base_dir: Optional[Path] = None) -> Factories:
     Raises:
         RolloutError: a name does not import, a factory is not callable, or the mapping is empty.
     """
-    from ..user_code.resolve import ImportSpecError, resolve_callable
+    from ...user_code.resolve import ImportSpecError, resolve_callable
 
     named = dict(spec) if isinstance(spec, Mapping) else {None: spec}
     if not named:
@@ -108,23 +109,16 @@ def environment_tools(env: Any) -> Dict[str, Callable]:
     return tools
 
 
-def with_observation(messages: List[Dict[str, Any]], observation: Any, label: str) -> List[Dict[str, Any]]:
-    """``messages`` with what ``reset`` returned appended to the last user message (TRL's rule; a new user message
-    when there is none); ``None`` returns them unchanged.
+def checked_observation(observation: Any, label: str) -> Optional[str]:
+    """What ``reset`` returned (``label``: ``Class.reset``), checked to be text to append to the prompt or ``None``.
 
     Raises:
-        RolloutError: ``observation`` is neither a string nor ``None``.
+        RolloutError: it is neither a string nor ``None``.
     """
-    if observation is None:
-        return messages
-    if not isinstance(observation, str):
+    if observation is not None and not isinstance(observation, str):
         raise RolloutError(f"{label} returned {a_type(observation)}; reset must return a string (appended to "
                            "the prompt) or None")
-    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
-    if last is None or not isinstance(messages[last].get("content"), str):
-        return messages + [{"role": "user", "content": observation}]
-    return messages[:last] + [{**messages[last], "content": messages[last]["content"] + observation}] \
-        + messages[last + 1:]
+    return observation
 
 
 def start_environments(factories: Factories, rows: Optional[Sequence[Mapping[str, Any]]], num_prompts: int,
@@ -200,23 +194,12 @@ def environment_rewards(spec: Any, base_dir: Optional[Path] = None,
     return [(cls.__name__, _get_reward_of(cls, env_timeout_s)) for cls in classes if callable(getattr(cls, "get_reward", None))]
 
 
-def environment_extras(envs: Sequence[Any], observations: Sequence[Any],
-                       prompts: Sequence[Any]) -> Dict[str, List[Any]]:
-    """The rollout's extras for its environments: ``environments`` (for reward functions) and, when some ``reset``
-    changed a prompt, ``first_prompt`` (``prompts``: the prompt each episode saw, logged as its prompt)."""
-    out: Dict[str, List[Any]] = {rn.ENVIRONMENTS_EXTRA: list(envs)}
-    if any(o is not None for o in observations):
-        out[rn.FIRST_PROMPT_EXTRA] = list(prompts)
-    return out
-
-
-def factory_problems(spec: Any, base_dir: Optional[Path] = None,
-                     has_tools: bool = False) -> List[Tuple[str, str, str]]:
+def factory_problems(spec: Any, base_dir: Optional[Path] = None, has_tools: bool = False) -> List[KwargsProblem]:
     """Static checks of ``rollout.kwargs.environment_factory`` for validate-config: ``(key, message, fix)`` per
     problem. Each factory is loaded and called once (as TRL does when it starts): it must make an environment with a
     ``reset`` method whose public methods all have a tool schema, and has some unless there are other tools
     (``has_tools``)."""
-    from .tool_running import ToolError, tool_schema
+    from ...rollouts.tool_running import ToolError, tool_schema
 
     key = "rollout.kwargs.environment_factory"
     if not isinstance(spec, (str, Mapping)) and not callable(spec):
@@ -248,3 +231,21 @@ def factory_problems(spec: Any, base_dir: Optional[Path] = None,
                 problems.append((where, f"{type(env).__name__}.{method} is a tool (a public method): {exc}",
                                  "give it type hints and an Args: docstring, or make it private (_name)"))
     return problems
+
+
+def episode_tools(spec: Any, start: SourceStart) -> List[EpisodeTools]:
+    """The tool source's episodes: one environment each (``start.num_prompts × n``, grouped by prompt), reset with
+    its prompt's row; its public methods are the episode's tools and what ``reset`` returned its observation.
+
+    Raises:
+        EnvTimeout: a ``reset`` did not return in time. RolloutError: see :func:`start_environments`, or a
+            ``reset`` returned something other than text or ``None``.
+    """
+    factories = load_factories(spec, start.base_dir)
+    envs, observations = start_environments(factories, start.rows, start.num_prompts, start.n, start.env_timeout_s)
+    return [EpisodeTools(environment_tools(env), owner=type(env).__name__, environment=env,
+                         observation=checked_observation(o, f"{type(env).__name__}.reset"))
+            for env, o in zip(envs, observations)]
+
+
+SOURCE = register_tool_source(ToolSource("environment_factory", episode_tools, factory_problems, environment_rewards))
