@@ -47,3 +47,13 @@ def test_a_config_naming_a_moved_integration_by_its_old_path_still_resolves():
     assert resolve_callable("grpo_rollout.rollouts.verifiers:verifiers_rollout") is verifiers_rollout
     assert resolve_callable("grpo_rollout.rollouts.openenv.openenv_rollout") is openenv_rollout
     assert resolve_callable("grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout") is verifiers_rollout
+
+
+def test_the_trl_and_mcp_modules_resolve_by_their_old_paths_too():
+    """The TRL environment_factory and MCP modules moved from grpo_rollout/rollouts/ to grpo_rollout/integrations/."""
+    from grpo_rollout.integrations.mcp.mcp_tools import mcp_tools
+    from grpo_rollout.integrations.trl.environment_factory import load_factories
+    from grpo_rollout.user_code.resolve import resolve_callable
+
+    assert resolve_callable("grpo_rollout.rollouts.environment_factory:load_factories") is load_factories
+    assert resolve_callable("grpo_rollout.rollouts.mcp_tools.mcp_tools") is mcp_tools
