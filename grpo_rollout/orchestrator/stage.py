@@ -34,7 +34,7 @@ from ..rewards.overlong import OVERLONG_REWARD, overlong_reward
 from .failures import EpisodeFailures
 from ..rollouts import builtin_rollout
 from ..rollouts.rollout_call import call_rollout
-from ..rollouts.contract import SAMPLING_ARGS
+from ..rollouts.contract import SAMPLING_ARGS, RolloutContext
 from ..rollouts.run_end import end_run
 from ..runs import names as rn
 from .batch import CompletionScores, ScoredBatch
@@ -180,10 +180,9 @@ class RolloutStage:
         g = sampling["n"]
         prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
         view = RecordingClient(self.client)  # this call's own record of the versions its answers carry
-        out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs),
-                           {"client": view, "tokenizer": self.tokenizer, "rows": rows, "step": step,
-                            "base_dir": str(self.base_dir), "env_timeout_s": cfg.rollout.env_timeout_s},
-                           self.vocab_size)
+        context = RolloutContext(client=view, tokenizer=self.tokenizer, rows=rows, step=step,
+                                 base_dir=str(self.base_dir), env_timeout_s=cfg.rollout.env_timeout_s)
+        out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs), context, self.vocab_size)
         if self.client.shares_weights:  # the trainer's own weights: its current version by construction
             out.weight_versions = [None] * len(out)
         else:

@@ -40,11 +40,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config.fields import aliases
-from ..config.schema import SamplingConfig
+from ..config.schema import RolloutConfig, SamplingConfig, default_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+    from ..generation.base import GenerationClient
 
 #: Sampling settings every rollout receives as keyword arguments, mapped to their ``sampling.*`` key.
 SAMPLING_ARGS: Dict[str, str] = {"n": "num_generations", **{k: k for k in (
@@ -56,8 +60,37 @@ SAMPLING_DEFAULTS = SamplingConfig()
 #: schema), mapped to the ``sampling.*`` key.
 SAMPLING_ALIASES: Dict[str, str] = aliases(SamplingConfig)
 
-#: Objects passed only to rollout functions that name them.
-CONTEXT_ARGS = ("client", "tokenizer", "rows", "step", "base_dir", "env_timeout_s")
+
+
+@dataclass(frozen=True)
+class RolloutContext:
+    """What the trainer hands a rollout besides its prompts, sampling settings and ``rollout.kwargs``; each field is
+    passed, under its own name, only to a rollout function that names it (or takes ``**kwargs``).
+
+    Attributes:
+        client: the generation client (its own view of it, which records the weight version of each answer).
+        tokenizer: the model's tokenizer (its chat template).
+        rows: the ``P`` dataset rows of the step's prompts, all columns (``None``: not known, a rollout called
+            outside the trainer).
+        step: the training step being sampled for (0-based: the step whose update these completions feed).
+        base_dir: the config's folder (relative names in ``rollout.kwargs`` are also looked up there).
+        env_timeout_s: seconds an environment call may take (``rollout.env_timeout_s``; ``None``: no limit).
+    """
+
+    client: Optional[GenerationClient] = None
+    tokenizer: Optional[PreTrainedTokenizerBase] = None
+    rows: Optional[Sequence[Mapping[str, Any]]] = None
+    step: int = 0
+    base_dir: Optional[str] = None
+    env_timeout_s: Optional[float] = default_of(RolloutConfig, "env_timeout_s")
+
+    def named_by(self, names: Sequence[str]) -> Dict[str, Any]:
+        """The fields whose names are in ``names`` (a function's parameters), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in names}
+
+
+#: Objects passed only to rollout functions that name them: the fields of :class:`RolloutContext`.
+CONTEXT_ARGS = tuple(f.name for f in fields(RolloutContext))
 #: Keys of the returned dict that are not extras.
 CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask", "weight_versions")
 #: ``(oldest, newest)`` weight version that sampled a completion (``None``: not known).

@@ -7,12 +7,12 @@ from typing import Any, Callable, Dict, Mapping, Sequence
 
 from ..generation.vllm_client import ServerError
 from ..user_code.signatures import accepts_var_kwargs, describe, named_params, raised_at
-from .contract import CONTEXT_ARGS, RolloutError, RolloutOutput, check_rollout_output
+from .contract import RolloutContext, RolloutError, RolloutOutput, check_rollout_output
 from ..user_code.coroutines import run_coroutine
 
 
 def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, Any], rollout_kwargs: Mapping[str, Any],
-                 context: Mapping[str, Any], vocab_size: int | None = None) -> RolloutOutput:
+                 context: RolloutContext, vocab_size: int | None = None) -> RolloutOutput:
     """Call ``fn(prompts, **sampling, **rollout_kwargs, **named context)`` (awaited to completion when ``fn`` is
     ``async def``) and check the result.
 
@@ -20,8 +20,8 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         prompts: the ``P`` unique prompts of the step.
         sampling: ``n``, ``temperature``, ... (see :data:`~grpo_rollout.rollouts.contract.SAMPLING_ARGS`).
         rollout_kwargs: the config's ``rollout.kwargs`` (sampling keys in it agree with ``sampling``, checked earlier).
-        context: ``client``, ``tokenizer``, ``rows``, ``step``, ``base_dir``, ``env_timeout_s``; each is passed only
-            if ``fn`` names it.
+        context: the client, tokenizer, rows, step, ... (:class:`~.contract.RolloutContext`); each field is passed
+            only if ``fn`` names it.
 
     Raises:
         RolloutError: the function raised, or returned something that breaks the contract.
@@ -29,7 +29,7 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
     """
     names = set(named_params(fn))
     kwargs: Dict[str, Any] = {**sampling, **rollout_kwargs}
-    kwargs.update({k: v for k, v in context.items() if k in CONTEXT_ARGS and k in names})
+    kwargs.update(context.named_by(names))
     if not accepts_var_kwargs(fn):
         kwargs = {k: v for k, v in kwargs.items() if k in names}
     try:

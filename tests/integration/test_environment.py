@@ -10,6 +10,8 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_rollout.rollouts.rollout_call import call_rollout
+
+from grpo_rollout.rollouts.contract import RolloutContext
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.environment import environment_rollout, load_env
 from grpo_rollout.rollouts.multi_turn import render
@@ -149,7 +151,7 @@ def test_through_call_rollout_with_rows(tiny):
                 "max_completion_length": 80, "seed": 3}
     out = call_rollout(environment_rollout, ["ignored"], sampling,
                        {"env": f"{__file__}:CountingEnv", "max_turns": 3, "max_turn_tokens": 5},
-                       {"client": client, "tokenizer": tokenizer, "rows": [{"word": "plum"}], "step": 0},
+                       RolloutContext(client=client, tokenizer=tokenizer, rows=[{"word": "plum"}], step=0),
                        vocab_size=len(tokenizer))
     assert out.extras["env_reward"] == [0.75, 0.75] and out.extras["num_turns"] == [3, 3]
     assert out.completion_mask[0].count(0) > 0

@@ -14,6 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_rollout.rollouts.rollout_call import call_rollout
+
+from grpo_rollout.rollouts.contract import RolloutContext
 from grpo_rollout.rollouts.multi_turn import Conversation, render
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
 from grpo_rollout.rollouts.tool_prompt import choose_tool_prompt, with_system_prompt
@@ -170,7 +172,7 @@ def test_contract_and_untruncated_later_turns(tool_model):
     out = call_rollout(tool_calling_rollout, ["Multiply 3 and 4."], {
         "n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
         "max_completion_length": 80, "seed": 1}, {"tools": TOOLS, "system_prompt": SYSTEM, "max_turns": 3},
-        {"client": client, "tokenizer": tokenizer, "rows": [{}], "step": 0}, vocab_size=len(tokenizer))
+        RolloutContext(client=client, tokenizer=tokenizer, rows=[{}], step=0), vocab_size=len(tokenizer))
     assert client.max_prompt_length == 60  # the client's setting is left as it was
     assert len(out) == 2 and out.extras["num_turns"] == [2, 2]
     assert all(len(p) <= 60 for p in out.prompt_ids)  # the first prompt is cut like any prompt ...

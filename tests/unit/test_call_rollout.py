@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from grpo_rollout.rollouts.contract import RolloutContext
 from grpo_rollout.rollouts.rollout_call import call_rollout
+
 from grpo_rollout.rollouts.contract import RolloutError
 from contract_helpers import N, VOCAB
 
@@ -13,7 +15,7 @@ from contract_helpers import N, VOCAB
 
 SAMPLING = {"n": N, "temperature": 0.7, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
             "max_completion_length": 8, "seed": 0}
-CONTEXT = {"client": "CLIENT", "tokenizer": "TOKENIZER", "rows": [{"q": 1}, {"q": 2}], "step": 7}
+CONTEXT = RolloutContext(client="CLIENT", tokenizer="TOKENIZER", rows=[{"q": 1}, {"q": 2}], step=7)
 
 
 def _result_for(prompts, n):
