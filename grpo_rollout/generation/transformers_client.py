@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Hashable, List, Optional, Sequence
 
 import torch
@@ -15,6 +16,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from ..models.pretrained import eos_token_ids
 from .seeds import derive_seed
 from .base import GenerationClient, GenerationResult
+from .sampling_settings import SamplingSettings
 from .sampling_filter import filter_logits, filtering
 
 if TYPE_CHECKING:
@@ -79,29 +81,27 @@ class TransformersClient(GenerationClient):
         if temperature < 0:
             raise ValueError("temperature must be >= 0 (0: greedy)")
         prompts = self.cut_prompts(prompt_ids, truncate)
+        settings = SamplingSettings(n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed,
+                                    tuple(stop) if stop else None)
         with self._lock:
-            if temperature == 0:
-                one = self._generate_locked(prompts, 1, 0.0, 1.0, -1, 0.0, repetition_penalty, max_tokens, seed, stop)
+            if temperature == 0:  # the filters do nothing to a greedy choice
+                one = self._generate_locked(prompts, replace(settings, n=1, top_p=1.0, top_k=-1, min_p=0.0))
                 rep = lambda xs: [x for x in xs for _ in range(n)]  # noqa: E731
                 return GenerationResult(one.prompt_ids, rep(one.completion_ids), rep(one.logprobs),
                                         rep(one.finish_reasons))
-            return self._generate_locked(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
-                                         max_tokens, seed, stop)
+            return self._generate_locked(prompts, settings)
 
-    def _generate_locked(self, prompts, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed,
-                         stop) -> GenerationResult:
-        if seed is not None:  # one stream for the batch, seeded by its prompts too: a per-prompt call differs
-            torch.manual_seed(derive_seed(seed, [tuple(p) for p in prompts]))
+    def _generate_locked(self, prompts: List[List[int]], settings: SamplingSettings) -> GenerationResult:
+        if settings.seed is not None:  # one stream for the batch, seeded by its prompts too: a per-prompt call differs
+            torch.manual_seed(derive_seed(settings.seed, [tuple(p) for p in prompts]))
         device = next(self.model.parameters()).device
         autocast = (torch.autocast(device_type=device.type, dtype=self.compute_dtype)
                     if self.compute_dtype != torch.float32 else nullcontext())
         with autocast:
-            return self._generate_batches(prompts, n, temperature, top_p, top_k, min_p, repetition_penalty,
-                                          max_tokens, stop)
+            return self._generate_batches(prompts, settings)
 
-    def _generate_batches(self, prompts, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens,
-                          stop) -> GenerationResult:
-        per_call = max(1, self.batch_size // n)
+    def _generate_batches(self, prompts: List[List[int]], settings: SamplingSettings) -> GenerationResult:
+        per_call = max(1, self.batch_size // settings.n)
         completions: List[List[int]] = []
         logprobs: List[List[float]] = []
         reasons: List[str] = []
@@ -109,8 +109,7 @@ class TransformersClient(GenerationClient):
         self.model.eval()
         try:
             for start in range(0, len(prompts), per_call):
-                c, lp, r = self._generate_batch(prompts[start:start + per_call], n, temperature, top_p, top_k, min_p,
-                                                repetition_penalty, max_tokens, stop)
+                c, lp, r = self._generate_batch(prompts[start:start + per_call], settings)
                 completions += c
                 logprobs += lp
                 reasons += r
@@ -118,7 +117,7 @@ class TransformersClient(GenerationClient):
             self.model.train(was_training)
         return GenerationResult(prompts, completions, logprobs, reasons)
 
-    def _generate_batch(self, prompts, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, stop):
+    def _generate_batch(self, prompts: List[List[int]], s: SamplingSettings):
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -126,17 +125,18 @@ class TransformersClient(GenerationClient):
         for i, p in enumerate(prompts):
             input_ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
-        greedy = temperature == 0
+        greedy = s.temperature == 0
         # temperature and the filters in vLLM's order (transformers' own warpers apply min-p last), after the
         # repetition penalty as in vLLM; generate's own warpers are switched off
-        kwargs = dict(do_sample=not greedy, num_return_sequences=n, temperature=None, top_p=None, top_k=None,
-                      min_p=None, repetition_penalty=repetition_penalty, max_new_tokens=max_tokens, output_scores=True,
+        kwargs = dict(do_sample=not greedy, num_return_sequences=s.n, temperature=None, top_p=None, top_k=None,
+                      min_p=None, repetition_penalty=s.repetition_penalty, max_new_tokens=s.max_tokens,
+                      output_scores=True,
                       return_dict_in_generate=True, synced_gpus=False, pad_token_id=self.pad_id,
                       eos_token_id=sorted(self.eos_ids))
         if not greedy:
-            kwargs["logits_processor"] = LogitsProcessorList([SamplerFilter(temperature, top_k, top_p, min_p)])
-        if stop:
-            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+            kwargs["logits_processor"] = LogitsProcessorList([SamplerFilter(s.temperature, s.top_k, s.top_p, s.min_p)])
+        if s.stop:
+            kwargs.update(stop_strings=list(s.stop), tokenizer=self.tokenizer)
         out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
         new = out.sequences[:, width:].cpu()
         # (steps, rows, vocab) -> log-prob of the sampled token at each step
@@ -144,7 +144,7 @@ class TransformersClient(GenerationClient):
         token_lp = scores.gather(-1, new.T.unsqueeze(-1).to(scores.device)).squeeze(-1).T.cpu()
         completions, logprobs, reasons = [], [], []
         for row, lps in zip(new.tolist(), token_lp.tolist()):
-            length, reason = self._real_length(row, stop)
+            length, reason = self._real_length(row, s.stop)
             completions.append(row[:length])
             logprobs.append(lps[:length])
             reasons.append(reason)

@@ -16,6 +16,7 @@ import httpx
 from ..config.schema import WEIGHT_TRANSFERS as TRANSFERS
 from .addresses import is_local_url  # noqa: F401 - re-exported (nccl_sync and older imports use it from here)
 from .base import GenerationClient, GenerationResult
+from .sampling_settings import SamplingSettings
 from .version_stamps import reverted_problem
 from .weight_files import CHUNK_BYTES as _CHUNK, file_sha256, weights_for_sync  # noqa: F401 - weights_for_sync re-exported
 
@@ -204,11 +205,9 @@ class VllmClient(GenerationClient):
         """
         self._request("POST", "/wake_up/", timeout=self.sync_timeout, timeout_name="vllm.sync_timeout_s")
 
-    def _body(self, prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
-              truncate):
-        return {"prompts": self.cut_prompts(prompt_ids, truncate), "n": n, "temperature": temperature,
-                "top_p": top_p, "top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty,
-                "max_tokens": max_tokens, "seed": seed, "stop": list(stop) if stop else None}
+    def _body(self, prompt_ids: Sequence[Sequence[int]], settings: SamplingSettings, truncate: bool) -> Dict[str, Any]:
+        """The ``/generate/`` body: the prompts and the settings' fields (the server's ``GenerateRequest``)."""
+        return {"prompts": self.cut_prompts(prompt_ids, truncate), **settings.request_kwargs()}
 
     def _result(self, data: Dict[str, Any], confirmed: int) -> GenerationResult:
         """The answer as a result, carrying the weight versions the server stamped on it; ``confirmed``: the version
@@ -225,8 +224,8 @@ class VllmClient(GenerationClient):
                  truncate: bool = True, affinity: Optional[Hashable] = None) -> GenerationResult:
         """``POST /generate/`` with all prompts at once (vLLM batches them), retried on transient failures.
         Raises :class:`ServerError` (also when the answer was sampled with weights older than the last sync)."""
-        body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
-                          truncate)
+        body = self._body(prompt_ids, SamplingSettings(n, temperature, top_p, top_k, min_p, repetition_penalty,
+                                                       max_tokens, seed, tuple(stop) if stop else None), truncate)
         confirmed = self.weight_version
         return self._result(self._request("POST", "/generate/", json=body), confirmed)
 
@@ -236,8 +235,8 @@ class VllmClient(GenerationClient):
                         stop: Optional[Sequence[str]] = None, truncate: bool = True,
                         affinity: Optional[Hashable] = None) -> GenerationResult:
         """Async ``POST /generate/``: concurrent calls are batched together by the server."""
-        body = self._body(prompt_ids, n, temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed, stop,
-                          truncate)
+        body = self._body(prompt_ids, SamplingSettings(n, temperature, top_p, top_k, min_p, repetition_penalty,
+                                                       max_tokens, seed, tuple(stop) if stop else None), truncate)
         confirmed = self.weight_version
         return self._result(await self._arequest("/generate/", body), confirmed)
 

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol,
 from ..config import Config
 from ..user_code.resolve import resolve_callable
 from ..data import load_section
-from ..generation.seeds import derive_seed
+from ..generation.sampling_settings import SamplingSettings
 from ..generation.version_stamps import RecordingClient
 from ..rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
 from ..rewards.overlong import OVERLONG_REWARD, overlong_reward
 from .failures import EpisodeFailures
 from ..rollouts import builtin_rollout
 from ..rollouts.rollout_call import call_rollout
-from ..rollouts.contract import SAMPLING_ARGS, RolloutContext
+from ..rollouts.contract import RolloutContext
 from ..rollouts.run_end import end_run
 from ..runs import names as rn
 from .batch import CompletionScores, ScoredBatch
@@ -154,20 +154,17 @@ class RolloutStage:
         size."""
         self.client, self.tokenizer, self.eos_ids, self.vocab_size = client, tokenizer, eos_ids, vocab_size
 
-    def sampling_kwargs(self, step: int) -> Dict[str, Any]:
+    def sampling_settings(self, step: int) -> SamplingSettings:
         """The sampling settings handed to the rollout (``seed`` advances with the step when set)."""
-        s = self.cfg.sampling
-        kwargs = {arg: getattr(s, key) for arg, key in SAMPLING_ARGS.items()}  # the contract's names
-        kwargs["seed"] = None if s.seed is None else s.seed + step
-        return kwargs
+        return SamplingSettings.from_config(self.cfg.sampling, step)
 
-    def generate_and_score(self, step: int, rows: List[Dict[str, Any]], sampling: Optional[Dict[str, Any]] = None,
+    def generate_and_score(self, step: int, rows: List[Dict[str, Any]], sampling: Optional[SamplingSettings] = None,
                            shaping: bool = True, row_ids: Optional[Sequence[int]] = None) -> ScoredBatch:
         """This rank's rollout and rewards for its ``rows``. The rollout is handed its own view of the client, which
         records the weight versions of its answers; each completion's versions are the ones the rollout returned,
         else those (:func:`~.versions.completion_versions`), and ``rollout.weight_version`` is the oldest (``None``
         for a client sharing the trainer's weights, current by construction). ``sampling``: the rollout's sampling
-        settings (default :meth:`sampling_kwargs`; the evaluation passes its own ``n`` and ``temperature``);
+        settings (default :meth:`sampling_settings`; the evaluation passes its own ``n`` and ``temperature``);
         ``shaping`` false leaves out the training-only length shaping (``training.overlong_buffer``: evaluation);
         ``row_ids``: the training dataset's indices of ``rows``, whose visits the curriculum counts.
 
@@ -176,8 +173,8 @@ class RolloutStage:
                 completions carry no weight version.
         """
         cfg = self.cfg
-        sampling = sampling or self.sampling_kwargs(step)
-        g = sampling["n"]
+        sampling = sampling or self.sampling_settings(step)
+        g = sampling.n
         prompts = [row.get(cfg.data.prompt_column) for row in rows]  # None: a rollout that makes its own (uses_prompts)
         view = RecordingClient(self.client)  # this call's own record of the versions its answers carry
         context = RolloutContext(client=view, tokenizer=self.tokenizer, rows=rows, step=step,
@@ -228,15 +225,13 @@ class RolloutStage:
         order = self.prompt_order
         return order.indices(step) + (self.curriculum.paused_rows() + order.sat_out(step) if self.curriculum else [])
 
-    def group_sampling(self, step: int, position: int, attempt: int, retry: int = 0) -> Dict[str, Any]:
+    def group_sampling(self, step: int, position: int, attempt: int, retry: int = 0) -> SamplingSettings:
         """The sampling settings of one group played alone: seeded from step ``step``'s seed, the group's
         ``position`` in this rank's prompt sequence, its ``attempt`` and, for a group played again after an
         :class:`EpisodeFailure` (``rollout.on_error: retry``), its ``retry``."""
-        sampling = self.sampling_kwargs(step)
-        if sampling["seed"] is not None:
-            parts = (self.dist.rank, position, attempt) + (("retry", retry) if retry else ())
-            sampling["seed"] = derive_seed(sampling["seed"], "group", *parts)
-        return sampling
+        sampling = self.sampling_settings(step)
+        parts = (self.dist.rank, position, attempt) + (("retry", retry) if retry else ())
+        return replace(sampling, seed=sampling.request_seed("group", *parts))
 
     def refill(self, step: int, version: int, indices: Sequence[int]) -> Optional[ScoredBatch]:
         """Dynamic sampling's extra round: this rank's share of the dataset rows ``indices``, rolled out and scored, its

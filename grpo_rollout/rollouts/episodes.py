@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Optional, Sequence
 
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
-from ..generation.seeds import derive_seed
+from ..generation.sampling_settings import SamplingSettings
 from ..generation.version_stamps import widened
 from ..runs import names as rn
-from .contract import SAMPLING_DEFAULTS as D, RolloutError
+from .contract import RolloutError
 from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler
 
 if TYPE_CHECKING:
@@ -36,23 +36,14 @@ END_REASONS = {
 BUDGET_REASONS = ("budget_turn", "budget_reply")
 
 
-@dataclass
-class Sampling:
-    """Sampling settings of every turn (``max_tokens`` is set per turn from the remaining budget)."""
+@dataclass(frozen=True)
+class Sampling(SamplingSettings):
+    """The sampling settings of every turn of an episode: :class:`~grpo_rollout.generation.sampling_settings.
+    SamplingSettings` (defaults: the config's ``sampling.*``; one completion per request, ``max_tokens`` set per turn
+    from the remaining budget; :meth:`request_seed` gives each sample, turn and continuation ``part`` its own seed)
+    and the cap of a turn."""
 
-    temperature: float = D.temperature  # defaults: the config's (sampling.*)
-    top_p: float = D.top_p
-    top_k: int = D.top_k
-    min_p: float = D.min_p
-    repetition_penalty: float = D.repetition_penalty
-    seed: Optional[int] = D.seed
-    stop: Optional[List[str]] = None
     max_turn_tokens: Optional[int] = None  # cap per turn (the remaining budget caps it too)
-
-    def request_seed(self, sample: int, turn: int, part: int = 0) -> Optional[int]:
-        """A distinct, reproducible seed per sample, turn and continuation ``part`` (``None`` when unseeded): samples
-        of a group that share a prompt must not share a seed, or they would be identical."""
-        return None if self.seed is None else derive_seed(self.seed, sample, turn, part)
 
 
 async def _sample_turn(client: GenerationClient, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
@@ -60,10 +51,8 @@ async def _sample_turn(client: GenerationClient, conv: Conversation, sampling: S
     # length the server was sized for; cutting them would make the sampler see another context than the trainer.
     # The first prompt was cut by Conversation.start.
     ids = conv.input_ids
-    result = await client.agenerate([ids], n=1, temperature=sampling.temperature, top_p=sampling.top_p,
-                                    top_k=sampling.top_k, min_p=sampling.min_p,
-                                    repetition_penalty=sampling.repetition_penalty, max_tokens=max_tokens, seed=seed,
-                                    stop=sampling.stop, truncate=False,
+    result = await client.agenerate([ids], **sampling.request_kwargs(n=1, max_tokens=max_tokens, seed=seed),
+                                    truncate=False,
                                     affinity=tuple(conv.prompt_ids))  # with several servers: the episode stays on one
     if list(result.prompt_ids[0]) != ids:
         raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
@@ -101,7 +90,7 @@ async def run_episode(client: GenerationClient, conv: Conversation, on_turn: Tur
     while True:
         part = 0
         ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
-                                                   sampling.request_seed(sample_index, conv.turns))
+                                                   sampling.request_seed(sample_index, conv.turns, 0))
         text = conv.add_sampled(ids, logprobs, finish)
         # a stop string that fell where the turn is not over (inside a tool call's JSON string): sample on
         while (finish == "stop" and continue_turn is not None and part < MAX_CONTINUATIONS and max_tokens() > 0
@@ -222,7 +211,8 @@ def run_multi_turn(client: GenerationClient, episodes: Sequence[tuple], *, tempe
                    max_turns: int) -> Dict[str, List[Any]]:
     """:func:`run_episodes` with the rollout's sampling settings, returned as :func:`contract_dict` (the shared tail
     of the built-in tool-calling and environment rollouts; their handlers add their own extras)."""
-    sampling = Sampling(temperature, top_p, top_k, min_p, repetition_penalty, seed, list(stop) if stop else None,
-                        max_turn_tokens)
+    sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                        repetition_penalty=repetition_penalty, seed=seed, stop=tuple(stop) if stop else None,
+                        max_turn_tokens=max_turn_tokens)
     return contract_dict(run_episodes(client, episodes, sampling=sampling,
                                       max_completion_length=max_completion_length, max_turns=max_turns))

@@ -5,20 +5,22 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, Mapping, Sequence
 
+from ..generation.sampling_settings import SamplingSettings
 from ..generation.vllm_client import ServerError
 from ..user_code.signatures import accepts_var_kwargs, describe, named_params, raised_at
 from .contract import RolloutContext, RolloutError, RolloutOutput, check_rollout_output
 from ..user_code.coroutines import run_coroutine
 
 
-def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, Any], rollout_kwargs: Mapping[str, Any],
+def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: SamplingSettings, rollout_kwargs: Mapping[str, Any],
                  context: RolloutContext, vocab_size: int | None = None) -> RolloutOutput:
-    """Call ``fn(prompts, **sampling, **rollout_kwargs, **named context)`` (awaited to completion when ``fn`` is
+    """Call ``fn(prompts, **sampling settings, **rollout_kwargs, **named context)`` (awaited to completion when ``fn`` is
     ``async def``) and check the result.
 
     Args:
         prompts: the ``P`` unique prompts of the step.
-        sampling: ``n``, ``temperature``, ... (see :data:`~grpo_rollout.rollouts.contract.SAMPLING_ARGS`).
+        sampling: the sampling settings, passed under the contract's names (``n``, ``temperature``, ...,
+            ``max_completion_length``, ``seed``: :meth:`SamplingSettings.rollout_kwargs`).
         rollout_kwargs: the config's ``rollout.kwargs`` (sampling keys in it agree with ``sampling``, checked earlier).
         context: the client, tokenizer, rows, step, ... (:class:`~.contract.RolloutContext`); each field is passed
             only if ``fn`` names it.
@@ -28,7 +30,7 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         ServerError: the generation server failed a request the rollout made (passed on unchanged).
     """
     names = set(named_params(fn))
-    kwargs: Dict[str, Any] = {**sampling, **rollout_kwargs}
+    kwargs: Dict[str, Any] = {**sampling.rollout_kwargs(), **rollout_kwargs}
     kwargs.update(context.named_by(names))
     if not accepts_var_kwargs(fn):
         kwargs = {k: v for k, v in kwargs.items() if k in names}
@@ -42,6 +44,6 @@ def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: Mapping[str, An
         raise RolloutError(f"the rollout function {describe(fn)} raised {type(exc).__name__}: {exc}"
                            f"{raised_at(exc)}") from exc
     try:
-        return check_rollout_output(result, len(prompts), int(sampling["n"]), vocab_size)
+        return check_rollout_output(result, len(prompts), sampling.n, vocab_size)
     except RolloutError as exc:
         raise RolloutError(f"{describe(fn)}: {exc}") from exc

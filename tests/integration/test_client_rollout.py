@@ -11,6 +11,7 @@ import pytest
 from grpo_rollout.generation.transformers_client import TransformersClient
 from grpo_rollout.models.pretrained import load_model_and_tokenizer
 from grpo_rollout.rollouts.rollout_call import call_rollout
+from grpo_rollout.generation.sampling_settings import SamplingSettings
 from grpo_rollout.rollouts.contract import RolloutContext
 from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
@@ -41,7 +42,8 @@ def test_both_rollouts_keep_the_contract(tiny_model, name):
     client = TransformersClient(lm.eval(), tokenizer, 64)
     sampling = {"n": 3, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
                 "max_completion_length": 6, "seed": 0}
-    out = call_rollout(getattr(example, name), ["Count to 3.", [{"role": "user", "content": "Hi"}]], sampling, {},
+    out = call_rollout(getattr(example, name), ["Count to 3.", [{"role": "user", "content": "Hi"}]],
+                       SamplingSettings.from_rollout_kwargs(sampling), {},
                        RolloutContext(client=client), lm.config.vocab_size)
     assert len(out) == 6 and out.num_prompts == 2
     assert out.prompt_ids[0] == client.encode_prompt("Count to 3.") and out.prompt_ids[3] != out.prompt_ids[0]

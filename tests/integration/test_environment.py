@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_rollout.rollouts.rollout_call import call_rollout
 
+from grpo_rollout.generation.sampling_settings import SamplingSettings
 from grpo_rollout.rollouts.contract import RolloutContext
 from grpo_rollout.rollouts.contract import RolloutError
 from grpo_rollout.rollouts.environment import environment_rollout, load_env
@@ -149,7 +150,7 @@ def test_through_call_rollout_with_rows(tiny):
     client = RecordingClient(model, tokenizer)
     sampling = {"n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
                 "max_completion_length": 80, "seed": 3}
-    out = call_rollout(environment_rollout, ["ignored"], sampling,
+    out = call_rollout(environment_rollout, ["ignored"], SamplingSettings.from_rollout_kwargs(sampling),
                        {"env": f"{__file__}:CountingEnv", "max_turns": 3, "max_turn_tokens": 5},
                        RolloutContext(client=client, tokenizer=tokenizer, rows=[{"word": "plum"}], step=0),
                        vocab_size=len(tokenizer))

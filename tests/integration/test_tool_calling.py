@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_rollout.rollouts.rollout_call import call_rollout
 
+from grpo_rollout.generation.sampling_settings import SamplingSettings
 from grpo_rollout.rollouts.contract import RolloutContext
 from grpo_rollout.rollouts.multi_turn import Conversation, render
 from grpo_rollout.rollouts.tool_calling import tool_calling_rollout
@@ -169,9 +170,9 @@ def test_slow_tool_does_not_stall_other_samples(tool_model):
 def test_contract_and_untruncated_later_turns(tool_model):
     model, tokenizer = tool_model
     client = RecordingClient(model, tokenizer, max_prompt_length=60)
-    out = call_rollout(tool_calling_rollout, ["Multiply 3 and 4."], {
+    out = call_rollout(tool_calling_rollout, ["Multiply 3 and 4."], SamplingSettings.from_rollout_kwargs({
         "n": 2, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
-        "max_completion_length": 80, "seed": 1}, {"tools": TOOLS, "system_prompt": SYSTEM, "max_turns": 3},
+        "max_completion_length": 80, "seed": 1}), {"tools": TOOLS, "system_prompt": SYSTEM, "max_turns": 3},
         RolloutContext(client=client, tokenizer=tokenizer, rows=[{}], step=0), vocab_size=len(tokenizer))
     assert client.max_prompt_length == 60  # the client's setting is left as it was
     assert len(out) == 2 and out.extras["num_turns"] == [2, 2]

@@ -127,8 +127,11 @@ def test_a_streamed_group_played_again_gets_a_seed_no_other_attempt_has():
     from grpo_rollout.generation.seeds import derive_seed
     from grpo_rollout.orchestrator.stage import RolloutStage
 
-    stage = SimpleNamespace(sampling_kwargs=lambda step: {"seed": 7 + step, "n": 4}, dist=SimpleNamespace(rank=1))
-    seed = lambda attempt, retry: RolloutStage.group_sampling(stage, 3, 5, attempt, retry)["seed"]  # noqa: E731
+    from grpo_rollout.generation.sampling_settings import SamplingSettings
+
+    stage = SimpleNamespace(sampling_settings=lambda step: SamplingSettings(seed=7 + step, n=4),
+                            dist=SimpleNamespace(rank=1))
+    seed = lambda attempt, retry: RolloutStage.group_sampling(stage, 3, 5, attempt, retry).seed  # noqa: E731
     assert seed(0, 0) == derive_seed(10, "group", 1, 5, 0)  # as before
     seeds = {seed(attempt, retry) for attempt in (0, 1, 100) for retry in (0, 1, 2)}
     assert len(seeds) == 9

@@ -113,7 +113,7 @@ def _stage(tmp_path, rollout, client, prompts=("a", "b"), staleness=0):
 @pytest.mark.parametrize("server_version", [1, 3])  # behind and ahead of the trainer's 2
 def test_the_true_version_is_recorded_from_any_thread_loop_or_process(tmp_path, rollout, server_version):
     stage = _stage(tmp_path, rollout, StampingClient(server_version))
-    batch = stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_kwargs(0))
+    batch = stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_settings(0))
     assert batch.rollout.weight_version == server_version
     assert batch.scores.weight_versions == [(server_version, server_version)] * 4
     said = "1, but the trainer's weights are version 2" if server_version < 2 else "3, newer than the trainer's 2"
@@ -146,7 +146,7 @@ def test_an_episode_spans_the_versions_of_its_turns():  # what the multi-turn bu
 
 def test_weight_versions_reach_the_rollout_file_and_inspect(tmp_path):
     stage = _stage(tmp_path, from_thread_pool, StampingClient(3))
-    batch = stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_kwargs(0))
+    batch = stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_settings(0))
     out = batch.rollout
     records = [RolloutRecord.of(r, token_record(out.prompt_ids[i], out.completion_ids[i], out.completion_mask[i],
                                                 out.logprobs[i], out.logprobs[i], None),
@@ -164,7 +164,7 @@ def test_weight_versions_reach_the_rollout_file_and_inspect(tmp_path):
 def test_a_server_backed_rollout_without_versions_is_an_error_naming_it(tmp_path, rollout):
     stage = _stage(tmp_path, rollout, StampingClient(2))
     with pytest.raises(RolloutError) as info:
-        stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_kwargs(0))
+        stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_settings(0))
     message = str(info.value)
     assert "returned 4 of 4 completions without the weight version that sampled them" in message
     assert f"{__file__}:" in message and "return `weight_versions`" in message and "`client`" in message
@@ -173,14 +173,14 @@ def test_a_server_backed_rollout_without_versions_is_an_error_naming_it(tmp_path
 def test_answers_carrying_no_version_are_an_error_too(tmp_path):
     stage = _stage(tmp_path, from_thread_pool, StampingClient(None))
     with pytest.raises(RolloutError, match="from_thread_pool .*without the weight version"):
-        stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_kwargs(0))
+        stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_settings(0))
 
 
 def test_shared_weights_need_no_version(tmp_path):
     client = StampingClient(None)
     client.shares_weights = True  # the transformers backend: the trainer's own weights, current by construction
     stage = _stage(tmp_path, without_the_client, client)
-    batch = stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_kwargs(0))
+    batch = stage.generate_and_score(0, [{"prompt": "a"}, {"prompt": "b"}], stage.sampling_settings(0))
     assert batch.rollout.weight_version is None and batch.scores.weight_versions == [None] * 4
 
 

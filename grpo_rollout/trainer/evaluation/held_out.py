@@ -14,7 +14,7 @@ import json
 import math
 import random
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -92,8 +92,8 @@ class Evaluator:
         """
         e, dist = self.cfg.evaluation, self.dist
         mine = list(range(dist.rank, len(self.dataset), dist.world_size))
-        sampling = {**self.stage.sampling_kwargs(done), "n": e.num_generations, "temperature": e.temperature,
-                    "seed": self.cfg.training.seed}  # the same seed every time: step 0 equals `grpo-rollout eval`
+        sampling = replace(self.stage.sampling_settings(done), n=e.num_generations, temperature=e.temperature,
+                           seed=self.cfg.training.seed)  # the same seed every time: step 0 equals `grpo-rollout eval`
         batch, error = None, None
         with _own_random_state(self.cfg.training.seed):
             try:
