@@ -23,6 +23,18 @@ def torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
+class ModelLoadError(ValueError):
+    """A model (``model.name_or_path``, or a checkpoint) that transformers cannot find, reach or read: named, with
+    what transformers said first and the fix."""
+
+    def __init__(self, name_or_path: str, cause: BaseException):
+        said = next((line.strip() for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
+        super().__init__(f"cannot load the model {name_or_path!r}: {type(cause).__name__}: {said[:300]}. Fix "
+                         "model.name_or_path: a local folder holding config.json, the weights and the tokenizer "
+                         "files; a Hugging Face hub id this machine can download (or has in its cache, with "
+                         "HF_HUB_OFFLINE=1); or builtin:smollm2-135m-instruct")
+
+
 def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision: Optional[str] = None,
                              trust_remote_code: bool = False,
                              progress: Optional[Callable[[str], None]] = None) -> Tuple[Any, Any, str]:
@@ -31,7 +43,8 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision
     Returns ``(model, tokenizer, resolved_path)``. The tokenizer gets a pad token (the EOS token) if it has none.
 
     Raises:
-        ValueError: unknown built-in name or missing package. OSError: transformers cannot find the model.
+        ValueError: unknown built-in name or missing package. ModelLoadError (a ValueError): transformers cannot
+            find, reach or read the model or its tokenizer.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -41,11 +54,14 @@ def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", revision
     from .builtin import resolve_model_path
 
     path = resolve_model_path(name_or_path, progress=progress)
-    tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype(dtype),
+                                                     trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:  # not found, not reachable, not a model folder, no tokenizer in it
+        raise ModelLoadError(name_or_path, exc) from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype(dtype),
-                                                 trust_remote_code=trust_remote_code)
     disable_dropout(model)
     return model, tokenizer, path
 
