@@ -11,7 +11,7 @@ import asyncio
 
 def rollout(prompts, client, n, temperature, top_p, top_k, max_completion_length, seed, **kwargs):
     # the parameter named `client` is what makes the trainer pass the generation backend (vLLM or transformers)
-    prompt_ids = client.encode_prompts(prompts)  # text or chat messages -> token ids (chat template applied)
+    prompt_ids = client.encode_prompts(prompts)  # chat messages get the chat template; text is tokenized as it is
     result = client.generate(prompt_ids, n=n, temperature=temperature, top_p=top_p, top_k=top_k,
                              max_tokens=max_completion_length, seed=seed)
     # `result` is a GenerationResult: read its attributes (it is not a dict)
