@@ -118,6 +118,11 @@ def _check_rollout_signature(fn: Callable, config: Config, problems: List[Proble
         return
     first = (positional_only_required(fn) + params)[0]
     supplied = set(SAMPLING_ARGS) | set(config.rollout.kwargs) | set(CONTEXT_ARGS)
+    if first in supplied and first not in positional_only_required(fn):
+        _err(problems, "rollout.function", config.rollout.function,
+             f"{name}'s first parameter `{first}` would receive the prompts, and `{first}` is also passed by name",
+             f"put the prompts first: def rollout(prompts, {first}, ...)")
+        return
     missing = [p for p in required_params(fn) if p != first and p not in supplied]
     for p in missing:
         _err(problems, "rollout.function", config.rollout.function,

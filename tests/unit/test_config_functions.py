@@ -101,6 +101,9 @@ def test_rollout_signature_that_fits(project, signature, kwargs):
     ("prompts, env, **kw", "requires parameter `env`, which is never passed"),
     ("prompts, n, temperature", "does not accept `top_p`, `top_k`, `min_p`"),
     ("", "must take the prompts as its first parameter"),
+    # a new user's: passed validate-config, then the dry run failed with "got multiple values for argument 'client'"
+    ("client, **kw", "first parameter `client` would receive the prompts"),
+    ("n, prompts, **kw", "first parameter `n` would receive the prompts"),
 ])
 def test_rollout_signature_that_does_not_fit(project, errs, signature, needle):
     cfg = with_rollout(project, f"def rollout({signature}):\n    return {{}}\n")
