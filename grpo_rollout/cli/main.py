@@ -158,8 +158,10 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
           model: Optional[str] = typer.Option(None, "--model", help="Model folder, hub id or builtin: name "
                                               "(overrides the config)."),
           host: Optional[str] = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1, or the config's vllm.host)."),
-          port: Optional[int] = typer.Option(None, "--port", help="Port (default 8000, or the config's vllm.port)."),
-          max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest sequence in tokens."),
+          port: Optional[int] = typer.Option(None, "--port", min=0, max=65535,
+                                             help="Port (default 8000, or the config's vllm.port)."),
+          max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1,
+                                                      help="Longest sequence in tokens."),
           api_key: Optional[str] = typer.Option(None, "--api-key", help="Require this bearer token."),
           dtype: Optional[ServeDtype] = typer.Option(None, "--dtype", help="The dtype served (default float32, or "
                                                      "the config's model.dtype); the trainer's model.dtype must "

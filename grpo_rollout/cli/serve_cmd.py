@@ -63,6 +63,11 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
     except ValueError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         return 1
+    if path.startswith((".", "/", "~")) and not Path(path).expanduser().is_dir():  # vLLM would take it for a hub id
+        console.print(f"[red]Not starting: the model folder {escape(path)} does not exist[/] ("
+                      f"{'--model' if model else 'model.name_or_path'}). Give a folder holding config.json and the "
+                      "weights, a hub id, or builtin:smollm2-135m-instruct.")
+        return 1
     needed = needed_model_len(config.sampling) if config_path else None
     settings = settings_from_config(config, path, max_model_len=max_model_len or config.vllm.max_model_len or needed,
                                     host=host, port=port or None, api_key=api_key, extra_args=extra)
