@@ -44,6 +44,9 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
                 return "file", path
         folders = " and ".join(dict.fromkeys(str(f.resolve()) for f in (Path.cwd(), base_dir or Path.cwd())))
         raise DatasetError(f"data file `{spec}` not found (looked in {folders})")
+    if suffix and ":" not in spec and any(p.is_file() for p in (Path(spec).expanduser(), (base_dir or Path.cwd()) / spec)):
+        raise DatasetError(f"data file `{spec}`: {suffix} is not a format it reads; convert it to "
+                           f"{', '.join(FILE_BUILDERS)} (one row per prompt)")
     if spec.startswith("reasoning_gym:"):  # a reasoning-gym task by name (data/reasoning_gym.py)
         return "reasoning_gym", spec.split(":", 1)[1].strip()
     if ":" in spec:
@@ -51,6 +54,17 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
     if "/" in spec or "." not in spec:
         return "hub", spec
     return "function", spec
+
+
+def _what_failed(exc: BaseException) -> str:
+    """``Type: first line`` of ``exc``, and of the exception it was raised from (datasets wraps a JSON parse error
+    naming the row in a DatasetGenerationError saying only that generation failed)."""
+    def said(e: BaseException) -> str:
+        text = str(e).strip()
+        return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+    inner = exc.__cause__ or exc.__context__
+    return said(exc) if inner is None else f"{said(exc)} ({said(inner)[:300]})"
 
 
 def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path] = None,
@@ -75,6 +89,8 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
             instruction = {} if task_instruction is None else {"instruction": task_instruction}
             ds = datasets.Dataset.from_list(task_rows(target, task_kwargs or {}, held_out, **instruction))
         elif kind == "file":
+            if not target.read_bytes().strip():
+                raise DatasetError(f"data file `{spec}` is empty; it needs one row per prompt")
             ds = datasets.load_dataset(FILE_BUILDERS[target.suffix.lower()], data_files=str(target), split="train")
         elif kind == "function":
             try:
@@ -96,8 +112,7 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
     except DatasetError:
         raise
     except Exception as exc:  # datasets raises many types; the message is what matters
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatasetError(f"loading `{spec}` failed: {type(exc).__name__}: {first}") from exc
+        raise DatasetError(f"loading `{spec}` failed: {_what_failed(exc)}") from exc
     if len(ds) == 0:
         raise DatasetError(f"`{spec}` has no rows")
     return ds

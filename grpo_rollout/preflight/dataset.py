@@ -25,7 +25,7 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     try:
         ds = load_section(config.data, base_dir)
     except DatasetError as exc:
-        _err(problems, "data.train", config.data.train, str(exc), "fix the path/name, or the function named")
+        _err(problems, "data.train", config.data.train, str(exc), "name a .jsonl/.json/.csv/.parquet file, a hub dataset, or a module:function returning a datasets.Dataset")
         return None
     columns = list(ds.column_names)
     _check_environment_column(config, ds, problems)

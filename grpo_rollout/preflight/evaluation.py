@@ -76,7 +76,7 @@ def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, lo
     try:
         ds = load_section(config.data, base_dir, held_out=True)
     except DatasetError as exc:
-        _err(problems, "data.eval", config.data.eval, str(exc), "fix the path/name, or the function named")
+        _err(problems, "data.eval", config.data.eval, str(exc), "name a .jsonl/.json/.csv/.parquet file, a hub dataset, or a module:function returning a datasets.Dataset")
         return
     small = held_out_size_warning(len(ds), e.max_prompts)
     if small:
