@@ -56,10 +56,14 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), strict: bool = 
                                 "followed by `{` as `\\${`"))
         return _finish(LoadedConfig(None, problems, path), strict)
     except Exception as exc:  # noqa: BLE001 - YAML errors come in several types
-        mark = getattr(exc, "problem_mark", None)
+        mark, context, start = (getattr(exc, k, None) for k in ("problem_mark", "context", "context_mark"))
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problems.append(Problem("<config>", str(path), f"not valid YAML{where}: {str(exc).splitlines()[0]}",
-                                "fix the YAML syntax there"))
+        said = getattr(exc, "problem", None) or str(exc).splitlines()[0]  # a duplicate key, a missing `]`: named
+        if context and start is not None:
+            said += f", {context} that starts at line {start.line + 1}, column {start.column + 1}"
+        fix = ("write each key once: merge the two into one section" if "duplicate key" in said
+               else "fix the YAML syntax there")
+        problems.append(Problem("<config>", str(path), f"not valid YAML{where}: {said}", fix))
         return _finish(LoadedConfig(None, problems, path), strict)
     texts = _plain_scalar_texts(path.read_text())
     if isinstance(raw, DictConfig):

@@ -156,3 +156,17 @@ def test_a_missing_data_file_names_each_folder_once(project, errs):
 def test_a_top_level_list_gets_a_fix_that_says_what_to_write(project, errs):
     [p] = errs(load_config(project.write_config("- a\n- b\n")).problems)
     assert p.fix.startswith("write the config as a mapping of sections, such as model, data, rollout")
+
+
+@pytest.mark.parametrize("text, message, fix", [
+    # a new user's inputs: they said only "while constructing a mapping" and "while parsing a flow sequence"
+    ("training:\n  max_steps: 2\ntraining:\n  learning_rate: 1.0\n",
+     "not valid YAML (line 3, column 1): found duplicate key training, while constructing a mapping that starts at "
+     "line 1, column 1", "write each key once"),
+    ("sampling: {top_k: [1, 2\ntraining: {max_steps: 3}\n",
+     "not valid YAML (line 2, column 9): did not find expected ',' or ']', while parsing a flow sequence that starts "
+     "at line 1, column 19", "fix the YAML syntax there"),
+])
+def test_a_yaml_error_says_what_is_wrong_and_where_it_started(project, errs, text, message, fix):
+    [p] = errs(load_config(project.write_config(text)).problems)
+    assert p.message == message and p.fix.startswith(fix)
