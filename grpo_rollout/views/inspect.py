@@ -110,10 +110,14 @@ def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, toke
     """Completion ``sample`` of step ``step`` (default: the last saved step) of the run in ``run_dir``.
 
     Raises:
-        FileNotFoundError: no rollouts saved for that step (the message lists the saved ones and the setting).
+        FileNotFoundError: no such folder, or no rollouts saved for that step (the message lists the saved ones and
+            the setting).
         IndexError: ``sample`` is out of range (the message gives the range).
     """
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such folder. Give the folder a run wrote to (its "
+                                "training.output_dir, e.g. outputs/quickstart)")
     if step is None:
         steps = saved_steps(run_dir)
         if not steps:

@@ -132,3 +132,9 @@ def test_sampler_and_trainer_logprobs_are_saved_every_n_steps(tmp_path, tiny_mod
         for s, t, w in zip(rec["sampler_logprobs"], rec["trainer_logprobs"], rec["importance_weights"]):
             assert math.isfinite(s) and abs(s - t) < 2e-3  # same weights, same filtering (top_k 10)
             assert w == pytest.approx(1.0, abs=2e-3)  # token_truncate: exp(trainer - sampler), capped at 2
+
+
+def test_inspect_of_a_folder_that_does_not_exist_says_so(tmp_path):
+    """A new user's trial: it said the folder "holds no saved step", where `plot` says "no such folder"."""
+    result = CliRunner().invoke(app, ["inspect", str(tmp_path / "nonexist")], terminal_width=200)
+    assert result.exit_code == 1 and "nonexist: no such folder" in result.output
