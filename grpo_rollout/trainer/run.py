@@ -16,7 +16,7 @@ from ..generation.vllm_client import ServerError
 from ..rewards.calling import RewardError
 from ..rollouts.contract import RolloutError
 from ..runs.names import REWARD, STEP
-from .checkpoint import checkpoint_step, find_checkpoint
+from .checkpoint import checkpoint_step, find_checkpoint, list_checkpoints
 from .evaluation.held_out import eval_summary
 from ..distributed import Dist, RankError
 from .guards import NonFiniteError, StaleWeightsError
@@ -125,6 +125,18 @@ def _resumed_at_the_end(config: Config, resume: Optional[str], reporter: RichRep
     return TrainResult(Path(t.output_dir).expanduser(), ckpt, reached)
 
 
+def earlier_run_note(output_dir: Path) -> Optional[str]:
+    """What a fresh run (no ``--resume``) should know when ``output_dir`` holds checkpoints of an earlier run, or
+    ``None``: it trains from step 0 beside them, replacing files as it writes them, and ``--resume latest`` would then
+    pick the newest checkpoint, which may be the earlier run's."""
+    found = list_checkpoints(output_dir)
+    if not found:
+        return None
+    return (f"{output_dir} already holds an earlier run (its {found[-1].name}): this run starts at step 0 beside "
+            f"it, and --resume latest would pick the newest checkpoint of either. To keep runs apart, set another "
+            f"training.output_dir or delete the folder first; to continue the earlier run, add --resume latest")
+
+
 def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: RichReporter, check: bool,
            dist: Dist) -> TrainResult:
     config = _checked_config(config, base_dir, check)
@@ -132,6 +144,9 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
     at_the_end = _resumed_at_the_end(config, resume, reporter)
     if at_the_end is not None:
         return at_the_end
+    earlier = earlier_run_note(Path(t.output_dir).expanduser()) if not resume and dist.is_main else None
+    if earlier:
+        reporter.message(earlier)
     run = GRPORecipe(config, base_dir, reporter, dist)
     logger = MetricsLogger(run.output_dir, config.logging.report_to if dist.is_main else [],
                            config.logging.project, config.logging.run_name, config=config_dict(config),

@@ -96,3 +96,23 @@ def test_resuming_a_schedule_that_never_stepped_warns_nothing():
         warnings.simplefilter("error")
         continue_schedule(optimizer, scheduler, cfg, 2, lambda text: None)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # the schedule never moved: its first rate
+
+
+def test_a_fresh_run_into_an_earlier_runs_folder_says_so_and_a_resume_does_not(tmp_path, tiny_model):
+    """A new user's trial: `train` a second time into the demo's folder mixed two runs without a word (its checkpoints
+    beside the earlier ones, and --resume latest picking the earlier run's newest)."""
+    import io
+
+    from rich.console import Console
+
+    def run(resume=None) -> str:
+        out = io.StringIO()
+        train(tiny_config(tmp_path, tiny_model, training={"max_steps": 1}), base_dir=tmp_path, resume=resume,
+              reporter=RichReporter(Console(file=out, width=400)))
+        return " ".join(out.getvalue().split())
+
+    assert "earlier run" not in run()
+    again = run()
+    assert f"{tmp_path / 'out'} already holds an earlier run (its checkpoint-1)" in again
+    assert "--resume latest" in again and "another training.output_dir" in again
+    assert "earlier run" not in run(resume="latest")
