@@ -71,6 +71,9 @@ def to_problem(err: Dict[str, Any], model: Type[BaseModel], value: Any,
                        f"`{key}=` on the command line")
     if value is None and info is not None and rule_of(info).fix:  # `training.max_steps=null`: the key's own advice
         return Problem(key, value, f"expected {type_name(tp)}, got null", rule_of(info).fix)
+    if type_name(tp).startswith("a list") and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return Problem(key, value, f"expected {type_name(tp)}, got {type(value).__name__}",  # `report_to=jsonl`
+                       f"write it as a list: `{key}: [{value}]` in YAML, `{key}=[{value}]` on the command line")
     return Problem(key, value, f"expected {type_name(tp)}, got {type(value).__name__}", f"set `{key}` to "
                    f"{type_name(tp)}")
 

@@ -121,6 +121,14 @@ def test_override_that_cannot_be_applied_is_a_problem(project, errs, bad, key):
     assert loaded.config.sampling.temperature == 1.0
 
 
+def test_a_single_value_for_a_list_key_gets_the_list_written_out(project, errs):
+    """A new user's `logging.report_to=jsonl`: the fix said "set it to a list of str", without the syntax."""
+    [p] = errs(load_config(project.write_config(project.baseline()), ["logging.report_to=jsonl"]).problems)
+    assert p.key == "logging.report_to" and p.message == "expected a list of str, got str"
+    assert p.fix == "write it as a list: `logging.report_to: [jsonl]` in YAML, `logging.report_to=[jsonl]` on the " \
+        "command line"
+
+
 # --- unreadable files and strict mode -------------------------------------------------------------------------------
 
 def test_yaml_syntax_error_is_a_problem(project, errs):
