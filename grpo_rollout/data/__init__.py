@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Tuple
 
 from ..user_code.resolve import ImportSpecError, resolve_callable
 
+#: validate-config's fix for a data source that does not load (``data.train``, ``data.eval``)
+SOURCE_FIX = "name a .jsonl/.json/.csv/.parquet file, a hub dataset, or a module:function returning a datasets.Dataset"
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 #: Roles a chat-message prompt may use (what chat templates render).
 CHAT_ROLES = ("system", "user", "assistant", "tool")
@@ -44,7 +46,8 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
                 return "file", path
         folders = " and ".join(dict.fromkeys(str(f.resolve()) for f in (Path.cwd(), base_dir or Path.cwd())))
         raise DatasetError(f"data file `{spec}` not found (looked in {folders})")
-    if suffix and ":" not in spec and any(p.is_file() for p in (Path(spec).expanduser(), (base_dir or Path.cwd()) / spec)):
+    candidates = (Path(spec).expanduser(), (base_dir or Path.cwd()) / spec)
+    if suffix and ":" not in spec and any(p.is_file() for p in candidates):
         raise DatasetError(f"data file `{spec}`: {suffix} is not a format it reads; convert it to "
                            f"{', '.join(FILE_BUILDERS)} (one row per prompt)")
     if spec.startswith("reasoning_gym:"):  # a reasoning-gym task by name (data/reasoning_gym.py)

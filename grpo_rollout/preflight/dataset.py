@@ -14,7 +14,7 @@ from .task_source import check_task_source
 def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:
     """Load the dataset and check the prompt of every row (well-formed, one format throughout); returns the column
     names (``None`` if it failed)."""
-    from ..data import CHAT_ROLES, DatasetError, load_section, prompt_problems
+    from ..data import CHAT_ROLES, SOURCE_FIX, DatasetError, load_section, prompt_problems
 
     if not config.data.train:
         _err(problems, "data.train", "", "no training data given",
@@ -25,7 +25,7 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     try:
         ds = load_section(config.data, base_dir)
     except DatasetError as exc:
-        _err(problems, "data.train", config.data.train, str(exc), "name a .jsonl/.json/.csv/.parquet file, a hub dataset, or a module:function returning a datasets.Dataset")
+        _err(problems, "data.train", config.data.train, str(exc), SOURCE_FIX)
         return None
     columns = list(ds.column_names)
     _check_environment_column(config, ds, problems)

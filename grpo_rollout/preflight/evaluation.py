@@ -52,7 +52,7 @@ def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, lo
                      train_columns: Optional[List[str]] = None) -> None:
     """Problems of the evaluation settings (none when no evaluation is asked for); ``train_columns``: the training
     rows' columns, when they loaded (a column a reward needs from them must be in the held-out rows too)."""
-    from ..data import DatasetError, load_section
+    from ..data import SOURCE_FIX, DatasetError, load_section
     from ..rewards.calling import unique_names
 
     e = config.evaluation
@@ -76,7 +76,7 @@ def check_evaluation(config: Config, problems: List[Problem], base_dir: Path, lo
     try:
         ds = load_section(config.data, base_dir, held_out=True)
     except DatasetError as exc:
-        _err(problems, "data.eval", config.data.eval, str(exc), "name a .jsonl/.json/.csv/.parquet file, a hub dataset, or a module:function returning a datasets.Dataset")
+        _err(problems, "data.eval", config.data.eval, str(exc), SOURCE_FIX)
         return
     small = held_out_size_warning(len(ds), e.max_prompts)
     if small:

@@ -14,7 +14,7 @@ from ..user_code.coroutines import run_coroutine
 
 def call_rollout(fn: Callable, prompts: Sequence[Any], sampling: SamplingSettings, rollout_kwargs: Mapping[str, Any],
                  context: RolloutContext, vocab_size: int | None = None) -> RolloutOutput:
-    """Call ``fn(prompts, **sampling settings, **rollout_kwargs, **named context)`` (awaited to completion when ``fn`` is
+    """Call ``fn(prompts, **sampling, **rollout_kwargs, **named context)`` (awaited to completion when ``fn`` is
     ``async def``) and check the result.
 
     Args:

@@ -149,7 +149,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: GenerationClient, to
     """
     if max_turns < 1:
         raise RolloutError(f"max_turns must be >= 1, got {max_turns}")
-    sources = {"mcp_servers": mcp_servers, "environment_factory": environment_factory}
+    sources = dict(zip(SOURCE_KEYS, (mcp_servers, environment_factory)))
     start = SourceStart(rows, len(prompts), n, Path(base_dir) if base_dir else None, env_timeout_s)
     parts = [[_configured_tools(tools, start.base_dir)]] * (len(prompts) * n)
     for key, spec in sources.items():

@@ -21,7 +21,8 @@ NAMES = [f.name for f in fields(SamplingSettings)]
 def test_a_steps_settings_are_the_configs_with_the_seed_advanced_by_the_step():
     config = SamplingConfig(num_generations=4, temperature=0.7, top_k=20, max_completion_length=64, seed=10)
     settings = SamplingSettings.from_config(config, step=3)
-    assert (settings.n, settings.temperature, settings.top_k, settings.max_tokens, settings.seed) == (4, 0.7, 20, 64, 13)
+    assert (settings.n, settings.temperature, settings.top_k, settings.max_tokens, settings.seed) == \
+        (4, 0.7, 20, 64, 13)
     assert SamplingSettings.from_config(SamplingConfig(), step=3).seed is None
     defaults = SamplingSettings()
     assert [getattr(defaults, name) for name in NAMES if name not in ("n", "max_tokens", "stop")] == \

@@ -23,7 +23,8 @@ def mcp_problems(specs: Any, base_dir: Optional[Path] = None, has_tools: bool = 
     except ImportError:
         return [(key, "the package mcp is not installed", "pip install mcp (make install does)")]
     if not isinstance(specs, list):
-        return [(key, f"must be a list of servers, got {specs!r}", "mcp_servers: [{command: python, args: [server.py]}]")]
+        return [(key, f"must be a list of servers, got {specs!r}",
+                 "mcp_servers: [{command: python, args: [server.py]}]")]
     problems = [(f"{key}[{i}]", f"{key}[{i}] {p}", "e.g. {command: python, args: [server.py]} or {url: http://...}")
                 for i, p in ((i, server_problem(s)) for i, s in enumerate(specs)) if p]
     if problems:
