@@ -19,9 +19,12 @@ def _resolve(spec: str, key: str, base_dir: Path, problems: List[Problem]) -> Op
     try:
         return resolve_callable(spec, base_dir)
     except ImportSpecError as exc:
-        _err(problems, key, spec, f"cannot import: {exc}",
-             "write `package.module:function` or `path/to/file.py:function` (relative to the current folder "
-             "or the config's)")
+        fix = ("write `package.module:function` or `path/to/file.py:function` (relative to the current folder "
+               "or the config's)")
+        if str(exc).startswith("write "):  # the message is that advice already (`grpo_rollout`): show examples
+            fix = ("for example `grpo_rollout.rewards.library:accuracy` or `my_rewards.py:correct` (a file relative "
+                   "to the current folder or the config's)")
+        _err(problems, key, spec, f"cannot import: {exc}", fix)
         return None
 
 

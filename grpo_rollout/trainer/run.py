@@ -144,8 +144,7 @@ def _train(config: Config, base_dir: Path, resume: Optional[str], reporter: Rich
     at_the_end = _resumed_at_the_end(config, resume, reporter)
     if at_the_end is not None:
         return at_the_end
-    earlier = earlier_run_note(Path(t.output_dir).expanduser()) if not resume and dist.is_main else None
-    if earlier:
+    if not resume and dist.is_main and (earlier := earlier_run_note(Path(t.output_dir).expanduser())):
         reporter.message(earlier)
     run = GRPORecipe(config, base_dir, reporter, dist)
     logger = MetricsLogger(run.output_dir, config.logging.report_to if dist.is_main else [],

@@ -255,3 +255,12 @@ def test_reward_param_suggestion_also_in_the_warning_without_declared_extras(pro
 def test_reward_param_unlike_anything_gets_no_suggestion(project):
     [p] = project.check(with_reward(project, NEEDS_FOO, "needs_foo"))
     assert "requires `foo`" in p.message and "did you mean" not in p.message and "rename" not in p.fix
+
+
+def test_a_name_without_a_function_says_so_once(project, errs):
+    """A new user's `rollout.function=grpo_rollout`: the problem and the fix said the same sentence."""
+    cfg = project.baseline()
+    cfg["rollout"] = {"function": "grpo_rollout"}
+    [p] = errs(project.check(cfg))
+    assert p.key == "rollout.function" and p.message.startswith("cannot import: write `package.module:function`")
+    assert p.fix.startswith("for example `grpo_rollout.rewards.library:accuracy`")
