@@ -45,6 +45,10 @@ class Sampling(SamplingSettings):
 
     max_turn_tokens: Optional[int] = None  # cap per turn (the remaining budget caps it too)
 
+    def request_seed(self, sample: int, turn: int, part: int = 0) -> Optional[int]:  # type: ignore[override]
+        """A distinct, reproducible seed per sample, turn and continuation ``part`` (``None`` when unseeded)."""
+        return super().request_seed(sample, turn, part)
+
 
 async def _sample_turn(client: GenerationClient, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
     # truncate=False: later turns (prompt + completion so far) are longer than max_prompt_length but within the
@@ -90,7 +94,7 @@ async def run_episode(client: GenerationClient, conv: Conversation, on_turn: Tur
     while True:
         part = 0
         ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
-                                                   sampling.request_seed(sample_index, conv.turns, 0))
+                                                   sampling.request_seed(sample_index, conv.turns))
         text = conv.add_sampled(ids, logprobs, finish)
         # a stop string that fell where the turn is not over (inside a tool call's JSON string): sample on
         while (finish == "stop" and continue_turn is not None and part < MAX_CONTINUATIONS and max_tokens() > 0
