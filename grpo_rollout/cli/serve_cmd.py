@@ -56,14 +56,14 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
     if any(p.is_error for p in problems):
         return 1
     from ..generation.server.launch import needed_model_len, server_command, settings_from_config
-    from ..models.builtin import resolve_model_path
+    from ..models.builtin import missing_local_folder, resolve_model_path
 
     try:
         path = resolve_model_path(model or config.model.name_or_path, progress=lambda m: console.print(f"• {m}"))
     except ValueError as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         return 1
-    if path.startswith((".", "/", "~")) and not Path(path).expanduser().is_dir():  # vLLM would take it for a hub id
+    if missing_local_folder(path):
         console.print(f"[red]Not starting: the model folder {escape(path)} does not exist[/] ("
                       f"{'--model' if model else 'model.name_or_path'}). Give a folder holding config.json and the "
                       "weights, a hub id, or builtin:smollm2-135m-instruct.")

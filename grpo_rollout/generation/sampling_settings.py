@@ -1,8 +1,9 @@
 """The sampling settings of a request, one type from the config (``sampling.*``) to the client's request.
 
 The trainer makes them from the config for each step (:meth:`SamplingSettings.from_config`), hands them to the rollout
-under the rollout contract's names (:meth:`SamplingSettings.rollout_kwargs`), the built-in rollouts read them back
-(:meth:`SamplingSettings.from_rollout_kwargs`) and send each turn's request with them
+under the rollout contract's names (:meth:`SamplingSettings.rollout_kwargs`; a caller outside the trainer, such as a
+test, reads such keywords back with :meth:`SamplingSettings.from_rollout_kwargs`), and the built-in multi-turn
+rollouts send each turn's request with them
 (:meth:`SamplingSettings.request_kwargs`: the keywords of :meth:`~.base.GenerationClient.generate`, which are the
 fields of the server's ``/generate/`` body).
 """

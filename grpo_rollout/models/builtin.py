@@ -65,6 +65,12 @@ def _convert(pkg_dir: Path, gguf_file: str, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
+def missing_local_folder(name_or_path: str) -> bool:
+    """``name_or_path`` is written as a local path (``.``, ``/`` or ``~`` first) but no such folder exists: transformers
+    and vLLM would take it for a hub id and fail far from the setting that named it."""
+    return name_or_path.startswith((".", "/", "~")) and not Path(name_or_path).expanduser().is_dir()
+
+
 def resolve_model_path(name_or_path: str, progress: Callable[[str], None] | None = None) -> str:
     """Return a path or hub id that ``from_pretrained`` (and vLLM) can load.
 

