@@ -119,7 +119,7 @@ def test_eval_of_a_lora_checkpoint_equals_the_runs_last_evaluation(tmp_path, tin
     [(done, logged)] = result.evaluations
     from rich.console import Console
 
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=400)  # a long TMPDIR path must not wrap
     alone = evaluate(cfg, tmp_path, checkpoint="latest", reporter=RichReporter(console))
     base = evaluate(cfg, tmp_path, reporter=RichReporter(quiet=True))
     assert done == 2 and alone.metrics == pytest.approx(logged)

@@ -62,7 +62,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_model):
     full = train(_config(full_dir, tiny_model, max_steps=4, save_steps=2), base_dir=full_dir, reporter=_quiet())
     first = train(_config(part_dir, tiny_model, max_steps=2), base_dir=part_dir, reporter=_quiet())
     assert first.steps == 2
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=400)  # wide enough that a long TMPDIR path in the panel does not wrap
     resumed = train(_config(part_dir, tiny_model, max_steps=4), base_dir=part_dir, resume="latest",
                     reporter=RichReporter(console))
     assert resumed.steps == 4 and len(resumed.history) == 2
