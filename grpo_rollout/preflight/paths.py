@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
+import tempfile
 from pathlib import Path
 from typing import List
 
@@ -14,14 +16,10 @@ from ..models.builtin import missing_local_folder
 
 def check_paths(config: Config, problems: List[Problem]) -> None:
     """Output folder writable, vLLM mode has what it needs, the model name can be found."""
-    out = Path(config.training.output_dir).expanduser()
-    existing = out
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and (not existing.is_dir() or not os.access(existing, os.W_OK)):
-        _err(problems, "training.output_dir", config.training.output_dir,
-             f"cannot write there ({existing} is {'not a folder' if not existing.is_dir() else 'not writable'})",
-             "choose a folder you can write to")
+    why = unwritable(Path(config.training.output_dir).expanduser())
+    if why:
+        _err(problems, "training.output_dir", config.training.output_dir, f"cannot write there: {why}",
+             "choose a folder you can write to, e.g. outputs/run (relative to the current folder)")
     v = config.vllm
     if v.mode == "attach" and not v.url and not v.urls and not flagged(problems, ("vllm.url", "vllm.urls")):
         _err(problems, "vllm.url", v.url, "vllm.mode is attach but no server URL is set",
@@ -45,3 +43,24 @@ def check_paths(config: Config, problems: List[Problem]) -> None:
     elif missing_local_folder(name):
         _err(problems, "model.name_or_path", name, "local model folder not found",
              "point it at a folder holding config.json and the weights")
+
+
+def unwritable(out: Path) -> str:
+    """Why the run folder ``out`` cannot be created or written to (``""`` if it can): its nearest existing folder is
+    tried by making and removing a folder in it, as root too (``os.access`` says yes to root on ``/proc`` or a
+    read-only mount, where the run would then fail with a traceback)."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.exists():
+        return ""
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK):
+        return f"{existing} is not writable"
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".grpo-rollout-write-check-").cleanup()
+    except OSError as e:
+        virtual = " (a virtual file system such as /proc takes no new folders)" if e.errno == errno.ENOENT else ""
+        return f"creating a folder in {existing} fails with '{e.strerror or e}'{virtual}"
+    return ""

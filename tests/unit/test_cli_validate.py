@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
@@ -181,3 +182,23 @@ def test_schema_is_in_the_help():
     assert code == 0 and "schema" in out
     code, out = invoke("schema", "--help")
     assert code == 0 and "--output" in out and "JSON Schema" in out
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_output_dir_under_proc_is_named(monkeypatch):
+    """The user's input: /proc passes ``os.access`` for root, then train stopped on a bare FileNotFoundError."""
+    monkeypatch.chdir(REPO)
+    code, out = invoke("validate-config", "--quiet", "configs/quickstart.yaml", "training.output_dir=/proc/x")
+    assert code == 1 and "Traceback" not in out
+    assert "training.output_dir" in out and "/proc/x" in out and "creating a folder in /proc" in out
+    assert "choose a folder you can write to" in out
+
+
+def test_output_dir_on_a_read_only_file_system_is_named(monkeypatch, tmp_path):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("grpo_rollout.preflight.paths.tempfile.TemporaryDirectory", read_only)
+    monkeypatch.chdir(REPO)
+    code, out = invoke("validate-config", "--quiet", "configs/quickstart.yaml", f"training.output_dir={tmp_path}/run")
+    assert code == 1 and "training.output_dir" in out and "Read-only file system" in out
