@@ -143,6 +143,13 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
                             columns: Optional[List[str]], problems: List[Problem]) -> None:
     key = f"rewards[{i}].function"
     params = named_params(fn)
+    if not params and not accepts_var_kwargs(fn) and not positional_only_required(fn):  # os:getcwd
+        _err(problems, key, spec, f"{spec} takes no parameter that can be passed by name, so it cannot "
+             f"receive the completions (a reward is called with the arguments it names: "
+             f"{', '.join(STANDARD_REWARD_ARGS)}, dataset columns, ...; all of them with **kwargs)",
+             "name a function with parameters, e.g. `def reward(completions, **kwargs): return [score(c) for c in "
+             "completions]` (docs/rollouts.md, Reward functions)")
+        return
     if not accepts_var_kwargs(fn):
         extra_cfg = [k for k in kwargs if k not in params]
         if extra_cfg:

@@ -264,3 +264,17 @@ def test_a_name_without_a_function_says_so_once(project, errs):
     [p] = errs(project.check(cfg))
     assert p.key == "rollout.function" and p.message.startswith("cannot import: write `package.module:function`")
     assert p.fix.startswith("for example `grpo_rollout.rewards.library:accuracy`")
+
+
+def test_a_reward_that_takes_no_parameters_is_refused(project, errs):
+    """The user's `rewards: [{function: os:getcwd}]` passed validate-config; it cannot receive the completions."""
+    cfg = project.baseline()
+    cfg["rewards"] = [{"function": "os:getcwd"}]
+    [p] = [p for p in errs(project.check(cfg)) if p.key == "rewards[0].function"]
+    assert p.value == "os:getcwd" and "os:getcwd takes no parameter" in p.message and "completions" in p.message
+    assert "def reward(completions, **kwargs)" in p.fix
+    module = project.module("def star(*args):\n    return []\n\ndef anything(**kwargs):\n    return []\n")
+    cfg["rewards"] = [{"function": f"{module}:star"}]
+    assert [p.key for p in errs(project.check(cfg)) if "takes no parameter" in p.message] == ["rewards[0].function"]
+    cfg["rewards"] = [{"function": f"{module}:anything"}]
+    assert project.check(cfg) == []
