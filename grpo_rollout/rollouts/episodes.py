@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Optional, Sequence, Tuple
 
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.sampling_settings import SamplingSettings
@@ -50,7 +50,10 @@ class Sampling(SamplingSettings):
         return super().request_seed(sample, turn, part)
 
 
-async def _sample_turn(client: GenerationClient, conv: Conversation, sampling: Sampling, max_tokens: int, seed: Optional[int]):
+async def sample_turn(client: GenerationClient, conv: Conversation, sampling: Sampling, max_tokens: int,
+                      seed: Optional[int]) -> Tuple[List[int], List[float], str]:
+    """Sample one turn of ``conv`` from its tokens so far (``max_tokens`` at most); return the sampled ids, their
+    log-probs (nats) and the finish reason, and widen ``conv.weight_versions`` by the answer's versions."""
     # truncate=False: later turns (prompt + completion so far) are longer than max_prompt_length but within the
     # length the server was sized for; cutting them would make the sampler see another context than the trainer.
     # The first prompt was cut by Conversation.start.
@@ -93,14 +96,14 @@ async def run_episode(client: GenerationClient, conv: Conversation, on_turn: Tur
 
     while True:
         part = 0
-        ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
+        ids, logprobs, finish = await sample_turn(client, conv, sampling, max_tokens(),
                                                    sampling.request_seed(sample_index, conv.turns))
         text = conv.add_sampled(ids, logprobs, finish)
         # a stop string that fell where the turn is not over (inside a tool call's JSON string): sample on
         while (finish == "stop" and continue_turn is not None and part < MAX_CONTINUATIONS and max_tokens() > 0
                and continue_turn(text)):
             part += 1
-            ids, logprobs, finish = await _sample_turn(client, conv, sampling, max_tokens(),
+            ids, logprobs, finish = await sample_turn(client, conv, sampling, max_tokens(),
                                                        sampling.request_seed(sample_index, conv.turns, part))
             text = conv.add_sampled(ids, logprobs, finish, continuation=True)
         # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished

@@ -1,0 +1,109 @@
+"""The recording endpoint: an OpenAI-compatible ``/v1`` per episode, served from the training process.
+
+An agent that owns its loop (the ``openai`` client, the OpenAI Agents SDK, a plain ``httpx`` loop) is handed
+``base_url = http://127.0.0.1:<port>/sessions/<id>/v1``; its ``chat/completions`` calls are answered by the run's
+generation client (:class:`~grpo_rollout.rollouts.agent.sessions.AgentSession`) and recorded as tokens. The idea is
+the field's (AReaL's agent proxy, rLLM's model gateway, TRL/OpenEnv's transparent proxy); this one is a Starlette
+app on uvicorn in a daemon thread, one per training process, started on first use and stopped at the run's end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Dict, Optional
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..run_end import on_run_end
+from .sessions import AGENT_MODEL, AgentRequestError, AgentSession
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": status}}, status)
+
+
+class RecordingEndpoint:
+    """The HTTP server and its open sessions.
+
+    Attributes:
+        port: the port it listens on (127.0.0.1 only).
+    """
+
+    def __init__(self) -> None:
+        import uvicorn
+
+        self.sessions: Dict[str, AgentSession] = {}
+        self._ids = itertools.count()
+        app = Starlette(routes=[Route("/sessions/{sid}/v1/chat/completions", self._chat, methods=["POST"]),
+                                Route("/sessions/{sid}/v1/models", self._models, methods=["GET"])])
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                                     lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run, name="grpo-rollout-agent-endpoint", daemon=True)
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the agent endpoint could not start (see the log above)")
+            threading.Event().wait(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+
+    def open(self, session: AgentSession) -> str:
+        """Register ``session``; return its ``base_url`` (ends in ``/v1``)."""
+        sid = f"s{next(self._ids)}"
+        self.sessions[sid] = session
+        return f"http://127.0.0.1:{self.port}/sessions/{sid}/v1"
+
+    def close_session(self, base_url: str) -> None:
+        """Forget a session: later requests to its URL get 404."""
+        self.sessions.pop(base_url.rstrip("/").split("/")[-2], None)
+
+    async def _chat(self, request: Request) -> JSONResponse:
+        session = self.sessions.get(request.path_params["sid"])
+        if session is None:
+            return _error("no such session: this episode has ended", 404)
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error("the body is not JSON", 400)
+        if not isinstance(body, dict):
+            return _error("the body must be a JSON object", 400)
+        try:
+            return JSONResponse(await session.chat(body))
+        except AgentRequestError as exc:
+            return _error(str(exc), exc.status)
+
+    async def _models(self, request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": AGENT_MODEL, "object": "model",
+                                                         "owned_by": "grpo-rollout"}]})
+
+    def close(self) -> None:
+        """Stop the server (waits up to 5 s)."""
+        self._server.should_exit = True
+        self._thread.join(timeout=5)
+
+
+_ENDPOINT: Optional[RecordingEndpoint] = None
+_LOCK = threading.Lock()
+
+
+def shared_endpoint() -> RecordingEndpoint:
+    """This process's endpoint, started on first use and stopped when the run ends (:func:`~grpo_rollout.rollouts.
+    run_end.end_run`)."""
+    global _ENDPOINT
+    with _LOCK:
+        if _ENDPOINT is None:
+            _ENDPOINT = RecordingEndpoint()
+            on_run_end(_stop_shared)
+        return _ENDPOINT
+
+
+def _stop_shared() -> None:
+    global _ENDPOINT
+    with _LOCK:
+        endpoint, _ENDPOINT = _ENDPOINT, None
+    if endpoint is not None:
+        endpoint.close()
+
