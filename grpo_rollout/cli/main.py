@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -237,9 +239,25 @@ def plot(run_dirs: List[Path] = typer.Argument(..., metavar="RUN_DIR", show_defa
     console.print(f"[green]✓[/] wrote {escape(str(written))}", soft_wrap=True)
 
 
+#: The exit status of a command whose reader stopped reading (``grpo-rollout tasks | head -3``): a shell tool's, ended
+#: by SIGPIPE (128 + 13), not the 1 of a failed command that rich and click give after a broken pipe.
+OUTPUT_CUT = 141
+
+
+def _output_cut(self: Console) -> None:
+    """rich's ``Console.on_broken_pipe`` (stdout pointed at /dev/null, so nothing more is written or reported, then
+    exit) ending with :data:`OUTPUT_CUT` instead of 1."""
+    self.quiet = True
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(OUTPUT_CUT)
+
+
 def main() -> None:
     """Console-script entry point. An interrupted command (exit status 130) that cleaned up ends at once, even
-    when user code is still stuck in a thread the interpreter's exit would wait for (:mod:`.interrupts`)."""
+    when user code is still stuck in a thread the interpreter's exit would wait for (:mod:`.interrupts`). A command
+    whose output is cut short (``| head``) ends quietly with :data:`OUTPUT_CUT`, from a rich console's write or from
+    click's (help, ``typer.echo``), which silences ``sys.stdout`` and exits 1."""
+    Console.on_broken_pipe = _output_cut  # only in the command: a notebook's console keeps rich's own
     try:
         app()
     except SystemExit as exc:
@@ -247,7 +265,22 @@ def main() -> None:
             from .interrupts import exit_leaving_stuck_threads
 
             exit_leaving_stuck_threads(130)
+        if exc.code == 1 and _reader_gone():
+            raise SystemExit(OUTPUT_CUT) from None
         raise
+
+
+def _reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (its writing end polls as an error); ``False`` where that
+    cannot be told (no ``select.poll``: Windows)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 if __name__ == "__main__":

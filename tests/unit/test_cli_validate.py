@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 from typer.testing import CliRunner
@@ -202,3 +203,30 @@ def test_output_dir_on_a_read_only_file_system_is_named(monkeypatch, tmp_path):
     monkeypatch.chdir(REPO)
     code, out = invoke("validate-config", "--quiet", "configs/quickstart.yaml", f"training.output_dir={tmp_path}/run")
     assert code == 1 and "training.output_dir" in out and "Read-only file system" in out
+
+
+def closed_early(*args: str) -> Tuple[int, str]:
+    """``python -m grpo_rollout.cli.main ARGS`` whose stdout's reader closes the pipe before reading a line: the exit
+    status and stderr."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_rollout.cli.main", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    return proc.wait(timeout=300), err
+
+
+@pytest.mark.parametrize("args", [("tasks",), ("--help",), ("validate-config", "configs/quickstart.yaml")])
+def test_output_cut_short_ends_quietly(args):
+    """The user's `grpo-rollout tasks | head -3` exited 1 (rich's broken-pipe exit; click's for --help): a cut output
+    ends as a shell tool's does, 141 (SIGPIPE), with nothing on stderr."""
+    if args == ("tasks",):
+        pytest.importorskip("reasoning_gym")
+    assert closed_early(*args) == (141, "")
+
+
+def test_the_users_pipe_into_head():
+    pytest.importorskip("reasoning_gym")
+    line = f"set -o pipefail; '{sys.executable}' -m grpo_rollout.cli.main tasks | head -3"
+    proc = subprocess.run(["bash", "-c", line], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode in (0, 141) and proc.stderr == "" and len(proc.stdout.splitlines()) == 3
