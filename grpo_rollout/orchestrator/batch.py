@@ -185,9 +185,56 @@ class ScoredBatch:
         return [[0] * len(m) if (mask_truncated and cut) else m
                 for m, cut in zip(self.rollout.completion_mask, self.scores.truncated)]
 
+    def training_rows(self, mask_truncated: bool) -> "TrainingRows":
+        """The sequences the update trains on: each completion's (in order), then each episode's earlier sequences
+        (``rollout.segments``, a context edit) with their episode's advantage (per token with ``training.credit:
+        turn``: the episode's mean, ``advantages``) and its truncation (``mask_truncated``: all 0 when cut)."""
+        out, masks = self.rollout, self.trained_masks(mask_truncated)
+        advantages = self.token_advantages or self.advantages
+        rows = TrainingRows(list(out.prompt_ids), list(out.completion_ids), masks,
+                            None if out.logprobs is None else list(out.logprobs),
+                            list(advantages) if isinstance(advantages, list) else advantages, list(range(len(out))))
+        extra = [(i, seg) for i, segs in enumerate(out.segments or []) for seg in segs]
+        for i, seg in extra:
+            cut = mask_truncated and self.scores.truncated[i]
+            rows.prompt_ids.append(seg.prompt_ids)
+            rows.completion_ids.append(seg.completion_ids)
+            rows.masks.append([0] * len(seg.completion_mask) if cut else seg.completion_mask)
+            if rows.logprobs is not None:
+                rows.logprobs.append(seg.logprobs)
+            if isinstance(rows.advantages, list):
+                rows.advantages.append([float(self.advantages[i])] * len(seg.completion_ids))
+            rows.owners.append(i)
+        if extra and isinstance(rows.advantages, torch.Tensor):
+            rows.advantages = rows.advantages[torch.tensor(rows.owners)]
+        return rows
+
     def with_advantages(self, advantages: torch.Tensor, step_advantages: torch.Tensor) -> "ScoredBatch":
         """This batch with its advantages ``(len,)`` and the whole step's ``(every rank's len,)``."""
         return replace(self, advantages=advantages, step_advantages=step_advantages)
+
+
+@dataclass
+class TrainingRows:
+    """The ``R`` sequences one rank's update trains on (:meth:`ScoredBatch.training_rows`): its ``N`` completions,
+    then the episodes' earlier sequences (``R >= N``).
+
+    Attributes:
+        prompt_ids, completion_ids, masks: ``R`` lists (masks: 0/1 per completion token, 1 = trained).
+        logprobs: ``R`` lists of sampler log-probs (nats), or ``None``.
+        advantages: ``(R,)`` float32, or ``R`` lists of per-token advantages (``training.credit: turn``).
+        owners: ``R`` completion indices: the episode each row belongs to (row ``i < N`` is completion ``i``).
+    """
+
+    prompt_ids: List[List[int]]
+    completion_ids: List[List[int]]
+    masks: List[List[int]]
+    logprobs: Optional[List[List[float]]]
+    advantages: Any
+    owners: List[int]
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
 
 
 @dataclass

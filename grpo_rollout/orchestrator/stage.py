@@ -204,7 +204,7 @@ class RolloutStage:
                                   lengths=[len(c) for c in out.completion_ids],
                                   truncated=truncated_flags(out.completion_ids, out.extras, self.eos_ids),
                                   extras=out.extras, weight_versions=list(out.weight_versions),
-                                  trained_tokens=[sum(m) for m in out.completion_mask])
+                                  trained_tokens=out.trained_tokens())
         if row_ids is not None and self.curriculum is not None:
             with self.visits_lock:
                 self.visits.append((list(row_ids), list(scores.rewards)))

@@ -72,10 +72,13 @@ class StreamStats:
     gap_fresh: Tuple[float, int] = (0.0, 0)
     gap_stale: Tuple[float, int] = (0.0, 0)
 
-    def with_gaps(self, gaps: SequenceGaps, group_size: int) -> "StreamStats":
+    def with_gaps(self, gaps: SequenceGaps, group_size: int,
+                  owners: Optional[Sequence[int]] = None) -> "StreamStats":
         """These stats with the update's per-sequence ``gaps`` split into fresh and stale samples (the batch's groups
-        are in :attr:`staleness`'s order, ``group_size`` sequences each)."""
+        are in :attr:`staleness`'s order, ``group_size`` completions each; ``owners``: the completion each trained
+        sequence belongs to, when an episode has several: ``TrainingRows.owners``)."""
         stale = [age > 0 for age in self.staleness for _ in range(group_size)]
+        stale = stale if owners is None else [stale[i] for i in owners]
         fresh, old = gaps.split(stale)
         return replace(self, gap_fresh=fresh, gap_stale=old)
 

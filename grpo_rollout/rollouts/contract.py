@@ -29,6 +29,8 @@ It returns a dict with:
   ``weight_version_end``), or ``None``. Without it: a ``/generate/`` answer's own ``weight_version`` and
   ``weight_version_end`` when the rollout returns that answer as it is, else the versions of the answers the
   ``client`` the call was handed returned; a rollout that generates in another process returns it.
+- ``segments`` (optional): P × n entries, each ``None`` or the episode's earlier sequences (a context edit made the
+  episode several sequences; :mod:`.segments`): trained with the completion's advantage, unseen by rewards.
 - any other key: a list with one value per completion (P × n) or per prompt (P, repeated n times), or a scalar; these
   "extras" reach every reward function as keyword arguments.
 
@@ -38,13 +40,14 @@ key, the sample index and the sizes when anything is off.
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config.fields import aliases
 from ..config.schema import RolloutConfig, SamplingConfig, default_of
+from .segments import SEGMENTS_KEY, Segment, check_segments
+from .token_checks import RolloutError, as_list, check_trained_logprobs, int_lists, per_token
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -92,13 +95,9 @@ class RolloutContext:
 #: Objects passed only to rollout functions that name them: the fields of :class:`RolloutContext`.
 CONTEXT_ARGS = tuple(f.name for f in fields(RolloutContext))
 #: Keys of the returned dict that are not extras.
-CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask", "weight_versions")
+CORE_KEYS = ("prompt_ids", "completion_ids", "logprobs", "completion_mask", "weight_versions", SEGMENTS_KEY)
 #: ``(oldest, newest)`` weight version that sampled a completion (``None``: not known).
 Versions = Optional[Tuple[int, int]]
-
-
-class RolloutError(ValueError):
-    """A rollout function returned something that breaks the contract (the message names key, sample and sizes)."""
 
 
 class EpisodeFailure(RolloutError):
@@ -124,6 +123,7 @@ class RolloutOutput:
             e.g. the transformers client, which samples from the trainer's own weights). Set by the trainer.
         weight_versions: ``N`` ``(oldest, newest)`` versions (or ``None`` each) as the rollout returned them, or
             ``None`` when it returned none; the trainer fills them in from the answers its client view recorded.
+        segments: ``N`` lists of each episode's earlier sequences (:mod:`.segments`; a context edit), or ``None``.
     """
 
     prompt_ids: List[List[int]]
@@ -135,9 +135,15 @@ class RolloutOutput:
     num_generations: int = 0
     weight_version: Optional[int] = None
     weight_versions: Optional[List[Versions]] = None
+    segments: Optional[List[List[Segment]]] = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)
+
+    def trained_tokens(self) -> List[int]:
+        """Per completion, its tokens trained on (``completion_mask`` 1), its episode's earlier sequences' too."""
+        segments = self.segments or [[]] * len(self)
+        return [sum(m) + sum(sum(seg.completion_mask) for seg in segs) for m, segs in zip(self.completion_mask, segments)]
 
     def select_groups(self, groups: Sequence[int]) -> "RolloutOutput":
         """The completions of the given groups (prompt indices), in that order."""
@@ -148,7 +154,8 @@ class RolloutOutput:
                              [self.completion_mask[i] for i in rows],
                              {k: [v[i] for i in rows] for k, v in self.extras.items()}, len(groups), n,
                              self.weight_version,
-                             None if self.weight_versions is None else [self.weight_versions[i] for i in rows])
+                             None if self.weight_versions is None else [self.weight_versions[i] for i in rows],
+                             None if self.segments is None else [self.segments[i] for i in rows])
 
     @staticmethod
     def concat(parts: Sequence["RolloutOutput"]) -> "RolloutOutput":
@@ -163,14 +170,16 @@ class RolloutOutput:
                              sum(p.num_prompts for p in parts), parts[0].num_generations if parts else 0,
                              min((p.weight_version for p in parts if p.weight_version is not None), default=None),
                              None if all(p.weight_versions is None for p in parts) else
-                             [v for p in parts for v in p.weight_versions or [None] * len(p)])
+                             [v for p in parts for v in p.weight_versions or [None] * len(p)],
+                             None if all(p.segments is None for p in parts) else
+                             [v for p in parts for v in p.segments or [[]] * len(p)])
 
 
 def _versions(result: Mapping[str, Any], num_prompts: int, num_generations: int) -> Optional[List[Versions]]:
     """The ``weight_versions`` key as ``N`` ``(oldest, newest)`` pairs or ``None`` each; without it, a server's
     ``/generate/`` answer returned as it is gives its ``weight_version`` and ``weight_version_end`` to every
     completion; ``None`` when there are neither."""
-    value, total = _as_list(result.get("weight_versions")), num_prompts * num_generations
+    value, total = as_list(result.get("weight_versions")), num_prompts * num_generations
     if value is None:
         start, end = result.get("weight_version"), result.get("weight_version_end")
         if not isinstance(start, numbers.Integral) or isinstance(start, bool):
@@ -181,7 +190,7 @@ def _versions(result: Mapping[str, Any], num_prompts: int, num_generations: int)
         raise RolloutError(f"`weight_versions` must have one entry per completion ({total}) or per prompt "
                            f"({num_prompts}), got {got}")
     out: List[Versions] = []
-    for i, entry in enumerate(_as_list(v) for v in value):
+    for i, entry in enumerate(as_list(v) for v in value):
         pair = [entry, entry] if isinstance(entry, numbers.Integral) else entry
         if pair is not None and (not isinstance(pair, (list, tuple)) or len(pair) != 2 or any(
                 isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 0 for x in pair) or pair[0] > pair[1]):
@@ -190,59 +199,6 @@ def _versions(result: Mapping[str, Any], num_prompts: int, num_generations: int)
                                "one int, or None")
         out.append(None if pair is None else (int(pair[0]), int(pair[1])))
     return out if len(out) == total else [out[i // num_generations] for i in range(total)]
-
-
-def _as_list(value: Any) -> Any:
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        return value.tolist()
-    return value
-
-
-def _int_lists(key: str, value: Any, expected: Sequence[int], vocab_size: Optional[int], allow_empty: bool) -> List[List[int]]:
-    value = _as_list(value)
-    if not isinstance(value, (list, tuple)):
-        raise RolloutError(f"`{key}` must be a list of token-id lists, got {type(value).__name__}")
-    if len(value) not in expected:
-        sizes = " or ".join(str(e) for e in expected)
-        raise RolloutError(f"`{key}` has {len(value)} entries; expected {sizes}")
-    out = []
-    for i, ids in enumerate(value):
-        ids = _as_list(ids)
-        if not isinstance(ids, (list, tuple)):
-            raise RolloutError(f"`{key}[{i}]` must be a list of token ids, got {type(ids).__name__}")
-        if not ids and not allow_empty:
-            raise RolloutError(f"`{key}[{i}]` is empty")
-        for j, t in enumerate(ids):
-            if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-                raise RolloutError(f"`{key}[{i}][{j}]` is {t!r}; token ids must be ints")
-            if t < 0 or (vocab_size is not None and t >= vocab_size):
-                raise RolloutError(f"`{key}[{i}][{j}]` = {t} is outside the vocabulary [0, {vocab_size})")
-        out.append([int(t) for t in ids])
-    return out
-
-
-def _per_token(key: str, value: Any, completion_ids: List[List[int]], kind: type) -> List[List[Any]]:
-    value = _as_list(value)
-    if not isinstance(value, (list, tuple)) or len(value) != len(completion_ids):
-        got = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
-        raise RolloutError(f"`{key}` must have one list per completion ({len(completion_ids)}), got {got}")
-    out = []
-    for i, (row, ids) in enumerate(zip(value, completion_ids)):
-        row = _as_list(row)
-        if not isinstance(row, (list, tuple)) or len(row) != len(ids):
-            got = len(row) if isinstance(row, (list, tuple)) else type(row).__name__
-            raise RolloutError(f"`{key}[{i}]` has {got} values but completion_ids[{i}] has {len(ids)} tokens")
-        if kind is float:
-            for j, x in enumerate(row):
-                if not isinstance(x, numbers.Real) or math.isnan(x) or x > 1e-4:
-                    raise RolloutError(f"`{key}[{i}][{j}]` = {x!r}; log-probabilities are floats <= 0")
-            out.append([float(x) for x in row])
-        else:
-            for j, x in enumerate(row):
-                if x not in (0, 1, True, False):
-                    raise RolloutError(f"`{key}[{i}][{j}]` = {x!r}; the mask holds 0 (tool/env token) or 1 (trained)")
-            out.append([int(x) for x in row])
-    return out
 
 
 def check_rollout_output(result: Any, num_prompts: int, num_generations: int,
@@ -265,27 +221,22 @@ def check_rollout_output(result: Any, num_prompts: int, num_generations: int,
     for key in ("prompt_ids", "completion_ids"):
         if key not in result:
             raise RolloutError(f"the rollout's result has no `{key}` (keys: {sorted(result)})")
-    completion_ids = _int_lists("completion_ids", result["completion_ids"], (total,), vocab_size, allow_empty=True)
-    prompt_ids = _int_lists("prompt_ids", result["prompt_ids"], sorted({num_prompts, total}), vocab_size,
+    completion_ids = int_lists("completion_ids", result["completion_ids"], (total,), vocab_size, allow_empty=True)
+    prompt_ids = int_lists("prompt_ids", result["prompt_ids"], sorted({num_prompts, total}), vocab_size,
                             allow_empty=False)
     if len(prompt_ids) == num_prompts and num_prompts != total:
         prompt_ids = [prompt_ids[i // num_generations] for i in range(total)]
     logprobs = result.get("logprobs")
-    logprobs = None if logprobs is None else _per_token("logprobs", logprobs, completion_ids, float)
+    logprobs = None if logprobs is None else per_token("logprobs", logprobs, completion_ids, float)
     mask = result.get("completion_mask")
-    mask = [[1] * len(c) for c in completion_ids] if mask is None else _per_token("completion_mask", mask,
+    mask = [[1] * len(c) for c in completion_ids] if mask is None else per_token("completion_mask", mask,
                                                                                   completion_ids, int)
-    for i, (row, row_mask) in enumerate(zip(logprobs or [], mask)):
-        for j, (x, trained) in enumerate(zip(row, row_mask)):
-            if trained and math.isinf(x):
-                raise RolloutError(f"`logprobs[{i}][{j}]` = -inf on a trained token (completion_mask 1): the sampler "
-                                   "gave it probability 0, so it cannot have sampled it. Return the sampler's log-prob, "
-                                   "or mask the token (completion_mask 0) if a tool or environment inserted it")
+    check_trained_logprobs("logprobs", logprobs or [], mask)
     extras = {}
     for key, value in result.items():
         if key in CORE_KEYS:
             continue
-        value = _as_list(value)
+        value = as_list(value)
         if isinstance(value, (list, tuple)):
             if len(value) == total:
                 extras[key] = list(value)
@@ -297,4 +248,5 @@ def check_rollout_output(result: Any, num_prompts: int, num_generations: int,
         else:
             extras[key] = [value] * total
     return RolloutOutput(prompt_ids, completion_ids, logprobs, mask, extras, num_prompts, num_generations,
-                         weight_versions=_versions(result, num_prompts, num_generations))
+                         weight_versions=_versions(result, num_prompts, num_generations),
+                         segments=check_segments(result.get(SEGMENTS_KEY), total, vocab_size, logprobs is not None))

@@ -12,7 +12,9 @@ One JSON line per completion of the step, enough to see every number the update 
                                              # null on a step without signal (no update, no forward pass)
      "importance_weights": [...] | null,     # sampler-correction weight of each token (training.sampler_correction)
      "advantage": 0.71, "reward": 1.0, "rewards": {"fn": 1.0}, "extras": {...},
-     "weight_versions": [3, 4] | null}       # the oldest and newest weight version that sampled its turns
+     "weight_versions": [3, 4] | null,       # the oldest and newest weight version that sampled its turns
+     "segments": [{"prompt_ids": ..., ...}]} # only when the episode has earlier sequences (a context edit):
+                                             # each with the token-level keys above, trained with this advantage
 
 Floats are rounded to 4 decimals to keep a step of 32 completions × 64 tokens near 60 KB. :class:`RolloutRecord` is
 one line (written by the trainer, read back by ``grpo-rollout inspect``, :mod:`grpo_rollout.views.inspect`).
@@ -73,6 +75,16 @@ def token_record(prompt_ids: Sequence[int], completion_ids: Sequence[int], mask:
             _round(v if m else math.nan for v, m in zip(importance_weights, trained))}
 
 
+def fold_segments(records: List[Dict[str, Any]], owners: Sequence[int], num_completions: int) -> List[Dict[str, Any]]:
+    """Per completion, its :func:`token_record` with ``segments``: the records of its episode's earlier sequences.
+    ``records`` and ``owners`` are per training row: the ``num_completions`` completions first, then the earlier
+    sequences, each owned by a completion (:class:`~grpo_rollout.orchestrator.batch.TrainingRows`)."""
+    folded = [dict(r, segments=[]) for r in records[:num_completions]]
+    for record, owner in zip(records[num_completions:], owners[num_completions:]):
+        folded[owner]["segments"].append(record)
+    return folded
+
+
 @dataclass(kw_only=True)
 class RolloutRecord:
     """One line of ``rollouts/step_<k>.jsonl``: one completion of step ``step`` (1-based), its tokens and the
@@ -95,6 +107,7 @@ class RolloutRecord:
     rewards: Dict[str, Any] = field(default_factory=dict)
     extras: Dict[str, Any] = field(default_factory=dict)
     weight_versions: Optional[List[int]] = None
+    segments: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, record: CompletionRecord, tokens: Dict[str, Any], *, step: int, index: int, group: int,
@@ -109,8 +122,10 @@ class RolloutRecord:
                    weight_versions=None if record.weight_versions is None else list(record.weight_versions))
 
     def to_json(self) -> str:
-        """The JSON line (no newline): NaN/inf as ``null``, values JSON cannot hold as their ``str``."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The JSON line (no newline): NaN/inf as ``null``, values JSON cannot hold as their ``str``; ``segments``
+        only when the episode has earlier sequences."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "segments" or self.segments}
         return json.dumps(_finite(values), default=str)
 
     @classmethod

@@ -225,7 +225,7 @@ class GRPORecipe:
                 save_rollouts(self.output_dir, step + 1, records, tokens, self.tokenizer, g)
         memory = largest_rank_memory(dist)
         if batch.stream is not None:
-            stream = StreamStats.merge(dist.gather(batch.stream.with_gaps(result.stats.gaps, g)))
+            stream = StreamStats.merge(dist.gather(batch.stream.with_gaps(result.stats.gaps, g, result.owners)))
             metrics.update(stream.metrics(metrics[TIME_STEP]))
             self.say_notes(f"Step {step + 1}", stream.notes(self.cfg.training.staleness()))
         return {**metrics, **(refill.metrics() if refill is not None else {}), **memory,

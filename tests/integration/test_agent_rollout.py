@@ -1,114 +1,63 @@
-"""Agents as they are (issue 41): an agent written with the official ``openai`` client trains through the recording
-endpoint (``grpo_rollout.rollouts.agent:agent_rollout``): its calls become one token sequence, sampled tokens
-trained with the sampler's log-probs, its return value the reward's input; refusals name the reason."""
+"""Agents as they are (issue 41): agents written with the official ``openai`` client, a plain ``httpx`` loop and the
+OpenAI Agents SDK play through the recording endpoint (``grpo_rollout.rollouts.agent:agent_rollout``) on a tiny
+model: calls that continue each other become one token sequence, a context edit starts another, sampled tokens are
+trained with the sampler's log-probs, the return value is the reward's input; limits and refusals name the agent."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from agent_helpers import EXAMPLE, REWARD, load_policy, play as _play, write_agents
 from grpo_rollout.rollouts.contract import RolloutError
 
 pytestmark = [pytest.mark.model]
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent" / "openai_agent.py"
-
-AGENT = '''
-from concurrent.futures import ThreadPoolExecutor
-from openai import OpenAI
-
-
-def _as_messages(prompt):
-    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-
-
-from openai_agent import run  # examples/agent/openai_agent.py: the documented example
-
-
-def in_own_pool(base_url, api_key, model, prompt, **row):
-    """The same agent, its calls made from a thread pool of its own."""
-    with ThreadPoolExecutor(2) as pool:
-        return pool.submit(run, base_url, api_key, model, prompt).result()
-
-
-async def run_async(base_url, api_key, model, prompt, **row):
-    from openai import AsyncOpenAI
-    client = AsyncOpenAI(base_url=base_url, api_key=api_key)
-    answer = await client.chat.completions.create(model=model, messages=_as_messages(prompt), max_tokens=4)
-    return {"score": 1.0, "calls": 1, "text": answer.choices[0].message.content}
-
-
-def endless(base_url, api_key, model, prompt, **row):
-    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    messages = _as_messages(prompt)
-    while True:
-        answer = client.chat.completions.create(model=model, messages=messages, max_tokens=6)
-        messages += [answer.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "More."}]
-
-
-def bad(base_url, api_key, model, prompt, how, **row):
-    client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    messages = _as_messages(prompt)
-    if how == "model":
-        return client.chat.completions.create(model="gpt-5", messages=messages)
-    if how == "n":
-        return client.chat.completions.create(model=model, messages=messages, n=2)
-    if how == "stream":
-        return client.chat.completions.create(model=model, messages=messages, stream=True)
-    client.chat.completions.create(model=model, messages=messages, max_tokens=4)
-    return client.chat.completions.create(model=model, messages=[{"role": "user", "content": "edited"}])
-
-
-def silent(base_url, api_key, model, prompt, **row):
-    return 0
-'''
-
-REWARD = '''
-def agent_score(completions, agent_result, **kwargs):
-    return [r["score"] for r in agent_result]
-'''
 
 
 @pytest.fixture(scope="module")
 def policy(tiny_model):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from grpo_rollout.generation.transformers_client import TransformersClient
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    return TransformersClient(AutoModelForCausalLM.from_pretrained(tiny_model), tokenizer), tokenizer
+    return load_policy(tiny_model)
 
 
-def _play(policy, tmp_path: Path, function: str, rows=None, **kwargs):
-    from grpo_rollout.rollouts.agent import agent_rollout
-    from grpo_rollout.rollouts.run_end import end_run
-
-    (tmp_path / "agent.py").write_text(AGENT)
-    (tmp_path / "openai_agent.py").write_text(EXAMPLE.read_text())
-    client, tokenizer = policy
-    try:
-        return agent_rollout(["Count to 3.", [{"role": "user", "content": "Hi"}]], client=client, tokenizer=tokenizer,
-                             n=2, agent=f"agent.py:{function}", base_dir=str(tmp_path), rows=rows, seed=5,
-                             **{"max_completion_length": 64, **kwargs})
-    finally:
-        end_run()
-
-
-@pytest.mark.parametrize("function", ["run", "in_own_pool"])
-def test_two_calls_become_one_sequence_of_sampled_and_inserted_tokens(policy, tmp_path, function):
-    out = _play(policy, tmp_path, function)
+@pytest.mark.parametrize("function, stream", [("again", False), ("again", True), ("again_httpx", False)])
+def test_calls_that_continue_each_other_become_one_sequence(policy, tmp_path, function, stream):
+    rows = [{"prompt": "Count to 3.", "stream": stream}, {"prompt": "Hi", "stream": stream}]
+    out = _play(policy, tmp_path, function, rows=rows)
     _, tokenizer = policy
     assert len(out["completion_ids"]) == 4 and out["num_turns"] == [2] * 4 and out["end_reason"] == ["done"] * 4
+    assert out["segments"] == [[]] * 4
     for ids, mask, logprobs, starts in zip(out["completion_ids"], out["completion_mask"], out["logprobs"],
                                            out["turn_starts"]):
         second = starts[1]
         # 6 sampled tokens, the template's glue and the user's "Again." inserted (mask 0), 6 sampled again
         assert mask[:6] == [1] * 6 and mask[second:] == [1] * 6 and set(mask[6:second]) == {0}
         assert "Again." in tokenizer.decode(ids[6:second]) and all(lp <= 0 for lp in logprobs)
-    assert [r["calls"] for r in out["agent_result"]] == [2] * 4
+    # what the agent read (streamed or not) is what was recorded
+    assert [r["text"] for r in out["agent_result"]] == out["final_response"]
     # a seed per episode: the two episodes of a prompt differ
     assert out["completion_ids"][0][:6] != out["completion_ids"][1][:6]
+
+
+@pytest.mark.parametrize("function", ["run", "in_own_pool"])
+def test_a_context_edit_starts_a_second_sequence(policy, tmp_path, function):
+    out = _play(policy, tmp_path, function)
+    _, tokenizer = policy
+    assert out["num_turns"] == [2] * 4 and [r["calls"] for r in out["agent_result"]] == [2] * 4
+    for ids, prompt, mask, segments, result in zip(out["completion_ids"], out["prompt_ids"], out["completion_mask"],
+                                                   out["segments"], out["agent_result"]):
+        [first] = segments  # the answer (the random model calls no tool), then the check on an edited context
+        assert first["completion_mask"] == [1] * len(first["completion_ids"]) and 1 <= len(first["completion_ids"]) <= 12
+        assert "Is that right?" in tokenizer.decode(prompt) and "Is that right?" not in tokenizer.decode(first["prompt_ids"])
+        assert mask == [1] * len(ids) and len(ids) <= 6
+        assert tokenizer.decode(ids, skip_special_tokens=True).strip() == (result["check"] or "").strip()
+
+
+def test_an_agents_sdk_agent_plays_on_a_model(policy, tmp_path):
+    out = _play(policy, tmp_path, "sdk_run")
+    # the SDK asks for no max_tokens: on a random model a call may take the rest of the episode's budget
+    assert all(1 <= t <= 3 for t in out["num_turns"]) and set(out["end_reason"]) <= {"done", "budget_turn"}
+    assert [r["answer"].strip() for r in out["agent_result"]] == [t.strip() for t in out["final_response"]]
 
 
 def test_an_async_agent_and_the_budget_ending_an_endless_one(policy, tmp_path):
@@ -119,11 +68,17 @@ def test_an_async_agent_and_the_budget_ending_an_endless_one(policy, tmp_path):
     assert set(out["end_reason"]) <= {"budget_turn", "budget_reply"} and out["agent_result"] == [None] * 4
 
 
+def test_an_episode_past_its_time_fails_naming_the_agent(policy, tmp_path):
+    from grpo_rollout.rollouts.env_timeouts import EnvTimeout
+
+    with pytest.raises(EnvTimeout, match=r"the agent slow \(defined at .*agent\.py:\d+\) did not return within "
+                                         r"rollout.env_timeout_s = 1 s"):
+        _play(policy, tmp_path, "slow", env_timeout_s=1.0)
+
+
 @pytest.mark.parametrize("how, fragment", [
     ("model", "model 'gpt-5' is not this run's policy: send model='policy'"),
     ("n", "n=2: one completion per request"),
-    ("stream", "stream=true is not supported yet"),
-    ("edit", "message 0 differs from what was sent before"),
 ])
 def test_requests_it_cannot_record_are_refused_naming_the_agent(policy, tmp_path, how, fragment):
     rows = [{"prompt": "Count to 3.", "how": how}, {"prompt": "Hi", "how": how}]
@@ -148,7 +103,8 @@ def test_an_openai_client_agent_trains_two_steps_on_what_it_sampled(tmp_path, ti
                       sampling={"num_generations": 2, "max_completion_length": 40, "temperature": 1.0},
                       training={"max_steps": 2, "prompts_per_step": 2, "micro_batch_size": 4, "save_rollouts": "every"},
                       rollout={"function": "grpo_rollout.rollouts.agent:agent_rollout",
-                               "kwargs": {"agent": f"{EXAMPLE}:run"}})
+                               "kwargs": {"agent": "agent.py:scored"}})
+    write_agents(tmp_path)
     result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
     assert result.steps == 2
     # the trainer's log-probs of the sampled tokens equal the sampler's
@@ -156,6 +112,13 @@ def test_an_openai_client_agent_trains_two_steps_on_what_it_sampled(tmp_path, ti
     records = [json.loads(x) for step in (1, 2)
                for x in (tmp_path / "out" / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
     assert len(records) == 2 * 2 * 2 and all(r["reward"] == r["extras"]["agent_result"]["score"] for r in records), records[0]
+    # each episode: the answer, then the checker's call on an edited context; both sequences trained
+    assert all(len(r["segments"]) == 1 for r in records)
+    trained = [r["completion_mask"].count("1") + r["segments"][0]["completion_mask"].count("1") for r in records]
+    assert [m["num_tokens"] for m in result.history] == [sum(trained[:4]), sum(trained[4:])]
+    for sequence in [r for r in records] + [r["segments"][0] for r in records]:
+        assert all(abs(a - b) <= 1e-3 for a, b in zip(sequence["sampler_logprobs"], sequence["trainer_logprobs"])
+                   if a is not None)
 
 
 def test_validate_config_checks_the_agent(tmp_path):
@@ -166,3 +129,5 @@ def test_validate_config_checks_the_agent(tmp_path):
     assert key == "rollout.kwargs.agent" and "walk" in message and fix.startswith("agent: my_agent.py:run")
     assert validate_kwargs({})[0][:2] == ("rollout.kwargs.agent", "no agent function configured")
     assert [p[0] for p in validate_kwargs({"agent": f"{EXAMPLE}:run", "max_turns": 3})] == ["rollout.kwargs.max_turns"]
+    assert [p[0] for p in validate_kwargs({"agent": f"{EXAMPLE}:run", "tool_prompt": "xml"})] == [
+        "rollout.kwargs.tool_prompt"]

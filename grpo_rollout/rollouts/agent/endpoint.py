@@ -1,21 +1,22 @@
 """The recording endpoint: an OpenAI-compatible ``/v1`` per episode, served from the training process.
 
 An agent that owns its loop (the ``openai`` client, the OpenAI Agents SDK, a plain ``httpx`` loop) is handed
-``base_url = http://127.0.0.1:<port>/sessions/<id>/v1``; its ``chat/completions`` calls are answered by the run's
-generation client (:class:`~grpo_rollout.rollouts.agent.sessions.AgentSession`) and recorded as tokens. The idea is
-the field's (AReaL's agent proxy, rLLM's model gateway, TRL/OpenEnv's transparent proxy); this one is a Starlette
+``base_url = http://127.0.0.1:<port>/sessions/<id>/v1``; its ``chat/completions`` and ``completions`` calls are
+answered by the run's generation client (:class:`~grpo_rollout.rollouts.agent.sessions.AgentSession`) and recorded
+as tokens. The idea is the field's (AReaL's agent proxy, rLLM's model gateway, TRL/OpenEnv's transparent proxy); this one is a Starlette
 app on uvicorn in a daemon thread, one per training process, started on first use and stopped at the run's end.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import threading
-from typing import Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from ..run_end import on_run_end
@@ -24,6 +25,27 @@ from .sessions import AGENT_MODEL, AgentRequestError, AgentSession
 
 def _error(message: str, status: int) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": status}}, status)
+
+
+def stream_events(answer: Dict[str, Any], usage: bool) -> List[str]:
+    """An answer (``chat.completion`` or ``text_completion``) as the server-sent events of ``stream: true`` (chunks:
+    the message or text, then its ``finish_reason``, then the usage when asked, then ``[DONE]``). The whole answer is
+    sampled first: the trainer records tokens, not their timing."""
+    choice, head = answer["choices"][0], {k: answer[k] for k in ("id", "model")}
+    if answer["object"] == "text_completion":  # the completions route: text pieces, same object name
+        head["object"] = "text_completion"
+        first, last = {"index": 0, "text": choice["text"]}, {"index": 0, "text": ""}
+    else:
+        message, head["object"] = choice["message"], "chat.completion.chunk"
+        delta: Dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [dict(call, index=k) for k, call in enumerate(message["tool_calls"])]
+        first, last = {"index": 0, "delta": delta}, {"index": 0, "delta": {}}
+    chunks = [dict(head, choices=[dict(first, finish_reason=None)]),
+              dict(head, choices=[dict(last, finish_reason=choice["finish_reason"])])]
+    if usage:
+        chunks.append(dict(head, choices=[], usage=answer["usage"]))
+    return [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
 
 
 class RecordingEndpoint:
@@ -39,6 +61,7 @@ class RecordingEndpoint:
         self.sessions: Dict[str, AgentSession] = {}
         self._ids = itertools.count()
         app = Starlette(routes=[Route("/sessions/{sid}/v1/chat/completions", self._chat, methods=["POST"]),
+                                Route("/sessions/{sid}/v1/completions", self._complete, methods=["POST"]),
                                 Route("/sessions/{sid}/v1/models", self._models, methods=["GET"])])
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                                      lifespan="off"))
@@ -60,7 +83,14 @@ class RecordingEndpoint:
         """Forget a session: later requests to its URL get 404."""
         self.sessions.pop(base_url.rstrip("/").split("/")[-2], None)
 
-    async def _chat(self, request: Request) -> JSONResponse:
+    async def _chat(self, request: Request) -> Any:
+        return await self._answer(request, AgentSession.chat)
+
+    async def _complete(self, request: Request) -> Any:
+        return await self._answer(request, AgentSession.complete)
+
+    async def _answer(self, request: Request, method: Any) -> Any:
+        """Answer a request with ``method`` of its session: JSON, or server-sent events for ``stream: true``."""
         session = self.sessions.get(request.path_params["sid"])
         if session is None:
             return _error("no such session: this episode has ended", 404)
@@ -71,9 +101,13 @@ class RecordingEndpoint:
         if not isinstance(body, dict):
             return _error("the body must be a JSON object", 400)
         try:
-            return JSONResponse(await session.chat(body))
+            answer = await method(session, body)
         except AgentRequestError as exc:
             return _error(str(exc), exc.status)
+        if not body.get("stream"):
+            return JSONResponse(answer)
+        usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(iter(stream_events(answer, usage)), media_type="text/event-stream")
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": AGENT_MODEL, "object": "model",

@@ -1,11 +1,14 @@
 """One agent episode as the recording endpoint sees it: the chat requests of one session, answered from the run's
-generation client and kept as one token sequence (:class:`~grpo_rollout.rollouts.conversation.Conversation`).
+generation client and kept as token sequences (:class:`~grpo_rollout.rollouts.conversation.Conversation`).
 
-A request continues the episode when its messages are the previous request's messages, then the answer the endpoint
+A request continues the sequence when its messages are the previous request's messages, then the answer the endpoint
 gave, then new messages (tool results, a user turn): the new messages are inserted as template tokens (mask 0) and
-the next turn is sampled from the whole sequence, so the trainer trains on exactly the sampled tokens. The budget is
-the built-in multi-turn rollouts' own (:mod:`grpo_rollout.rollouts.episodes`): ``max_completion_length`` tokens,
-sampled and inserted together.
+the next turn is sampled from the whole sequence, so the trainer trains on exactly the sampled tokens. A request that
+does not (a context edit: history dropped or summarised, a sub-agent's own conversation, other tools) starts a new
+sequence from its own messages; the ones before become the episode's ``segments``
+(:mod:`~grpo_rollout.rollouts.segments`), trained with the episode's advantage. The budget is the built-in
+multi-turn rollouts' own (:mod:`grpo_rollout.rollouts.episodes`): ``max_completion_length`` tokens, sampled and
+inserted together, over all the episode's sequences.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from ..conversation import Conversation, eos_ids_of
+from ..conversation import Conversation, encode_text, eos_ids_of
 from ..episodes import Sampling, sample_turn
 from ..tool_parsing import CALL_OPEN, parse_tool_calls
+from ..tool_prompt import choose_tool_prompt, system_prompt_text, with_system_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -71,8 +75,13 @@ class AgentSession:
         budget: ``max_completion_length``: sampled plus inserted tokens of the whole episode.
         conversation: ``None`` until the first request.
         seen: the messages of the last request and the answer given to it.
-        calls: chat requests answered.
+        tool_prompt: how a request's ``tools`` are shown to the model (:mod:`~grpo_rollout.rollouts.tool_prompt`:
+            ``auto`` uses the chat template when it renders them, else a system prompt; ``template``; ``system``).
+        text_mode: whether the current sequence came from ``completions`` requests (text prompts) rather than chat.
+        calls: requests answered.
         ended: why the episode can take no more requests (the budget), or ``None``.
+        earlier: the sequences before ``conversation``, one per request that did not continue the one before it
+            (a context edit): the episode's ``segments`` (:mod:`~grpo_rollout.rollouts.segments`).
     """
 
     client: GenerationClient
@@ -83,82 +92,156 @@ class AgentSession:
     conversation: Optional[Conversation] = None
     seen: List[Message] = field(default_factory=list)
     tools: Optional[List[Any]] = None
+    tool_prompt: str = "auto"
+    text_mode: bool = False
     calls: int = 0
     ended: Optional[str] = None
+    earlier: List[Conversation] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def _check(self, body: Body) -> List[Message]:
+        self._check_request(body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise AgentRequestError("`messages` must be a non-empty list of chat messages")
+        return messages
+
+    def _check_request(self, body: Body) -> None:
         if body.get("model") != AGENT_MODEL:
             raise AgentRequestError(f"model {body.get('model')!r} is not this run's policy: send model={AGENT_MODEL!r} "
                                     "(the `model` argument your agent function was called with)", 404)
         if (body.get("n") or 1) != 1:
             raise AgentRequestError(f"n={body.get('n')}: one completion per request (an episode is one sample; the "
                                     "run samples sampling.num_generations episodes per prompt)")
-        if body.get("stream"):
-            raise AgentRequestError("stream=true is not supported yet: call without streaming")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise AgentRequestError("`messages` must be a non-empty list of chat messages")
         if self.ended:
             raise AgentRequestError(self.ended)
-        return messages
+
+    @property
+    def used(self) -> int:
+        """Tokens of the episode's budget used: every sequence's completion tokens, sampled and inserted."""
+        return sum(len(c.completion_ids) for c in self.earlier + [self.conversation] if c is not None)
+
+    def continues(self, messages: List[Message], tools: Optional[List[Any]]) -> bool:
+        """Whether a request continues the current sequence: the same tools, the last request's messages and the
+        answer it got (:func:`same_message`), then at least one new message."""
+        return (self.conversation is not None and not self.text_mode and tools == self.tools
+                and len(messages) > len(self.seen)
+                and all(same_message(a, b) for a, b in zip(self.seen, messages)))
 
     def _continue(self, messages: List[Message], tools: Optional[List[Any]]) -> None:
-        """Start the conversation (first request) or insert the messages that are new since the last answer."""
+        """Insert the messages that are new since the last answer; or, for the first request or one that does not
+        continue (a context edit), start a new sequence from its messages (the one before is kept in ``earlier``)."""
         conv = self.conversation
-        if conv is None:
-            self.tools = tools
-            kwargs = {"tools": tools} if tools else {}
-            self.conversation = Conversation.start(self.tokenizer, messages, eos_ids_of(self.client, self.tokenizer),
+        if not self.continues(messages, tools):
+            if conv is not None:
+                self.earlier.append(conv)
+            self.tools, self.text_mode, kwargs, shown = tools, False, {}, list(messages)
+            if tools and choose_tool_prompt(self.tokenizer, tools, self.tool_prompt) == "system":
+                shown = with_system_prompt(shown, system_prompt_text(tools))
+            elif tools:
+                kwargs["tools"] = tools
+            self.conversation = Conversation.start(self.tokenizer, shown, eos_ids_of(self.client, self.tokenizer),
                                                    self.client.max_prompt_length, **kwargs)
             return
         prefix = len(self.seen)
-        edited = next((i for i, (a, b) in enumerate(zip(self.seen, messages)) if not same_message(a, b)), None)
-        if edited is not None or len(messages) <= prefix or tools != self.tools:
-            where = (f"message {edited} differs from what was sent before" if edited is not None else
-                     "the tools changed" if tools != self.tools else "no new message after the last answer")
-            raise AgentRequestError("a request must continue the episode: the previous request's messages, the answer "
-                                    f"it got, then new messages ({where}); context edits are not supported yet")
-        inserted = conv.insertion_ids(messages[prefix:])
-        used = len(conv.completion_ids)
-        if used + len(inserted) >= self.budget:
+        self._insert(conv.insertion_ids(messages[prefix:]), messages[prefix:])
+
+    def _insert(self, inserted: List[int], messages: List[Message]) -> None:
+        """Append tokens the agent sent (mask 0), or end the episode when they do not fit its budget."""
+        conv = self.conversation
+        if self.used + len(inserted) >= self.budget:
             conv.stop_reason, conv.truncated, conv.end_reason = "length", True, "budget_reply"
             conv.end_detail = (f"the messages after turn {conv.turns} need {len(inserted)} tokens but only "
-                               f"{self.budget - used} of max_completion_length={self.budget} were left")
+                               f"{self.budget - self.used} of max_completion_length={self.budget} were left")
             self.ended = f"the episode's token budget is used up: {conv.end_detail}"
             raise AgentRequestError(self.ended)
-        conv.add_inserted(inserted, messages[prefix:])
+        conv.add_inserted(inserted, messages)
+
+    def _prompt_ids(self, body: Body) -> List[int]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str) and prompt:
+            return encode_text(self.tokenizer, prompt)
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                       for t in prompt):
+            return list(prompt)
+        raise AgentRequestError("`prompt` must be one non-empty string or one list of token ids")
+
+    def _continue_text(self, ids: List[int]) -> None:
+        """A ``completions`` prompt: when it extends the current sequence's tokens (a text-completion sequence), the
+        extension is inserted (mask 0); else it starts a new sequence."""
+        conv = self.conversation
+        if conv is not None and self.text_mode and len(ids) > len(conv.input_ids) \
+                and ids[:len(conv.input_ids)] == conv.input_ids:
+            self._insert(ids[len(conv.input_ids):], [])
+            return
+        if conv is not None:
+            self.earlier.append(conv)
+        self.text_mode, self.tools, self.seen = True, None, []
+        self.conversation = Conversation(self.tokenizer, [], ids, eos_ids_of(self.client, self.tokenizer))
+
+    async def _sample(self, body: Body) -> tuple:
+        """Sample the current sequence's next turn within the budget and the request's ``max_tokens``; returns its
+        token ids, text and finish reason."""
+        conv = self.conversation
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        limits = [self.budget - self.used] + [x for x in (asked, self.sampling.max_turn_tokens) if x]
+        ids, logprobs, finish = await sample_turn(self.client, conv, self.sampling, min(limits),
+                                                  self.sampling.request_seed(self.sample, self.calls))
+        text = conv.add_sampled(ids, logprobs, finish)
+        self.calls += 1
+        if finish == "length" and self.used >= self.budget:
+            conv.stop_reason, conv.truncated, conv.end_reason = "length", True, "budget_turn"
+            conv.end_detail = f"turn {conv.turns} used the last of max_completion_length={self.budget} tokens"
+            self.ended = f"the episode's token budget is used up: {conv.end_detail}"
+        return ids, text, finish
+
+    def _usage(self, ids: List[int]) -> Body:
+        total = len(self.conversation.input_ids)
+        return {"prompt_tokens": total - len(ids), "completion_tokens": len(ids), "total_tokens": total}
+
+    async def complete(self, body: Body) -> Body:
+        """Answer one ``completions`` request (a text prompt or token ids; the OpenAI ``text_completion`` JSON) and
+        record its tokens.
+
+        Raises:
+            AgentRequestError: another model name, ``n > 1``, no prompt, or the budget used up.
+        """
+        async with self.lock:
+            self._check_request(body)
+            self._continue_text(self._prompt_ids(body))
+            ids, text, finish = await self._sample(body)
+            return {"id": f"cmpl-{self.sample}-{self.calls}", "object": "text_completion", "model": AGENT_MODEL,
+                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                    "usage": self._usage(ids)}
 
     async def chat(self, body: Body) -> Body:
         """Answer one ``chat/completions`` request (the OpenAI response JSON) and record its tokens.
 
         Raises:
-            AgentRequestError: another model name, ``n > 1``, ``stream``, a request that does not continue the
-                episode, or the budget used up.
+            AgentRequestError: another model name, ``n > 1``, no messages, or the budget used up.
         """
         async with self.lock:
             messages = self._check(body)
             self._continue(messages, body.get("tools") or None)
-            conv = self.conversation
-            left = self.budget - len(conv.completion_ids)
-            asked = body.get("max_completion_tokens") or body.get("max_tokens")
-            limits = [left] + [x for x in (asked, self.sampling.max_turn_tokens) if x]
-            ids, logprobs, finish = await sample_turn(self.client, conv, self.sampling, min(limits),
-                                                      self.sampling.request_seed(self.sample, conv.turns))
-            text = conv.add_sampled(ids, logprobs, finish)
-            self.calls += 1
-            if finish == "length" and len(conv.completion_ids) >= self.budget:
-                conv.stop_reason, conv.truncated, conv.end_reason = "length", True, "budget_turn"
-                conv.end_detail = f"turn {conv.turns} used the last of max_completion_length={self.budget} tokens"
-                self.ended = f"the episode's token budget is used up: {conv.end_detail}"
+            ids, text, finish = await self._sample(body)
             answer = self._answer(text, finish)
             self.seen = list(messages) + [answer]
-            return {"id": f"chatcmpl-{self.sample}-{conv.turns}", "object": "chat.completion", "model": AGENT_MODEL,
+            return {"id": f"chatcmpl-{self.sample}-{self.calls}", "object": "chat.completion", "model": AGENT_MODEL,
                     "choices": [{"index": 0, "message": answer, "logprobs": None,
                                  "finish_reason": "tool_calls" if answer.get("tool_calls") and finish == "stop"
                                  else finish}],
-                    "usage": {"prompt_tokens": len(conv.input_ids) - len(ids), "completion_tokens": len(ids),
-                              "total_tokens": len(conv.input_ids)}}
+                    "usage": self._usage(ids)}
+
+    def sequences(self) -> List[Conversation]:
+        """The episode's token sequences in the order it made them (the current one last)."""
+        return self.earlier + ([self.conversation] if self.conversation is not None else [])
+
+    def weight_versions(self) -> Optional[Tuple[int, int]]:
+        """The oldest and newest weight version that sampled any of the episode's calls (``None``: not known)."""
+        known = [c.weight_versions for c in self.sequences() if c.weight_versions is not None]
+        return (min(v[0] for v in known), max(v[1] for v in known)) if known else None
 
     def _answer(self, text: str, finish: str) -> Message:
         calls = [c for c in parse_tool_calls(text) if c.well_formed]
@@ -166,5 +249,5 @@ class AgentSession:
             return {"role": "assistant", "content": text}
         content = text.split(CALL_OPEN, 1)[0].strip()
         return {"role": "assistant", "content": content or None, "tool_calls": [
-            {"id": f"call_{self.sample}_{self.conversation.turns}_{k}", "type": "function",
+            {"id": f"call_{self.sample}_{self.calls}_{k}", "type": "function",
              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for k, c in enumerate(calls)]}

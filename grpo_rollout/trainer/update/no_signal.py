@@ -15,19 +15,19 @@ from __future__ import annotations
 import math
 from typing import List
 
-from ...runs.rollouts import token_record
-from ...orchestrator.batch import ScoredBatch
+from ...runs.rollouts import fold_segments, token_record
+from ...orchestrator.batch import ScoredBatch, TrainingRows
 from ...distributed import Dist
 from .objective import gradient_without_advantages
 from .policy_update import PolicyUpdate, UpdateResult, UpdateStats
 
 
-def moving_tokens(batch: ScoredBatch, masks: List[List[int]]) -> int:
-    """This rank's trained tokens (``masks``: one 0/1 list per completion) whose advantage is not 0 (a NaN
-    counts: the update's non-finite guard deals with it)."""
-    if batch.token_advantages is not None:
-        return sum(1 for row, mask in zip(batch.token_advantages, masks) for a, m in zip(row, mask) if m and a != 0)
-    return sum(sum(mask) for a, mask in zip(batch.advantages.tolist(), masks) if a != 0)
+def moving_tokens(rows: TrainingRows) -> int:
+    """This rank's trained tokens (its completions' and their episodes' earlier sequences') whose advantage is not 0
+    (a NaN counts: the update's non-finite guard deals with it)."""
+    if isinstance(rows.advantages, list):
+        return sum(1 for row, mask in zip(rows.advantages, rows.masks) for a, m in zip(row, mask) if m and a != 0)
+    return sum(sum(mask) for a, mask in zip(rows.advantages.tolist(), rows.masks) if a != 0)
 
 
 def step_has_signal(batch: ScoredBatch, training: "object", dist: Dist) -> bool:
@@ -36,7 +36,7 @@ def step_has_signal(batch: ScoredBatch, training: "object", dist: Dist) -> bool:
     one rank with signal means every rank updates)."""
     if gradient_without_advantages(training):
         return True
-    [moving] = dist.max([moving_tokens(batch, batch.trained_masks(training.mask_truncated_completions))])
+    [moving] = dist.max([moving_tokens(batch.training_rows(training.mask_truncated_completions))])
     return moving > 0
 
 
@@ -47,15 +47,15 @@ def skipped_update(updater: PolicyUpdate, batch: ScoredBatch, keep_tokens: bool)
     comparison ``nan`` (not measured: the stale-weights guard checks the next step that updates); with
     ``keep_tokens``, token records without trainer log-probs or importance weights."""
     t, out = updater.cfg.training, batch.rollout
-    masks = batch.trained_masks(t.mask_truncated_completions)
-    [num_tokens] = updater.dist.sum([sum(map(sum, masks))])
+    rows = batch.training_rows(t.mask_truncated_completions)
+    [num_tokens] = updater.dist.sum([sum(map(sum, rows.masks))])
     n = t.num_iterations
     stats = UpdateStats(losses=[0.0] * n, grad_norms=[0.0] * n, no_signal=True, entropy=math.nan, ratio_max=1.0,
                         lp_diff=math.nan, sampler_weight_sum=math.nan,
                         learning_rate=updater.optimizer.param_groups[0]["lr"])  # the rate a step would use
-    records = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
-                            None if out.logprobs is None else out.logprobs[i], None, None)
-               for i in range(len(out))] if keep_tokens else []
+    records = fold_segments([token_record(rows.prompt_ids[i], rows.completion_ids[i], rows.masks[i],
+                                          None if rows.logprobs is None else rows.logprobs[i], None, None)
+                             for i in range(len(rows))], rows.owners, len(out)) if keep_tokens else []
     return UpdateResult(stats, num_tokens=int(num_tokens), num_iterations=n,
                         has_sampler_logprobs=out.logprobs is not None, tokens_forward=0, tokens_padded=0,
                         token_records=records)

@@ -17,10 +17,9 @@ import torch
 
 from ...config import Config
 from ...generation.sampling_filter import FILTER_SETTINGS
-from ...rollouts.contract import RolloutOutput
 from ...runs import names as rn
-from ...runs.rollouts import token_record
-from ...orchestrator.batch import ScoredBatch
+from ...runs.rollouts import fold_segments, token_record
+from ...orchestrator.batch import ScoredBatch, TrainingRows
 from ...orchestrator.stream_stats import SequenceGaps
 from ..guards import check_sampler_mismatch
 from ...distributed import Dist
@@ -133,7 +132,8 @@ class UpdateResult:
         stats: the reduced :class:`UpdateStats`. num_tokens: trained tokens of the step. has_sampler_logprobs:
         whether the rollout gave sampler log-probs. tokens_forward / tokens_padded: tokens the forward passes
         processed, real and with padding. token_records: with ``keep_tokens``, this rank's per-completion token
-        values (:func:`~...runs.rollouts.token_record`) from the first iteration.
+        values (:func:`~...runs.rollouts.token_record`) from the first iteration. owners: the completion each
+        trained sequence belongs to (``TrainingRows.owners``; ``None``: one sequence per completion).
     """
 
     stats: UpdateStats
@@ -143,6 +143,7 @@ class UpdateResult:
     tokens_forward: int
     tokens_padded: int
     token_records: List[Dict[str, Any]] = field(default_factory=list)
+    owners: Optional[List[int]] = None
 
     @property
     def skipped(self) -> int:
@@ -195,15 +196,14 @@ class PolicyUpdate:
         with self.policy.lm.disable_adapter():
             return self.logprobs(self.policy, mb)
 
-    def micro_batches(self, out: RolloutOutput, advantages: Any,
-                      masks: List[List[int]]) -> Tuple[List[MicroBatch], BatchTotals, int, int]:
-        """This rank's micro-batches, with the whole step's totals (a collective) and the step's real and padded
-        token counts."""
+    def micro_batches(self, rows: TrainingRows) -> Tuple[List[MicroBatch], BatchTotals, int, int]:
+        """This rank's micro-batches of its training rows, with the whole step's totals (a collective) and the step's
+        real and padded token counts."""
         t, s, dist = self.cfg.training, self.cfg.sampling, self.dist
-        batches = build_micro_batches(out.prompt_ids, out.completion_ids, masks, out.logprobs, advantages,
-                                      t.micro_batch_size, self.pad_id, dist.device, self.padding_free)
+        batches = build_micro_batches(rows.prompt_ids, rows.completion_ids, rows.masks, rows.logprobs,
+                                      rows.advantages, t.micro_batch_size, self.pad_id, dist.device, self.padding_free)
         sequences, tokens, micro, real, padded = dist.sum([
-            len(out), sum(mb.mask.sum().item() for mb in batches), len(batches),
+            len(rows), sum(mb.mask.sum().item() for mb in batches), len(batches),
             sum(mb.packed.num_tokens for mb in batches), sum(mb.packed.input_ids.numel() for mb in batches)])
         with torch.no_grad():
             batches = [replace(mb, old_logprobs=self.logprobs(self.policy, mb) if t.num_iterations > 1 else None,
@@ -244,8 +244,8 @@ class PolicyUpdate:
             StaleWeightsError: the gap is over ``vllm.max_logprob_mismatch`` on a batch sampled with current weights.
         """
         t, dist, out = self.cfg.training, self.dist, batch.rollout
-        masks = batch.trained_masks(t.mask_truncated_completions)
-        batches, totals, real, padded = self.micro_batches(out, batch.token_advantages or batch.advantages, masks)
+        rows = batch.training_rows(t.mask_truncated_completions)
+        batches, totals, real, padded = self.micro_batches(rows)
         stats = UpdateStats()
         kept: List[Tuple[List[float], Optional[List[float]]]] = []  # per sequence: trainer log-probs, IS weights
         for iteration in range(t.num_iterations):
@@ -264,12 +264,12 @@ class PolicyUpdate:
                     check_sampler_mismatch(lp_diff / max(totals.num_tokens, 1), self.cfg.vllm.max_logprob_mismatch,
                                            self.cfg.vllm.mode, batch.sampler_lag)
             self.step_optimizer(stats, dist.sum([loss_sum])[0], iteration)
-        records = [token_record(out.prompt_ids[i], out.completion_ids[i], masks[i],
-                                None if out.logprobs is None else out.logprobs[i], lp, w)
-                   for i, (lp, w) in enumerate(kept)]
+        records = fold_segments([token_record(rows.prompt_ids[i], rows.completion_ids[i], rows.masks[i],
+                                              None if rows.logprobs is None else rows.logprobs[i], lp, w)
+                                 for i, (lp, w) in enumerate(kept)], rows.owners, len(out))
         return UpdateResult(stats.reduce(dist), num_tokens=totals.num_tokens, num_iterations=t.num_iterations,
                             has_sampler_logprobs=out.logprobs is not None, tokens_forward=real, tokens_padded=padded,
-                            token_records=records)
+                            token_records=records, owners=rows.owners if len(rows) > len(out) else None)
 
     def step_optimizer(self, stats: UpdateStats, loss_sum: float, iteration: int) -> None:
         """Clip the gradients, then step AdamW and the schedule, unless the loss or gradient is NaN/inf (that would

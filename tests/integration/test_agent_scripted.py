@@ -1,0 +1,59 @@
+"""Agents as they are (issue 41), played against a scripted model: the documented examples run the tools the model
+calls (the ``openai`` client's and the OpenAI Agents SDK's), and the ``completions`` route keeps a text sequence
+while each prompt extends it."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_helpers import load_policy, play, scripted
+
+pytestmark = [pytest.mark.model]
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model):
+    return load_policy(tiny_model)
+
+
+def test_the_example_runs_the_tools_the_model_calls(policy, tmp_path):
+    """A scripted model calls add(2, 3), reads 5, answers 5 and checks: the tool exchange is one sequence (the tool's
+    answer inserted, mask 0), the check a second one; the score is the example's own."""
+    _, tokenizer = policy
+    out = play((scripted(tokenizer), tokenizer), tmp_path, "run",
+                rows=[{"prompt": "What is 2 + 3?", "answer": 5}], n=1, prompts=["What is 2 + 3?"])
+    [result], [[first]] = out["agent_result"], out["segments"]
+    assert result == {"score": 1.0, "answer": "5", "check": "Yes", "calls": 3}
+    text = tokenizer.decode(first["completion_ids"])
+    assert text.index("<tool_call>") < text.index("5", text.index("</tool_call>")) and text.rstrip().endswith("5<|im_end|>")
+    inserted = [t for t, m in zip(first["completion_ids"], first["completion_mask"]) if m == 0]
+    assert "5" in tokenizer.decode(inserted) and first["completion_mask"][0] == 1
+    assert tokenizer.decode(out["completion_ids"][0]) == "Yes<|im_end|>" and out["completion_mask"][0] == [1, 1]
+
+
+def test_the_agents_sdk_example_runs_the_tools_the_model_calls(policy, tmp_path):
+    _, tokenizer = policy
+    out = play((scripted(tokenizer), tokenizer), tmp_path, "sdk_run", rows=[{"prompt": "What is 2 + 3?", "answer": 5}],
+                n=1, prompts=["What is 2 + 3?"])
+    assert out["agent_result"] == [{"score": 1.0, "answer": "5"}] and out["num_turns"] == [2]
+    assert out["segments"] == [[]]  # the SDK sends the whole conversation each call: one sequence
+    [ids], [mask] = out["completion_ids"], out["completion_mask"]
+    inserted = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0])
+    assert "5" in inserted and tokenizer.decode([t for t, m in zip(ids, mask) if m]).endswith("5<|im_end|>")
+    # the tools reached the model: this template does not render them, so a system prompt describes them
+    assert "- add(a: integer, b: integer): Add two integers." in tokenizer.decode(out["prompt_ids"][0])
+
+
+def test_text_completions_continue_a_sequence_while_their_prompt_extends_it(policy, tmp_path):
+    _, tokenizer = policy
+    from scripted_client import ScriptedClient
+
+    client = ScriptedClient(tokenizer, lambda prompt: (" done" if prompt.endswith("Summary:") else " four", False))
+    out = play((client, tokenizer), tmp_path, "text_agent", rows=[{"prompt": "2 + 2?"}], n=1, prompts=["2 + 2?"])
+    assert out["agent_result"][0]["texts"] == [" four", " four", " done"] and out["num_turns"] == [3]
+    [[first]] = out["segments"]  # the first two calls: one sequence, the question between them inserted
+    assert tokenizer.decode(first["prompt_ids"]) == "Question: 2 + 2?\nAnswer:"
+    assert tokenizer.decode(first["completion_ids"]) == " four\nQuestion: And again?\nAnswer: four"
+    four = len(tokenizer.encode(" four"))
+    assert first["completion_mask"] == [1] * four + [0] * (len(first["completion_ids"]) - 2 * four) + [1] * four
+    assert tokenizer.decode(out["prompt_ids"][0]) == "Summary:" and tokenizer.decode(out["completion_ids"][0]) == " done"
