@@ -188,6 +188,7 @@ def test_agents_as_they_are_train_two_steps_with_vllm(tmp_path, monkeypatch, ser
         returned = r["extras"]["agent_result"]
         assert r["rewards"]["agent_score"] == (0.0 if returned is None else returned["score"])
         assert r["weight_versions"][0] == r["weight_versions"][1]  # one version sampled all of an episode's calls
+        assert r["extras"]["call_weight_versions"] == [r["weight_versions"]] * r["extras"]["num_turns"]
         if name == "agent_openai" and returned is not None:  # the checker's call: a second sequence
             [first] = r["segments"]
             assert "Is that right?" in r["prompt_text"] and first["completion_mask"].count("1") >= 1

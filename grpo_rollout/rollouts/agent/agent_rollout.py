@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 API_KEY = "grpo-rollout"
 #: The extra that carries each episode's return value to the reward functions.
 AGENT_RESULT = "agent_result"
+#: The extra with each episode's calls' weight versions (``[oldest, newest]`` per call, in order).
+CALL_VERSIONS = "call_weight_versions"
 
 
 def load_agent(agent: Union[str, Callable], base_dir: Optional[str] = None) -> Callable:
@@ -90,7 +92,8 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
         the contract's keys, one row per episode (P × n): its last token sequence, and ``segments``, the ones
         before it (a request that did not continue the one before: :mod:`~grpo_rollout.rollouts.segments`); the
         multi-turn extras (:func:`~grpo_rollout.rollouts.episodes.contract_dict`; ``num_turns``: the episode's chat
-        calls), plus ``agent_result``: each episode's return value (``None`` when the budget ended it).
+        calls), plus ``agent_result``: each episode's return value (``None`` when the budget ended it), and
+        ``call_weight_versions``: per episode, each call's ``[oldest, newest]`` weight version.
 
         env_timeout_s: seconds an episode (the agent function's call, model calls included) may take
             (``rollout.env_timeout_s``); a plain function is then abandoned on its daemon thread, its session closed.
@@ -122,6 +125,7 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
                           for c in s.earlier] for s in sessions]
     out["weight_versions"] = [s.weight_versions() for s in sessions]
     out[rn.NUM_TURNS_EXTRA] = [s.calls for s in sessions]
+    out[CALL_VERSIONS] = [[None if v is None else list(v) for v in s.call_versions] for s in sessions]
     out[AGENT_RESULT] = list(results)
     return out
 
@@ -144,5 +148,5 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
 
 agent_rollout.validate_kwargs = validate_kwargs  # type: ignore[attr-defined]
 # what reward functions may ask for (validate-config checks their parameters against these)
-agent_rollout.extras = (AGENT_RESULT, rn.NUM_TURNS_EXTRA, rn.TURN_STARTS_EXTRA,  # type: ignore[attr-defined]
+agent_rollout.extras = (AGENT_RESULT, CALL_VERSIONS, rn.NUM_TURNS_EXTRA, rn.TURN_STARTS_EXTRA,  # type: ignore[attr-defined]
                         rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)

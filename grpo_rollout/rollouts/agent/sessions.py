@@ -82,6 +82,8 @@ class AgentSession:
         ended: why the episode can take no more requests (the budget), or ``None``.
         earlier: the sequences before ``conversation``, one per request that did not continue the one before it
             (a context edit): the episode's ``segments`` (:mod:`~grpo_rollout.rollouts.segments`).
+        call_versions: per answered request, the oldest and newest weight version that sampled it (``None``: not
+            known, e.g. transformers generation).
     """
 
     client: GenerationClient
@@ -97,6 +99,7 @@ class AgentSession:
     calls: int = 0
     ended: Optional[str] = None
     earlier: List[Conversation] = field(default_factory=list)
+    call_versions: List[Optional[Tuple[int, int]]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def _check(self, body: Body) -> List[Message]:
@@ -187,8 +190,12 @@ class AgentSession:
         conv = self.conversation
         asked = body.get("max_completion_tokens") or body.get("max_tokens")
         limits = [self.budget - self.used] + [x for x in (asked, self.sampling.max_turn_tokens) if x]
+        before, conv.weight_versions = conv.weight_versions, None
         ids, logprobs, finish = await sample_turn(self.client, conv, self.sampling, min(limits),
                                                   self.sampling.request_seed(self.sample, self.calls))
+        call, self.call_versions = conv.weight_versions, self.call_versions + [conv.weight_versions]
+        conv.weight_versions = before if call is None else call if before is None else (
+            min(before[0], call[0]), max(before[1], call[1]))
         text = conv.add_sampled(ids, logprobs, finish)
         self.calls += 1
         if finish == "length" and self.used >= self.budget:
