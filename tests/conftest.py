@@ -51,13 +51,15 @@ def accuracy(completions, answer, **kwargs):
 
 class Project:
     """A folder (``pytest``'s ``tmp_path``, also the current directory and first on ``sys.path``) with ``data.jsonl``
-    (columns ``prompt``, ``answer``), ``rewards.py`` (``accuracy(completions, answer, **kwargs)``) and ``model/``."""
+    (columns ``prompt``, ``answer``), ``rewards.py`` (``accuracy(completions, answer, **kwargs)``) and ``model/`` (a
+    ``config.json`` only: enough for the checks that load no model)."""
 
     def __init__(self, root: Path):
         self.root = root
         self.write_jsonl("data.jsonl", ROWS)
         self.write("rewards.py", REWARD_SOURCE)
         (root / "model").mkdir()
+        (root / "model" / "config.json").write_text("{}")  # a model folder as validate-config sees one
 
     def baseline(self) -> Dict[str, Any]:
         """A fresh copy of the valid config as a dict: 2 prompts × 4 generations in micro-batches of 4."""

@@ -43,6 +43,10 @@ def check_paths(config: Config, problems: List[Problem]) -> None:
     elif missing_local_folder(name):
         _err(problems, "model.name_or_path", name, "local model folder not found",
              "point it at a folder holding config.json and the weights")
+    elif Path(name).expanduser().is_dir() and not (Path(name).expanduser() / "config.json").is_file():
+        _err(problems, "model.name_or_path", name, "this folder holds no config.json, so it is not a model",
+             "point it at a Hugging Face model folder (config.json, the tokenizer and the weights: what "
+             "save_pretrained writes), or use a hub id or builtin:smollm2-135m-instruct")
 
 
 def unwritable(out: Path) -> str:

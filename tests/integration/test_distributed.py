@@ -232,6 +232,7 @@ def test_server_settings_that_do_not_fit_together(tmp_path):
     from grpo_rollout.preflight import check_config
 
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     config = _project(tmp_path, tmp_path / "model", "servers")
     _, problems = check_config(config, ["vllm.mode=spawn", "vllm.num_servers=2", "vllm.server_devices=[\"1\"]"])
     [p] = [p for p in problems if p.key == "vllm.server_devices"]

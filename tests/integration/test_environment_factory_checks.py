@@ -32,6 +32,7 @@ def test_a_reset_that_raises_is_named_with_its_file_and_line(tmp_path, tiny_mode
 
 def test_validate_config_names_what_is_wrong_with_a_factory(tmp_path, envs):
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     (tmp_path / "bad_envs.py").write_text(ENVS + '''
 class NeedsArgs:
     def __init__(self, size):

@@ -191,6 +191,7 @@ def test_the_example_trains_with_its_server_started_and_stopped_with_the_run(tmp
 
 def test_validate_config_names_a_server_that_does_not_start(tmp_path):
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     cfg = _config(tmp_path, tmp_path / "model", [{"command": sys.executable, "args": [str(tmp_path / "nope.py")]}])
     (tmp_path / "config.yaml").write_text(to_yaml(cfg))
     _, problems = check_config(tmp_path / "config.yaml", load_data=False)

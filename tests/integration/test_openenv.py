@@ -132,6 +132,7 @@ def test_validate_config_checks_the_settings(files):
     from tiny_model import tiny_config
 
     (files / "model").mkdir()
+    (files / "model" / "config.json").write_text("{}")
 
     cfg = tiny_config(files, files / "model", rollout={"function": "grpo_rollout.integrations.openenv.openenv:openenv_rollout",
                                                        "kwargs": {"server": f"{files}/count_server.py:appp",

@@ -32,6 +32,7 @@ def _serve(tmp_path, monkeypatch, config_text, extra, dtype=None) -> tuple:
 
     if config_text is not None:
         (tmp_path / "c.yaml").write_text(config_text)
+        (tmp_path / "config.json").write_text("{}")  # tmp_path is the model folder validate-config sees
     started = []
     monkeypatch.setattr(os, "execvpe", lambda *a: started.append(a[1]))
     out = io.StringIO()

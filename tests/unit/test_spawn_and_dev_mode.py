@@ -93,6 +93,7 @@ def test_serve_and_spawn_refuse_dev_mode_beyond_loopback_without_a_key(monkeypat
     from grpo_rollout.generation.server.launch import ServerSettings
     from grpo_rollout.generation.spawn import ManagedServer, ServerStartError
 
+    (tmp_path / "config.json").write_text("{}")  # tmp_path is the model folder validate-config sees
     (tmp_path / "c.yaml").write_text(f"model: {{name_or_path: {tmp_path}}}\nvllm: {{weight_transfer: nccl}}\n")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # nccl's own CUDA check passes
     monkeypatch.setattr(os, "execvpe", lambda *a: pytest.fail("the server was started"))

@@ -7,6 +7,8 @@ as ``agent_result``. docs/environments.md, "Agents as they are", has the whole c
 
 from __future__ import annotations
 
+import inspect
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -14,14 +16,15 @@ from ...user_code.coroutines import run_coroutine
 from ...user_code.resolve import ImportSpecError, resolve_callable
 from ...user_code.signatures import defined_at
 from ...runs import names as rn
-from ..contract import SAMPLING_DEFAULTS as D, RolloutError
+from ..contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from ..conversation import as_messages
 from ..env_timeouts import DEFAULT_ENV_TIMEOUT_S, ENV_TIMEOUT_KEY, EnvTimeout, bounded_call
 from ..episodes import Sampling, contract_dict, gather_or_cancel
 from ..kwargs_checks import one_of, type_problems, unknown_settings
 from ..segments import SEGMENTS_KEY, Segment
 from .endpoint import shared_endpoint
-from .sessions import AGENT_MODEL, AgentSession
+from .requests import AGENT_MODEL
+from .sessions import AgentSession
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -43,6 +46,24 @@ def load_agent(agent: Union[str, Callable], base_dir: Optional[str] = None) -> C
     return resolve_callable(str(agent), Path(base_dir) if base_dir else None)
 
 
+def _lost_connection(exc: BaseException) -> bool:
+    """The ``openai`` client's own connection or timeout error (not a ``ConnectionError`` or an httpx one, so
+    ``rollout.failure_errors`` would not count it): a failed episode for ``rollout.on_error``."""
+    try:
+        import openai
+    except ImportError:
+        return False
+    return isinstance(exc, openai.APIConnectionError)  # APITimeoutError is one
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (raised at file:line in function)``: the innermost frame of the traceback in the user's own code (outside
+    this package and installed libraries)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not {"grpo_rollout", "site-packages"} & set(Path(f.filename).parts)]
+    return f" (raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+
+
 async def _play(fn: Callable, session: AgentSession, row: Dict[str, Any], timeout_s: Optional[float]) -> Any:
     endpoint = shared_endpoint()
     base_url = endpoint.open(session)
@@ -61,8 +82,9 @@ async def _play(fn: Callable, session: AgentSession, row: Dict[str, Any], timeou
     except Exception as exc:
         if session.ended:  # the budget ended it: the agent's client raised on the refused request
             return None
-        raise RolloutError(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} raised "
-                           f"{type(exc).__name__}: {exc}") from exc
+        kind = EpisodeFailure if _lost_connection(exc) else RolloutError
+        raise kind(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} raised {type(exc).__name__}: {exc}"
+                   f"{_raised_at(exc)}") from exc
     finally:
         endpoint.close_session(base_url)
 
@@ -140,10 +162,29 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
     if not kwargs.get("agent"):
         return problems + [("rollout.kwargs.agent", "no agent function configured", fix)]
     try:
-        load_agent(kwargs["agent"], str(base_dir) if base_dir else None)
+        fn = load_agent(kwargs["agent"], str(base_dir) if base_dir else None)
     except ImportSpecError as exc:
-        problems.append(("rollout.kwargs.agent", f"{kwargs['agent']}: {exc}", fix))
-    return problems
+        return problems + [("rollout.kwargs.agent", f"{kwargs['agent']}: {exc}", fix)]
+    why = _call_shape_problem(fn)
+    return problems + ([("rollout.kwargs.agent", f"{kwargs['agent']}: {why}", fix)] if why else [])
+
+
+def _call_shape_problem(fn: Callable) -> str:
+    """Why ``fn`` cannot be called as ``fn(base_url=..., api_key=..., model=..., **row)`` (``""``: it can)."""
+    if inspect.isclass(fn):
+        return "is a class; name a function (or a method of an instance) that plays one episode"
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return ""
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return ""
+    missing = [k for k in ("base_url", "api_key", "model") if k not in named]
+    if missing:
+        return f"takes no parameter {', '.join(missing)}{defined_at(fn)}: it is called with base_url, api_key, " \
+               "model and the dataset row's columns as keyword arguments"
+    return ""
 
 
 agent_rollout.validate_kwargs = validate_kwargs  # type: ignore[attr-defined]

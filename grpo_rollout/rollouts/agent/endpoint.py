@@ -20,7 +20,8 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from ..run_end import on_run_end
-from .sessions import AGENT_MODEL, AgentRequestError, AgentSession
+from .requests import AGENT_MODEL, AgentRequestError
+from .sessions import AgentSession
 
 
 def _error(message: str, status: int) -> JSONResponse:
@@ -62,7 +63,8 @@ class RecordingEndpoint:
         self._ids = itertools.count()
         app = Starlette(routes=[Route("/sessions/{sid}/v1/chat/completions", self._chat, methods=["POST"]),
                                 Route("/sessions/{sid}/v1/completions", self._complete, methods=["POST"]),
-                                Route("/sessions/{sid}/v1/models", self._models, methods=["GET"])])
+                                Route("/sessions/{sid}/v1/models", self._models, methods=["GET"]),
+                                Route("/{rest:path}", self._unknown, methods=["GET", "POST", "PUT", "DELETE"])])
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                                      lifespan="off"))
         self._thread = threading.Thread(target=self._server.run, name="grpo-rollout-agent-endpoint", daemon=True)
@@ -104,10 +106,19 @@ class RecordingEndpoint:
             answer = await method(session, body)
         except AgentRequestError as exc:
             return _error(str(exc), exc.status)
+        except Exception as exc:  # the generation client failed: the agent's client raises it (rollout.on_error)
+            return _error(f"generation failed: {type(exc).__name__}: {exc}", 500)
         if not body.get("stream"):
             return JSONResponse(answer)
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return StreamingResponse(iter(stream_events(answer, usage)), media_type="text/event-stream")
+
+    async def _unknown(self, request: Request) -> JSONResponse:
+        hint = (" The Responses API is not answered: with the OpenAI Agents SDK, give the agent "
+                "OpenAIChatCompletionsModel(model=model, openai_client=AsyncOpenAI(base_url=base_url, api_key=api_key))."
+                if request.url.path.endswith("/responses") else "")
+        return _error(f"{request.method} {request.url.path}: this endpoint answers POST <base_url>/chat/completions, "
+                      f"POST <base_url>/completions and GET <base_url>/models.{hint}", 404)
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": AGENT_MODEL, "object": "model",

@@ -16,53 +16,26 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from ..conversation import Conversation, encode_text, eos_ids_of
 from ..episodes import Sampling, sample_turn
 from ..tool_parsing import CALL_OPEN, parse_tool_calls
 from ..tool_prompt import choose_tool_prompt, system_prompt_text, with_system_prompt
+from .requests import AGENT_MODEL, AgentRequestError, Body, Message, check_body, for_template, same_message
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from ...generation.base import GenerationClient
 
-#: The model name an agent sends (``model=`` of the OpenAI client); any other is refused.
-AGENT_MODEL = "policy"
-#: A chat request's body (the OpenAI ``chat.completions`` JSON) and a message in it.
-Body = Dict[str, Any]
-Message = Dict[str, Any]
-
-
-class AgentRequestError(ValueError):
-    """A request the endpoint cannot answer and record; ``status`` is the HTTP status it answers with."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
-
-
-def _call_key(call: Any) -> tuple:
-    fn = call.get("function") or {}
+def _rendered(make: Callable[[], Any]) -> Any:
+    """``make()`` (rendering messages with the chat template), its failure a 400 naming the template's complaint."""
     try:
-        arguments = json.loads(fn.get("arguments") or "{}")
-    except (TypeError, ValueError):
-        arguments = fn.get("arguments")
-    return fn.get("name"), json.dumps(arguments, sort_keys=True)
-
-
-def same_message(a: Message, b: Message) -> bool:
-    """Whether two chat messages say the same (role, text, tool calls and the tool call answered); the fields an
-    OpenAI client adds when it sends an answer back (``refusal: null``, call ids) do not count."""
-    return (a.get("role") == b.get("role") and _text(a.get("content")).strip() == _text(b.get("content")).strip()
-            and [_call_key(c) for c in a.get("tool_calls") or []] == [_call_key(c) for c in b.get("tool_calls") or []])
+        return make()
+    except Exception as exc:
+        raise AgentRequestError(f"the chat template cannot render these messages ({type(exc).__name__}: {exc}): "
+                                "send string contents and tool calls as OpenAI's chat format has them") from exc
 
 
 @dataclass
@@ -102,23 +75,6 @@ class AgentSession:
     call_versions: List[Optional[Tuple[int, int]]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    def _check(self, body: Body) -> List[Message]:
-        self._check_request(body)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise AgentRequestError("`messages` must be a non-empty list of chat messages")
-        return messages
-
-    def _check_request(self, body: Body) -> None:
-        if body.get("model") != AGENT_MODEL:
-            raise AgentRequestError(f"model {body.get('model')!r} is not this run's policy: send model={AGENT_MODEL!r} "
-                                    "(the `model` argument your agent function was called with)", 404)
-        if (body.get("n") or 1) != 1:
-            raise AgentRequestError(f"n={body.get('n')}: one completion per request (an episode is one sample; the "
-                                    "run samples sampling.num_generations episodes per prompt)")
-        if self.ended:
-            raise AgentRequestError(self.ended)
-
     @property
     def used(self) -> int:
         """Tokens of the episode's budget used: every sequence's completion tokens, sampled and inserted."""
@@ -136,18 +92,41 @@ class AgentSession:
         continue (a context edit), start a new sequence from its messages (the one before is kept in ``earlier``)."""
         conv = self.conversation
         if not self.continues(messages, tools):
-            if conv is not None:
-                self.earlier.append(conv)
-            self.tools, self.text_mode, kwargs, shown = tools, False, {}, list(messages)
+            kwargs, shown = {}, for_template(messages)
             if tools and choose_tool_prompt(self.tokenizer, tools, self.tool_prompt) == "system":
                 shown = with_system_prompt(shown, system_prompt_text(tools))
             elif tools:
                 kwargs["tools"] = tools
-            self.conversation = Conversation.start(self.tokenizer, shown, eos_ids_of(self.client, self.tokenizer),
-                                                   self.client.max_prompt_length, **kwargs)
+            started = _rendered(lambda: Conversation.start(self.tokenizer, shown, eos_ids_of(self.client,
+                                                                                               self.tokenizer),
+                                                           self.client.max_prompt_length, **kwargs))
+            self._new_sequence(started)
+            self.tools = tools
             return
-        prefix = len(self.seen)
-        self._insert(conv.insertion_ids(messages[prefix:]), messages[prefix:])
+        new = for_template(messages[len(self.seen):])
+        self._insert(_rendered(lambda: conv.insertion_ids(new)), new)
+
+    def _new_sequence(self, conv: Conversation) -> None:
+        """Make ``conv`` the current sequence, the one before joining ``earlier``."""
+        if self.conversation is not None:
+            self.earlier.append(self.conversation)
+        self.conversation, self.text_mode = conv, False
+
+    def snapshot(self) -> tuple:
+        """What a request may change, to put back when it fails (:meth:`restore`)."""
+        conv = self.conversation
+        sizes = None if conv is None else (len(conv.completion_ids), len(conv.messages), conv.turns,
+                                           len(conv.turn_starts), conv.weight_versions)
+        return conv, sizes, len(self.earlier), self.tools, self.text_mode, list(self.seen), len(self.call_versions)
+
+    def restore(self, state: tuple) -> None:
+        """Undo a failed request: the session as :meth:`snapshot` saw it (a retried request is then played once)."""
+        conv, sizes, earlier, self.tools, self.text_mode, self.seen, calls = state
+        self.conversation, self.earlier, self.call_versions = conv, self.earlier[:earlier], self.call_versions[:calls]
+        if conv is not None:
+            tokens, messages, conv.turns, starts, conv.weight_versions = sizes
+            del conv.completion_ids[tokens:], conv.logprobs[tokens:], conv.completion_mask[tokens:]
+            del conv.messages[messages:], conv.turn_starts[starts:]
 
     def _insert(self, inserted: List[int], messages: List[Message]) -> None:
         """Append tokens the agent sent (mask 0), or end the episode when they do not fit its budget."""
@@ -179,16 +158,13 @@ class AgentSession:
                 and ids[:len(conv.input_ids)] == conv.input_ids:
             self._insert(ids[len(conv.input_ids):], [])
             return
-        if conv is not None:
-            self.earlier.append(conv)
+        self._new_sequence(Conversation(self.tokenizer, [], ids, eos_ids_of(self.client, self.tokenizer)))
         self.text_mode, self.tools, self.seen = True, None, []
-        self.conversation = Conversation(self.tokenizer, [], ids, eos_ids_of(self.client, self.tokenizer))
 
-    async def _sample(self, body: Body) -> tuple:
-        """Sample the current sequence's next turn within the budget and the request's ``max_tokens``; returns its
-        token ids, text and finish reason."""
+    async def _sample(self, asked: Optional[int]) -> tuple:
+        """Sample the current sequence's next turn within the budget and the request's ``max_tokens`` (``asked``);
+        returns its token ids, text and finish reason."""
         conv = self.conversation
-        asked = body.get("max_completion_tokens") or body.get("max_tokens")
         limits = [self.budget - self.used] + [x for x in (asked, self.sampling.max_turn_tokens) if x]
         before, conv.weight_versions = conv.weight_versions, None
         ids, logprobs, finish = await sample_turn(self.client, conv, self.sampling, min(limits),
@@ -204,6 +180,16 @@ class AgentSession:
             self.ended = f"the episode's token budget is used up: {conv.end_detail}"
         return ids, text, finish
 
+    def _checked(self, body: Body, chat: bool) -> Optional[int]:
+        asked = check_body(body, chat)
+        if self.ended:
+            raise AgentRequestError(self.ended)
+        return asked
+
+    def _undo(self, state: tuple) -> None:
+        if not self.ended:  # the budget's refusal ends the episode where it is
+            self.restore(state)
+
     def _usage(self, ids: List[int]) -> Body:
         total = len(self.conversation.input_ids)
         return {"prompt_tokens": total - len(ids), "completion_tokens": len(ids), "total_tokens": total}
@@ -213,12 +199,18 @@ class AgentSession:
         record its tokens.
 
         Raises:
-            AgentRequestError: another model name, ``n > 1``, no prompt, or the budget used up.
+            AgentRequestError: another model name, ``n > 1``, a bad ``max_tokens``, no prompt, or the budget used
+                up. Whatever fails leaves the session as it was.
         """
         async with self.lock:
-            self._check_request(body)
-            self._continue_text(self._prompt_ids(body))
-            ids, text, finish = await self._sample(body)
+            asked = self._checked(body, chat=False)
+            state = self.snapshot()
+            try:
+                self._continue_text(self._prompt_ids(body))
+                ids, text, finish = await self._sample(asked)
+            except BaseException:
+                self._undo(state)
+                raise
             return {"id": f"cmpl-{self.sample}-{self.calls}", "object": "text_completion", "model": AGENT_MODEL,
                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
                     "usage": self._usage(ids)}
@@ -227,12 +219,19 @@ class AgentSession:
         """Answer one ``chat/completions`` request (the OpenAI response JSON) and record its tokens.
 
         Raises:
-            AgentRequestError: another model name, ``n > 1``, no messages, or the budget used up.
+            AgentRequestError: another model name, ``n > 1``, a bad ``max_tokens``, malformed messages or tools,
+                messages the chat template cannot render, or the budget used up. Whatever fails leaves the session as
+                it was (a retried request is played once).
         """
         async with self.lock:
-            messages = self._check(body)
-            self._continue(messages, body.get("tools") or None)
-            ids, text, finish = await self._sample(body)
+            asked, messages = self._checked(body, chat=True), body["messages"]
+            state = self.snapshot()
+            try:
+                self._continue(messages, body.get("tools") or None)
+                ids, text, finish = await self._sample(asked)
+            except BaseException:
+                self._undo(state)
+                raise
             answer = self._answer(text, finish)
             self.seen = list(messages) + [answer]
             return {"id": f"chatcmpl-{self.sample}-{self.calls}", "object": "chat.completion", "model": AGENT_MODEL,

@@ -1,0 +1,124 @@
+"""What the recording endpoint accepts from an agent (:mod:`.endpoint`): the checks of a request's body, done before
+anything of the episode changes (a bad request is answered 400 naming what is wrong), and the messages as the chat
+template is given them (text parts joined, the model's tool calls written back as the ``<tool_call>`` text it
+sampled)."""
+
+from __future__ import annotations
+
+import json
+import numbers
+from typing import Any, Dict, List, Optional
+
+from ..tool_parsing import CALL_CLOSE, CALL_OPEN
+
+#: The model name an agent sends (``model=`` of the OpenAI client); any other is refused.
+AGENT_MODEL = "policy"
+#: A chat request's body (the OpenAI ``chat.completions`` JSON) and a message in it.
+Body = Dict[str, Any]
+Message = Dict[str, Any]
+
+
+class AgentRequestError(ValueError):
+    """A request the endpoint cannot answer and record; ``status`` is the HTTP status it answers with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _call_key(call: Any) -> tuple:
+    fn = call.get("function") or {}
+    try:
+        arguments = json.loads(fn.get("arguments") or "{}")
+    except (TypeError, ValueError):
+        arguments = fn.get("arguments")
+    return fn.get("name"), json.dumps(arguments, sort_keys=True)
+
+
+def same_message(a: Message, b: Message) -> bool:
+    """Whether two chat messages say the same (role, text, tool calls and the tool call answered); the fields an
+    OpenAI client adds when it sends an answer back (``refusal: null``, call ids) do not count."""
+    return (a.get("role") == b.get("role") and _text(a.get("content")).strip() == _text(b.get("content")).strip()
+            and [_call_key(c) for c in a.get("tool_calls") or []] == [_call_key(c) for c in b.get("tool_calls") or []])
+
+
+#: Roles a message may have.
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise AgentRequestError("`messages` must be a non-empty list of chat messages")
+    for i, m in enumerate(messages):
+        if m.get("role") not in ROLES:
+            raise AgentRequestError(f"messages[{i}] has role {m.get('role')!r}; a role is one of {', '.join(ROLES)}")
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise AgentRequestError(f"messages[{i}].content is {type(content).__name__}; send a string or a list of "
+                                    "content parts")
+        if isinstance(content, list) and not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            raise AgentRequestError(f"messages[{i}].content holds a part that is not text: only text parts are "
+                                    "supported ({\"type\": \"text\", \"text\": ...})")
+
+
+def _check_tools(tools: Any) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)
+            for t in tools):
+        raise AgentRequestError("`tools` must be a list of {\"type\": \"function\", \"function\": {\"name\": ..., "
+                                "\"parameters\": {...}}}")
+
+
+def check_body(body: Body, chat: bool) -> Optional[int]:
+    """Check a request body before it touches the episode; return the ``max_tokens`` it asks for (``None``: none).
+
+    Raises:
+        AgentRequestError: another model (404), ``n > 1``, ``max_tokens`` not a whole number >= 1, malformed
+            ``messages`` or ``tools`` (chat) or no ``prompt`` (completions checks that itself).
+    """
+    if body.get("model") != AGENT_MODEL:
+        raise AgentRequestError(f"model {body.get('model')!r} is not this run's policy: send model={AGENT_MODEL!r} "
+                                "(the `model` argument your agent function was called with)", 404)
+    if (body.get("n") or 1) != 1:
+        raise AgentRequestError(f"n={body.get('n')}: one completion per request (an episode is one sample; the run "
+                                "samples sampling.num_generations episodes per prompt)")
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    asked = body.get(key)
+    if asked is not None and (isinstance(asked, bool) or not isinstance(asked, numbers.Integral) or asked < 1):
+        raise AgentRequestError(f"{key}={asked!r}: send a whole number of tokens >= 1, or leave it out (the episode's "
+                                "budget then limits the answer)")
+    if chat:
+        _check_messages(body.get("messages"))
+        _check_tools(body.get("tools"))
+    return None if asked is None else int(asked)
+
+
+def for_template(messages: List[Message]) -> List[Message]:
+    """``messages`` as the chat template is given them: text parts joined into one string, ``None`` content as
+    ``""``, and an assistant message's ``tool_calls`` written into its content as the ``<tool_call>`` text the
+    model sampled (what this endpoint parsed them from; templates that ignore ``tool_calls`` would drop them)."""
+    out = []
+    for m in messages:
+        m = dict(m, content=_text(m.get("content")))
+        calls = m.pop("tool_calls", None) or []
+        if m["role"] == "assistant" and calls and CALL_OPEN not in m["content"]:
+            written = []
+            for call in calls:
+                fn = call.get("function") or {}
+                arguments = fn.get("arguments")
+                try:
+                    arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+                except ValueError:
+                    pass  # written as it came
+                written.append(f"{CALL_OPEN}{json.dumps({'name': fn.get('name'), 'arguments': arguments})}{CALL_CLOSE}")
+            m["content"] = (m["content"] + "\n" if m["content"] else "") + "\n".join(written)
+        out.append(m)
+    return out
