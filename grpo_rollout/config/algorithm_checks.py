@@ -99,7 +99,7 @@ def check_unused_settings(config: Config, problems: List[Problem]) -> None:
     without ``loss_type: cispo``, a curriculum setting without the curriculum, turn-level credit with a rollout that
     has one turn, ...): the run would train as if they were not there."""
     t, d, r = config.training, config.data, config.rollout
-    single_turn = not r.function or r.function.endswith("verifiers:verifiers_rollout")  # no turn_starts
+    single_turn = not r.function  # the built-in single-turn rollout: no turn_starts
     # a loss_function replaces the policy term of every loss_type
     cispo, sapo = (f"training.loss_type: {kind}" + (" (and no training.loss_function)" if t.loss_function else "")
                    for kind in ("cispo", "sapo"))

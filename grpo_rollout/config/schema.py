@@ -55,7 +55,8 @@ class DataConfig(Section):
     """Where the training prompts come from."""
 
     train: str = setting("", "A .jsonl/.json/.csv/.parquet file, a hub dataset, `module:function` returning a "
-                         "datasets.Dataset or a list of dicts, or `reasoning_gym:<task>` (`grpo-rollout tasks`)")
+                         "datasets.Dataset or a list of dicts, `reasoning_gym:<task>` (`grpo-rollout tasks`), or "
+                         "`verifiers:<taskset>` (an installed verifiers 0.4 taskset's id, or its .py file)")
     split: str = setting("train", "The split of a hub dataset or of a function's DatasetDict")
     prompt_column: str = setting("prompt", "The column of each row's prompt: a string or a list of chat messages")
     shuffle: bool = setting(True, "Shuffle the prompt order each epoch (seeded by training.seed)")
@@ -73,7 +74,8 @@ class DataConfig(Section):
     eval_split: str = setting("test", "The split of data.eval for a hub dataset or a function's DatasetDict")
     task_kwargs: Dict[str, Any] = setting({}, "For `reasoning_gym:<task>` sources: create_dataset's arguments "
                                           "(size, seed and the task's settings: `grpo-rollout tasks <task>`); "
-                                          "data.eval's rows never repeat data.train's")
+                                          "data.eval's rows never repeat data.train's; for `verifiers:<taskset>` "
+                                          "sources: the taskset's config fields")
     task_instruction: str = setting(REASONING_GYM_INSTRUCTION, "For `reasoning_gym:<task>` sources: the text after "
                                     "each question, training and held-out rows alike; your own replaces the default "
                                     "request for `<answer>` tags ('' for none)")
@@ -102,7 +104,7 @@ class RolloutConfig(Section):
         "other error stops the run as a bug")
     env_timeout_s: float = setting(
         300.0, "Seconds each call an episode makes outside the model may take: an environment's reset, step, "
-        "get_reward, a verifiers environment's work between two model calls, its rubric (tools: "
+        "get_reward, an agent's or a verifiers taskset's whole episode (tools: "
         "rollout.kwargs.tool_timeout_s); past it the episode fails (rollout.on_error)", gt=0, le=86400,
         fix="e.g. 300; raise it for an environment that really needs longer (a sandbox that starts slowly)")
 

@@ -5,7 +5,8 @@
   file's folder),
 - a dotted path or ``file.py:function`` naming a function that returns a ``datasets.Dataset`` (or a list of dicts),
 - a hub dataset name (``org/name``), loaded with ``datasets.load_dataset(name, split=data.split)``,
-- ``reasoning_gym:<task>``: a reasoning-gym task, made offline (:mod:`.reasoning_gym`).
+- ``reasoning_gym:<task>``: a reasoning-gym task, made offline (:mod:`.reasoning_gym`),
+- ``verifiers:<taskset>``: a verifiers 0.4 taskset's tasks (:mod:`.verifiers_tasks`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class DatasetError(ValueError):
 
 def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, Any]:
     """Decide what kind of source ``spec`` is: ``("file", Path)``, ``("function", spec)``, ``("reasoning_gym",
-    task)`` or ``("hub", spec)``.
+    task)``, ``("verifiers", taskset)`` or ``("hub", spec)``.
 
     Raises:
         DatasetError: for an empty spec or a data file that does not exist.
@@ -39,6 +40,8 @@ def classify_source(spec: str, base_dir: Optional[Path] = None) -> tuple[str, An
     spec = spec.strip()
     if not spec:
         raise DatasetError("`data.train` is empty")
+    if spec.startswith("verifiers:"):  # a verifiers taskset, by id or file (data/verifiers_tasks.py)
+        return "verifiers", spec.split(":", 1)[1].strip()
     suffix = Path(spec).suffix.lower()
     if suffix in FILE_BUILDERS:
         for path in (Path(spec).expanduser(), (base_dir or Path.cwd()) / spec):
@@ -74,7 +77,8 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
                        task_kwargs: Optional[Mapping[str, Any]] = None, held_out: bool = False,
                        task_instruction: Optional[str] = None):
     """Load ``data.train`` (or ``data.eval``) as a ``datasets.Dataset`` (rows of named columns); a
-    ``reasoning_gym:<task>`` source is made with ``task_kwargs`` and ``task_instruction`` (``None``: the default, which
+    ``reasoning_gym:<task>`` source is made with ``task_kwargs`` (a ``verifiers:<taskset>`` one: its config fields) and
+    ``task_instruction`` (``None``: the default, which
     asks for ``<answer>`` tags; ``held_out``: the rows that never overlap the training ones, :mod:`.reasoning_gym`).
 
     Raises:
@@ -91,6 +95,10 @@ def load_train_dataset(spec: str, split: str = "train", base_dir: Optional[Path]
 
             instruction = {} if task_instruction is None else {"instruction": task_instruction}
             ds = datasets.Dataset.from_list(task_rows(target, task_kwargs or {}, held_out, **instruction))
+        elif kind == "verifiers":
+            from .verifiers_tasks import task_rows as taskset_rows
+
+            ds = datasets.Dataset.from_list(taskset_rows(target, task_kwargs or {}, base_dir))
         elif kind == "file":
             if not target.read_bytes().strip():
                 raise DatasetError(f"data file `{spec}` is empty; it needs one row per prompt")

@@ -134,8 +134,8 @@ def _generation_client(cfg: Config, lm: Any, tokenizer: PreTrainedTokenizerBase,
                        say: Callable[[str], None], needs_server: bool = False) -> Tuple[Any, str]:
     """The client the dry run generates with, and its name for the report: the attached server(s) when they answer
     and pass the checks training makes, else transformers in this process (``cfg.vllm.mode`` becomes ``off``; no
-    server is spawned unless the rollout ``needs_server``: it calls the server's own routes, e.g. verifiers
-    environments, and then one is). Raises BackendError: an attached server answers but training would refuse it."""
+    server is spawned unless the rollout function has ``needs_server = True``: it calls the server's own routes
+    itself, and then one is). Raises BackendError: an attached server answers but training would refuse it."""
     from ..generation.backend import attach_urls, check_server, connect, open_backend, prompt_limit
     from ..generation.backend import BackendError
     from ..generation.vllm_client import ServerError

@@ -13,6 +13,8 @@ from grpo_rollout import EpisodeFailure
 pytestmark = [pytest.mark.model]
 
 PROBE = '''
+import json
+
 import httpx
 from openai import OpenAI
 
@@ -46,6 +48,20 @@ def unreachable(base_url, api_key, model, prompt, **row):
 
 class NotAFunction:
     pass
+
+
+def strict(base_url, api_key, model, prompt, **row):
+    """Each kind of answer, validated against the openai package's response types (verifiers' interception layer
+    validates what it forwards: a chat answer without `created` was a 502 there)."""
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    post = lambda route, body: httpx.post(f"{base_url}/{route}", json=dict({"model": model}, **body), timeout=60)
+    ChatCompletion.model_validate(post("chat/completions", {"messages": GOOD}).json())
+    Completion.model_validate(post("completions", {"prompt": "Hi"}).json())
+    lines = post("chat/completions", {"messages": GOOD, "stream": True}).text.split("\\n\\n")
+    chunks = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+    return [ChatCompletionChunk.model_validate(c).created for c in chunks]
 
 
 def no_url(question):
@@ -143,6 +159,12 @@ def test_a_retried_request_is_recorded_once_and_tool_calls_without_text_render(t
     assert len(first["completion_ids"]) == len(out["completion_ids"][0])
     prompt = tokenizer.decode(out["prompt_ids"][0])
     assert "What is 1 + 2?" in prompt and '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>' in prompt
+
+
+def test_every_answer_is_a_valid_openai_response(tokenizer, tmp_path):
+    out, _ = _play(tokenizer, tmp_path, "strict", [{"prompt": "Hi"}])
+    [created] = out["agent_result"]
+    assert len(created) == 2 and all(isinstance(c, int) and c > 1_700_000_000 for c in created)
 
 
 def test_the_openai_clients_connection_error_is_a_failed_episode(tokenizer, tmp_path):

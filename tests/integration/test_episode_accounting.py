@@ -1,7 +1,8 @@
 """Issue 41.3: one misbehaving model through every integration that plays tools from this process. The model calls
 ``add`` on every turn and never answers; the built-in tool-calling rollout (a Python tool), TRL's
-``environment_factory`` (the same tool as an environment method), an MCP server's tool and an agent that owns its loop
-(the recording endpoint, the same tool in its request) must play it token for token alike: the same sampled and
+``environment_factory`` (the same tool as an environment method), an MCP server's tool, an agent that owns its loop
+(the recording endpoint, the same tool in its request) and the same loop as a verifiers 0.4 harness (its calls through
+verifiers' interception layer to the endpoint) must play it token for token alike: the same sampled and
 inserted tokens and masks, the same ``max_tokens`` asked of the model on each call, the episode ended by the same
 token budget for the same reason, the weight version recorded (and the same prompt, but for MCP's own wording of the
 tool's description)."""
@@ -75,6 +76,42 @@ def endless(base_url, api_key, model, prompt, **row):
             messages.append({"role": "tool", "tool_call_id": call.id, "content": str(result)})
 '''
 
+TASKSET = '''
+import json
+import verifiers.v1 as vf
+from openai import AsyncOpenAI
+from grpo_rollout.rollouts.tool_running import tool_schema
+from tools import add
+
+
+class Endless(vf.Taskset):
+    def load(self):
+        yield vf.Task(vf.TaskData(prompt="What is 1 + 2?"), self.config.task)
+
+
+class EndlessHarnessConfig(vf.HarnessConfig):
+    pass
+
+
+class EndlessHarness(vf.Harness[EndlessHarnessConfig]):
+    """The agent's loop above, as a verifiers harness (its calls pass verifiers' interception layer)."""
+    EXECUTES_CODE = NEEDS_CONTAINER = False
+
+    async def launch(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data, **kw):
+        client = AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0)
+        messages = [{"role": "user", "content": data.prompt}]
+        while True:
+            answer = await client.chat.completions.create(model=ctx.model, messages=messages, tools=[tool_schema(add)])
+            message = answer.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls or []:
+                result = add(**json.loads(call.function.arguments))
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": str(result)})
+
+
+__all__ = ["Endless", "EndlessHarness"]
+'''
+
 
 class CallingClient:
     """Answers every request with the same tool call, cut at the request's ``max_tokens``; log-prob -0.5 per token,
@@ -113,6 +150,14 @@ def _play(how, tokenizer, folder, budget):
     try:
         if how == "agent":
             out = agent_rollout(["What is 1 + 2?"], agent="agent.py:endless", **common)
+        elif how == "verifiers":
+            from grpo_rollout.data.verifiers_tasks import task_rows
+            from grpo_rollout.integrations.verifiers.verifiers import verifiers_rollout
+
+            (folder / "endless_taskset.py").write_text(TASKSET)
+            sys.path.insert(0, str(folder))  # the harness imports tools.py, as the agent does
+            out = verifiers_rollout(["What is 1 + 2?"], **dict(common, rows=task_rows(str(folder / "endless_taskset.py"),
+                                                                                   {})))
         else:
             (folder / "mcp_server.py").write_text(MCP_SERVER)
             source = {"tools": {"tools": [f"{folder / 'tools.py'}:add"]},
@@ -126,7 +171,8 @@ def _play(how, tokenizer, folder, budget):
 
 @pytest.mark.parametrize("budget, reason", [(120, "budget_reply"), (97, "budget_turn")])
 def test_a_model_that_never_stops_calling_is_played_alike_everywhere(tokenizer, tmp_path, budget, reason):
-    played = {how: _play(how, tokenizer, tmp_path, budget) for how in ("tools", "environment_factory", "mcp", "agent")}
+    played = {how: _play(how, tokenizer, tmp_path, budget)
+              for how in ("tools", "environment_factory", "mcp", "agent", "verifiers")}
     keys = ("prompt_ids", "completion_ids", "completion_mask", "logprobs", "truncated", "end_reason", "num_turns",
             "weight_versions")
     reference, asked = played["tools"]
@@ -134,6 +180,7 @@ def test_a_model_that_never_stops_calling_is_played_alike_everywhere(tokenizer, 
     assert all(len(ids) <= budget for ids in reference["completion_ids"]) and reference["num_turns"] == [3] * 2
     assert list(map(tuple, reference["weight_versions"])) == [(3, 3)] * 2
     assert played["agent"][0]["call_weight_versions"] == [[[3, 3]] * 3] * 2  # each call's, too
+    assert played["verifiers"][0]["call_weight_versions"] == [[[3, 3]] * 3] * 2
     for how, (out, their_asked) in played.items():
         same = [k for k in keys if how != "mcp" or k != "prompt_ids"]
         assert {k: out[k] for k in same} == {k: reference[k] for k in same}, how

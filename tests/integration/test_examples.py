@@ -151,15 +151,25 @@ def test_trl_counter_trains_two_steps_with_vllm(tmp_path, monkeypatch, server):
 @pytest.mark.vllm
 @pytest.mark.model
 def test_verifiers_sums_trains_two_steps_with_vllm(tmp_path, monkeypatch, server):
-    """Issue 31.2: a verifiers environment trains on the embedded model through the server's OpenAI routes; the
-    tokens trained are the ones vLLM sampled, and the rubric is the reward with its weights."""
-    result = _train_two_steps("verifiers_sums", tmp_path, monkeypatch, server)
+    """Issue 41.2: a verifiers 0.4 taskset trains on the embedded model with vLLM through the recording endpoint; the
+    tokens trained are the ones vLLM sampled, and verifiers' score of each episode (the task's rewards with their
+    weights) is the reward."""
+    import json
+
+    result = _train_two_steps("verifiers_sums", tmp_path, monkeypatch, server, "training.save_rollouts=every")
     _common_checks(result)
     for m in result.history:
         assert m["no_signal_skipped"] or m["sampler/logprob_abs_diff"] <= 1e-4, m["sampler/logprob_abs_diff"]
-        assert m["reward"] == pytest.approx(m["rewards/correct_answer/mean"] + 0.2 * m["rewards/short_reply/mean"])
-        assert m["reward"] == pytest.approx(m["extras/verifiers_reward"]) == pytest.approx(m["rewards/rubric/mean"])
-        assert 1 <= m["extras/num_turns"] <= 2
+        assert m["reward"] == pytest.approx(m["rewards/verifiers/mean"]) and m["extras/num_turns"] == 1
+        assert m["reward"] == pytest.approx(m["extras/verifiers/correct_answer"]
+                                            + 0.2 * m["extras/verifiers/short_reply"])
+    records = [json.loads(line) for step in (1, 2)
+               for line in (tmp_path / "run" / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+    for r in records:
+        scored = r["extras"]["agent_result"]
+        assert r["rewards"]["verifiers"] == pytest.approx(scored["rewards"]["correct_answer"]
+                                                          + 0.2 * scored["rewards"]["short_reply"])
+        assert r["extras"]["call_weight_versions"] == [r["weight_versions"]]
 
 
 @pytest.mark.vllm
@@ -196,65 +206,10 @@ def test_agents_as_they_are_train_two_steps_with_vllm(tmp_path, monkeypatch, ser
                        if a is not None and b is not None)
 
 
-def _play_sums(server, env_args, seed=7):
-    from transformers import AutoTokenizer
-
-    from grpo_rollout.generation.vllm_client import VllmClient
-    from grpo_rollout.integrations.verifiers.verifiers import verifiers_rollout
-    from grpo_rollout.integrations.verifiers.verifiers_loading import load_env
-
-    env_args = dict(env_args, num_examples=4)
-    rows = [dict(r) for r in load_env(EXAMPLE_ENV, env_args, REPO).get_dataset()][:2]
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("builtin:smollm2-135m-instruct"))
-    with VllmClient(server.url, tokenizer) as client:
-        return verifiers_rollout([r["prompt"] for r in rows], client=client, rows=rows, n=3, env=EXAMPLE_ENV,
-                                 env_args=env_args, max_completion_length=24, seed=seed,
-                                 base_dir=str(REPO))
-
-
-EXAMPLE_ENV = "examples/verifiers_sums/env.py:load_environment"
-
-
 @pytest.mark.vllm
 @pytest.mark.model
-def test_verifiers_rollout_in_a_worker_thread_and_inside_an_event_loop(server, monkeypatch):
-    """The rollout called as user code is: from a worker thread (streaming) and from a running event loop (a
-    notebook); single-turn episodes are all sampled tokens, each sample has its own seed, and a seed replays."""
-    import asyncio
-    from concurrent.futures import ThreadPoolExecutor
-
-    monkeypatch.chdir(REPO)
-    with ThreadPoolExecutor(1) as pool:
-        single = pool.submit(_play_sums, server, {"max_turns": 1}).result()
-    assert len(single["completion_ids"]) == 6 and set(single["num_turns"]) == {1}
-    assert all(set(mask) == {1} for mask in single["completion_mask"])
-    assert all(len(ids) == len(lp) <= 24 for ids, lp in zip(single["completion_ids"], single["logprobs"]))
-    group = single["completion_ids"][:3]
-    assert len({tuple(ids) for ids in group}) > 1  # not one seed for the group
-
-    async def in_a_loop():
-        return _play_sums(server, {"max_turns": 1})
-
-    again = asyncio.run(in_a_loop())
-    assert again["completion_ids"] == single["completion_ids"]  # the same step seed replays the same episodes
-    assert _play_sums(server, {"max_turns": 1}, seed=8)["completion_ids"] != single["completion_ids"]
-
-
-@pytest.mark.vllm
-@pytest.mark.model
-def test_a_verifiers_tool_environment_on_a_server_without_tool_parsing_names_the_flags(server, monkeypatch):
-    monkeypatch.chdir(REPO)
-    from grpo_rollout.rollouts.contract import RolloutError
-
-    with pytest.raises(RolloutError, match="--enable-auto-tool-choice"):
-        _play_sums(server, {"max_turns": 2, "tools": True})
-
-
-@pytest.mark.vllm
-@pytest.mark.model
-def test_the_dry_run_plays_a_verifiers_episode_on_the_server(server, monkeypatch):
-    """validate-config --dry-run: a verifiers environment plays on the vLLM server (a spawn config gets one started:
-    the rollout says it needs_server; here the shared server is attached)."""
+def test_the_dry_run_plays_verifiers_episodes_on_the_server(server, monkeypatch):
+    """validate-config --dry-run: a verifiers taskset's episodes play on the vLLM server (attached here)."""
     from grpo_rollout.trainer.dry_run import dry_run
 
     monkeypatch.chdir(REPO)

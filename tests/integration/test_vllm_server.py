@@ -182,9 +182,9 @@ def test_user_rollout_posting_to_generate_trains_unchanged(server, tiny_model, t
     assert all(m["time/sync"] > 0 for m in result.history)
 
 
-def test_a_verifiers_environment_trains_on_the_tiny_model(server, tiny_model, tmp_path):  # issue 31.2
+def test_a_verifiers_taskset_trains_on_the_tiny_model(server, tiny_model, tmp_path):  # issues 31.2, 41.2
     history = train(verifiers_config(tmp_path, server, tiny_model), tmp_path, reporter=RichReporter(quiet=True)).history
-    assert [("rewards/rubric/mean" in m, m["sampler/logprob_abs_diff"] <= 1e-4) for m in history] == [(True, True)] * 2
+    assert [("rewards/verifiers/mean" in m, m["sampler/logprob_abs_diff"] <= 1e-4) for m in history] == [(True, True)] * 2
     assert [m["no_signal_skipped"] for m in history] == [0, 0] and all(m["tokens/forward"] > 0 for m in history)
 
 

@@ -1,5 +1,5 @@
 """Issue 39.8, without a model: every user call of an episode outside the model (an environment's reset, step and
-get_reward, a verifiers environment's own work and its rubric) is bounded by rollout.env_timeout_s, and a call stuck
+get_reward; a verifiers taskset's episode is an agent's, tests/integration/test_verifiers_taskset.py) is bounded by rollout.env_timeout_s, and a call stuck
 for good leaves no thread the interpreter's exit would wait for; the CLI's first Ctrl-C ends a command whatever
 thread is stuck."""
 
@@ -132,68 +132,6 @@ def test_the_key_written_under_rollout_kwargs_is_pointed_to_its_place():
 
     [(key, _, fix)] = unknown_settings(tool_calling_rollout, {"env_timeout_s": 5})
     assert key == "rollout.kwargs.env_timeout_s" and "rollout.env_timeout_s" in fix
-
-
-def _verifiers_env(setup_state=None):
-    import verifiers as vf
-    from datasets import Dataset
-
-    class StuckEnv(vf.SingleTurnEnv):
-        async def setup_state(self, state):
-            return await setup_state(state) if setup_state else state
-
-    return StuckEnv(dataset=Dataset.from_list([{"question": "q", "answer": "a"}]), rubric=vf.Rubric(funcs=[]))
-
-
-def _play(env, timeout_s, monkeypatch, model_s=0.0):
-    """One group of 2 episodes of ``env``, the model answering in ``model_s`` seconds (no server)."""
-    from test_verifiers_rollout import _answer
-
-    from grpo_rollout.integrations.verifiers import verifiers_play
-
-    made = verifiers_play.training_client
-
-    def slow_model(kind, openai_client, budget):
-        client = made(kind, openai_client, budget)
-
-        async def native(*args, **kwargs):
-            await asyncio.sleep(model_s)
-            return _answer("a")
-
-        client.get_native_response = native
-        return client
-
-    monkeypatch.setattr(verifiers_play, "training_client", slow_model)
-    inputs = [{"prompt": [{"role": "user", "content": "q"}], "answer": "a", "example_id": 0, "info": {}}]
-    return verifiers_play.run_on_loop(verifiers_play.play_groups(
-        env, inputs, 2, [("http://127.0.0.1:9", None)], ["m"], {"max_tokens": 4, "extra_body": {}}, 1, 8, timeout_s))
-
-
-def test_a_verifiers_environment_stuck_between_model_calls_fails_naming_where(monkeypatch):
-    async def stuck(state):
-        await asyncio.Event().wait()
-
-    with pytest.raises(EnvTimeout, match=rf"StuckEnv\.rollout \(its own work between two model calls\) did not "
-                                         rf"return within rollout\.env_timeout_s = 0\.3 s \(at {HERE} in stuck\)"):
-        _play(_verifiers_env(stuck), 0.3, monkeypatch)
-
-
-def test_the_models_own_time_is_not_the_environments(monkeypatch):
-    """A model answering in 0.8 s is no timeout at a limit of 0.4 s: only the environment's own time counts."""
-    states = _play(_verifiers_env(), 0.4, monkeypatch, model_s=0.8)
-    assert [s.get("error") for s in states[0]] == [None, None] and len(states[0]) == 2
-
-
-def test_a_rubric_that_never_returns_fails_naming_it(monkeypatch):
-    env = _verifiers_env()
-
-    async def score_group(states, **kwargs):
-        await asyncio.sleep(10 ** 6)
-
-    monkeypatch.setattr(env.rubric, "score_group", score_group)
-    with pytest.raises(EnvTimeout, match=r"RubricGroup\.score_group did not return within rollout\.env_timeout_s "
-                                         r"= 0\.3 s"):
-        _play(env, 0.3, monkeypatch)
 
 
 STUCK_IN_ASYNCIO_RUN = textwrap.dedent('''

@@ -57,10 +57,10 @@ def test_the_rollouts_importing_an_integration_breaks_them(tmp_path):
     """Issue 40.2: the integrations adapt the ecosystems' environments to the rollout contract; the built-in rollouts
     never reach into them."""
     result = lint_with_planted_import(tmp_path, "rollouts/single_turn.py",
-                                      "from ..integrations.verifiers import verifiers_tokens")
+                                      "from ..integrations.verifiers import chat_harness")
     assert "Contracts: 2 kept, 2 broken." in result.stdout  # the layers, and the rollouts' own contract
     said = " ".join(result.stdout.split())  # lint-imports wraps long lines
-    assert "grpo_rollout.rollouts.single_turn -> grpo_rollout.integrations.verifiers.verifiers_tokens" in said
+    assert "grpo_rollout.rollouts.single_turn -> grpo_rollout.integrations.verifiers.chat_harness" in said
 
 
 def _layer_modules() -> set:

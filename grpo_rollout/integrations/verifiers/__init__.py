@@ -1,2 +1,3 @@
-"""verifiers environments (Environments Hub) played against the vLLM server's OpenAI routes, their rubric as the
-reward: ``rollout.function: grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout``."""
+"""verifiers tasksets (verifiers 0.4, ``verifiers.v1``) trained through the recording endpoint, their task's rewards
+as the reward: ``data.train: verifiers:<taskset>`` with ``rollout.function:
+grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout``."""

@@ -1,243 +1,212 @@
-"""verifiers environments (the ``vf.Environment`` API of verifiers 0.2) as a built-in rollout.
+"""verifiers tasksets (verifiers 0.4, ``verifiers.v1``) trained through the recording endpoint.
 
 Config::
 
+    data:
+      train: verifiers:my-env            # an installed taskset's id, or a .py file / package folder exporting one
+      task_kwargs: {num_tasks: 64}       # the taskset's config fields
     rollout:
       function: grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout
       kwargs:
-        env: examples/verifiers_sums/env.py:load_environment   # or an installed environment's id (vf-install)
-        env_args: {num_examples: 64}                            # load_environment's keyword arguments
-    # no `rewards:` needed: the environment's rubric is the reward
+        harness: null                    # the taskset's own harness, else a one-call chat (chat_harness.py)
+        runtime: subprocess              # where verifiers runs the harness program: subprocess, docker, prime, ...
+    # no `rewards:` needed: the task's @vf.reward methods are the reward
 
-One step, as verifiers' own ``run_group`` plays it (an environment written for prime-rl runs unchanged):
+One episode, as verifiers plays it for prime-rl (a taskset written for it runs unchanged):
 
-- the environment is loaded once per process: ``env`` as ``module:function`` / ``path/file.py:function`` is called
-  with ``env_args``, anything else is an installed environment's id (``verifiers.load_environment``);
-- each dataset row is one ``RolloutInput`` (all its columns: ``prompt``, and ``answer``, ``info``, ``task`` and the
-  rest reach the rubric as in verifiers); its ``n`` episodes run concurrently through ``env.rollout`` against the
-  run's vLLM server(s), over their OpenAI-compatible ``/v1/chat/completions`` route (``/v1/completions`` for a
-  completion-format environment), each group on one server (:mod:`.verifiers_play`);
-- the server answers with the token ids it sampled and their log-probs (``return_token_ids``, ``logprobs``); they are
-  the completion, never re-tokenized (:func:`episode_tokens`): the tokens a later turn's prompt adds (the
-  environment's answer) are masked (``completion_mask`` 0). The episode ends at ``max_completion_length`` as the
-  built-in rollouts' do: no turn is sampled, played or scored past it (``truncated``, ``end_reason``);
-- the group is scored by the environment's rubric (``rubric.score_group``): the reward function ``rubric`` is the
-  weighted sum verifiers computed (extra ``verifiers_reward``), and each rubric function is logged as
-  ``rewards/<name>`` (a reward function of weight 0). A rubric function that raises stops the run naming it (its
-  file:line) where verifiers would score 0; one raising ``EpisodeFailure`` or a ``vf.Error`` fails the episode.
+- each row of ``data.train: verifiers:<taskset>`` is one task (:mod:`grpo_rollout.data.verifiers_tasks`); its
+  ``sampling.num_generations`` episodes are episodes of the recording endpoint's rollout
+  (:func:`~grpo_rollout.rollouts.agent.agent_rollout`), each with its own session URL;
+- in each, the taskset's environment (``vf.Env``: ``SingleAgentEnv`` unless the taskset's package exports one) runs
+  the task (``Env.run_episode``) with its model client pointed at that URL: verifiers' interception layer hands the
+  harness its own endpoint and forwards every model call to ours, which samples it on the run's vLLM server(s) and
+  records its tokens, log-probs and weight version. Calls that continue each other are one training sequence, a
+  context edit starts another (``segments``); the run's sampling settings, seeds and token budget apply as for any
+  agent;
+- verifiers scores the trace with the task's ``@vf.reward`` methods (and judges): their weighted sum is the reward
+  function ``verifiers`` (extra ``agent_result``: ``reward``, ``rewards`` by name, ``metrics``).
 
-Sampling: the config's ``sampling`` settings over the environment's own ``sampling_args``; each episode, and each
-turn of it, has its own seed (the step's seed, the prompt, the sample's index and the turn,
-:func:`~grpo_rollout.generation.seeds.derive_seed`). What this does not do: verifiers' own server mode
-(``env_client``), its environment groups' advantages (``provides_advantages``), vision inputs; the v1 API of
-verifiers 0.4 (``verifiers.v1``) is a different interface and is not supported.
+A harness or task error stops the run naming it (verifiers' message, the user's file:line); a provider, sandbox,
+interception or timeout error fails the episode (``rollout.on_error`` decides). The legacy ``vf.Environment`` API of
+verifiers 0.2 is gone from verifiers 0.4, and so from here: port it to a taskset (docs/environments.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ...generation.version_stamps import confirmed_version
-from ...runs import names as rn
+from ...data.verifiers_tasks import ENV_COLUMN, PATH_COLUMN, TASK_COLUMN, TASKSET_COLUMN, importable
+from ...rollouts.agent import agent_rollout
+from ...rollouts.agent.agent_rollout import AGENT_RESULT, API_KEY
 from ...rollouts.contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
-from ...rollouts.conversation import as_messages
 from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S
-from .verifiers_loading import env_problems, load_env
-from ...rollouts.episodes import BUDGET_REASONS
-from .verifiers_tokens import episode_tokens
-from .verifiers_play import play_groups, run_on_loop, why_ended
+from ...rollouts.kwargs_checks import type_problems
+from .chat_harness import HARNESS_ID
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from ...generation.base import GenerationClient
 
-VERIFIERS_REWARD = "verifiers_reward"   # extra: the rubric's weighted sum, per completion
-VERIFIERS_SCORES = "verifiers_scores"   # extra: {rubric function name: score}, per completion
-REBASED_TURNS = "rebased_turns"         # extra: turns whose prompt re-rendered earlier turns (episode_tokens)
-RUBRIC_REWARD = "rubric"                # the reward function that is the rubric's weighted sum
+#: The environment variable verifiers reads the endpoint's API key from (its client config names a variable).
+KEY_VARIABLE = "GRPO_ROLLOUT_AGENT_KEY"
+#: The reward function this rollout adds, and the prefix of its per-name extras.
+REWARD_EXTRA = "verifiers"
+#: verifiers' errors that fail an episode (``rollout.on_error``); any other (a task's or harness's) stops the run.
+FAILURES = ("ProviderError", "SandboxError", "InterceptionError", "TunnelError", "TimeoutError")
+LEGACY_FIX = ("name the taskset in data.train: verifiers:<id or file.py> (data.task_kwargs: its settings); a "
+              "vf.Environment of verifiers 0.2 is ported to a vf.Taskset (docs/environments.md)")
 
 
-
-def _endpoints(client: GenerationClient) -> List[Tuple[str, Optional[str]]]:
-    """``(url, api key)`` of each vLLM server the run's generation client talks to."""
-    parts = list(getattr(client, "clients", None) or [client])
-    out = []
-    for part in parts:
-        url = getattr(part, "url", None)
-        if url:
-            auth = (getattr(part, "_headers", None) or {}).get("Authorization", "")
-            out.append((url.rstrip("/"), auth.removeprefix("Bearer ") or None))
-    if not out:
-        raise RolloutError("verifiers environments call the vLLM server's OpenAI routes, and this run samples "
-                           f"without a server ({type(client).__name__}); set vllm.mode: spawn (or attach)")
-    return out
+class VerifiersEpisodeError(RuntimeError):
+    """A verifiers episode ended with an error (its type and message, and the user's frame when there is one)."""
 
 
-def served_model(url: str, api_key: Optional[str]) -> str:
-    """The model name the server at ``url`` answers to (its ``/v1/models``' first entry; asked at each call: a
-    server restarted at the same address may serve another)."""
-    import httpx
+def _env(row: Mapping[str, Any], harness: Optional[str], runtime: Any):
+    """A fresh ``vf.Env`` for one episode (its serving resources are its own) of the row's taskset."""
+    from verifiers.v1.utils.loaders import default_harness_id, load_environment, resolve_env_config
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        resp = httpx.get(url + "/v1/models", headers=headers, timeout=30)
-        resp.raise_for_status()
-        name = resp.json()["data"][0]["id"]
-    except Exception as exc:  # noqa: BLE001 - said with the address
-        raise RolloutError(f"the vLLM server at {url} did not list its model (GET /v1/models): "
-                           f"{type(exc).__name__}: {exc}") from exc
-    return name
+    importable(row[PATH_COLUMN])
+    taskset_id = row[ENV_COLUMN]
+    own = default_harness_id(taskset_id) == taskset_id  # the taskset's package exports a harness
+    agent = {"harness": {"id": harness or (taskset_id if own else HARNESS_ID)},
+             "runtime": runtime if isinstance(runtime, Mapping) else {"type": runtime}}
+    config = resolve_env_config({"taskset": {**json.loads(row[TASKSET_COLUMN]), "id": taskset_id}, "agent": agent})
+    return load_environment(config)
 
 
-def _input(row: Dict[str, Any], prompt: Any, index: int, system_prompt: Optional[str]) -> Dict[str, Any]:
-    """A verifiers ``RolloutInput`` from a dataset row: all its columns (they reach the rubric's functions as
-    keyword arguments, as in verifiers), its prompt as chat messages (the environment's system prompt first when the
-    prompt has none), ``answer``, ``info`` (a JSON text parsed), ``example_id``; a ``task`` that is not a mapping is
-    left out (verifiers 0.2 refuses one).
-
-    Raises:
-        RolloutError: the prompt is empty, or ``info`` is text that is not a JSON object.
-    """
-    messages = [dict(m) for m in as_messages(prompt)] if prompt else []
-    if not messages:
-        raise RolloutError(f"dataset row {index} has an empty prompt; every row needs one")
-    if system_prompt and messages[0].get("role") != "system":
-        messages = [{"role": "system", "content": system_prompt}] + messages
-    out = {**row, "prompt": messages, "answer": row.get("answer", ""), "example_id": row.get("example_id", index)}
-    if not isinstance(row.get("task", {}), dict):
-        del out["task"]
-    info = row.get("info")
-    if isinstance(info, str):
-        try:
-            info = json.loads(info)
-        except ValueError:
-            info = None
-        if not isinstance(info, dict):
-            raise RolloutError(f"dataset row {index}: its `info` column is text but not a JSON object "
-                               f"({row['info'][:60]!r}); verifiers reads it as one")
-    out["info"] = info or {}
-    return out
+def _task(env: Any, row: Mapping[str, Any]) -> Any:
+    """The row's task, rebuilt from its data (``TaskData`` JSON) with the taskset's task config."""
+    task_type = type(env.taskset).task_type()
+    data = task_type.data_type().model_validate_json(row[TASK_COLUMN])
+    return task_type(data, env.taskset.config.task)
 
 
-def verifiers_rollout(prompts: Sequence[Any], *, client: GenerationClient, rows: Sequence[Dict[str, Any]], n: int,
-                      env: Optional[str] = None, env_args: Optional[Dict[str, Any]] = None,
-                      temperature: float = D.temperature, top_p: float = D.top_p, top_k: int = D.top_k,
-                      min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
+def _user_frame(traceback_text: Optional[str]) -> str:
+    """`` (at file:line in function)``: the last frame of a traceback in the user's code (outside Python, installed
+    libraries and this package), or ``""``."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', traceback_text or "")
+    libraries = (sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]))
+    mine = [f for f in frames if "site-packages" not in f[0] and not f[0].startswith(libraries + ("<",))]
+    return f" (at {mine[-1][0]}:{mine[-1][1]} in {mine[-1][2]})" if mine else ""
+
+
+def _raise_errors(episode: Any) -> None:
+    """Raise the episode's first error: :class:`EpisodeFailure` for verifiers' transient kinds, else (a task's or
+    harness's error, a request the endpoint refused with a 4xx) :class:`VerifiersEpisodeError`, which the agent
+    rollout names as the run's error."""
+    errors = list(episode.errors) + [e for t in episode.traces for e in t.errors]
+    if not errors and episode.ok:
+        return
+    first = errors[0] if errors else None
+    said = f"{first.type}: {first.message}{_user_frame(first.traceback)}" if first else "the episode did not finish"
+    refused = first is not None and 400 <= (first.status_code or 0) < 500  # the endpoint refused a request: a fault
+    if first is not None and not refused and (first.type in FAILURES or episode.is_timeout):
+        raise EpisodeFailure(f"verifiers episode failed: {said}")
+    raise VerifiersEpisodeError(said)
+
+
+def _summary(episode: Any) -> Dict[str, Any]:
+    """What reaches the reward functions as ``agent_result``: ``reward`` (the weighted sum of the task's rewards,
+    ``None`` when scoring did not run), ``rewards`` and ``metrics`` by name."""
+    trace = episode.traces[-1]
+    rewards = {k: (None if r is None else r.score) for k, r in trace.rewards.items()}
+    scored = any(r is not None for r in trace.rewards.values())
+    return {"reward": trace.reward if scored else None, "rewards": rewards, "metrics": dict(trace.metrics)}
+
+
+def episode_agent(harness: Optional[str] = None, runtime: Any = "subprocess") -> Callable:
+    """The agent function that plays one row's task in verifiers against the endpoint it is handed (an
+    ``agent_rollout`` agent: called as ``fn(base_url=..., api_key=..., model=..., **row)``)."""
+    async def verifiers_episode(base_url: str, api_key: str, model: str, **row: Any) -> Dict[str, Any]:
+        import verifiers.v1 as vf
+
+        os.environ.setdefault(KEY_VARIABLE, API_KEY)
+        env = _env(row, harness, runtime)
+        context = vf.ModelContext(model=model, client=vf.EvalClientConfig(base_url=base_url, api_key_var=KEY_VARIABLE))
+        async with env.serving():
+            episode = await env.run_episode(_task(env, row), context)
+        _raise_errors(episode)
+        return _summary(episode)
+
+    return verifiers_episode
+
+
+def verifiers_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, n: int,
+                      rows: Optional[Sequence[Dict[str, Any]]] = None, harness: Optional[str] = None,
+                      runtime: Any = "subprocess", temperature: float = D.temperature, top_p: float = D.top_p,
+                      top_k: int = D.top_k, min_p: float = D.min_p, repetition_penalty: float = D.repetition_penalty,
                       max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
-                      base_dir: Optional[str] = None, env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S,
-                      **_: Any) -> Dict[str, List[Any]]:
-    """Play ``n`` episodes per dataset row in a verifiers environment (see the module docstring).
+                      max_turn_tokens: Optional[int] = None, tool_prompt: str = "auto",
+                      env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S, **_: Any) -> Dict[str, List[Any]]:
+    """Play ``n`` verifiers episodes per task through the recording endpoint and return them in the rollout contract.
 
     Args:
-        prompts, rows: the ``P`` dataset prompts (a string or chat messages each) and rows.
-        client: the run's generation client: its vLLM server(s) answer the environment's requests.
-        env: an installed environment's id, or ``module:function`` / ``path/file.py:function`` returning a
-            ``vf.Environment``; env_args: that function's keyword arguments.
-        n, temperature, ..., seed: sampling (``max_completion_length`` bounds each turn and the whole episode).
-        base_dir: where a relative ``env`` file is also looked up. env_timeout_s: seconds the environment may work
-            between two model calls of an episode, and each rubric call (``rollout.env_timeout_s``).
+        prompts: ``P`` prompts (each task's messages, for the logs); rows: their dataset rows, which carry the task
+            (``data.train: verifiers:<taskset>``). harness: a verifiers harness id (``None``: the taskset's own, else
+            :mod:`.chat_harness`). runtime: verifiers' runtime for the harness program (a type name or its config).
+        client, tokenizer, n, the sampling settings, max_completion_length (tokens per episode), max_turn_tokens,
+            tool_prompt, env_timeout_s (seconds per episode): :func:`~grpo_rollout.rollouts.agent.agent_rollout`'s.
 
     Returns:
-        the contract dict (``P × n`` completions; sampler log-probs; masks 0 on the environment's tokens) and the
-        extras ``verifiers_reward`` (the rubric's weighted sum, float), ``verifiers_scores`` (each rubric function's
-        score, a dict), ``num_turns``, ``truncated``, ``end_reason`` and ``end_detail`` (as the built-in rollouts');
-        ``weight_versions``: the servers' confirmed versions when the episodes started and ended (the OpenAI routes'
-        answers carry none).
+        :func:`~grpo_rollout.rollouts.agent.agent_rollout`'s keys: the episode's token sequences, ``agent_result``
+        (per episode: ``reward``, ``rewards``, ``metrics``; ``None`` when the token budget ended it), and
+        ``verifiers/<name>`` per reward the task recorded (its unweighted score: logged as ``extras/verifiers/<name>``).
 
     Raises:
-        RolloutError: the environment does not load, the run has no vLLM server, the server returned no token ids,
-            or a rubric function raised or returned no number (named, with its file:line).
-        EpisodeFailure: an episode failed in the environment (its error), or a rubric function raised one or a
-            ``vf.Error``.
-        EnvTimeout: the environment or its rubric ran past ``env_timeout_s`` (an EpisodeFailure).
+        RolloutError: the rows do not come from a ``verifiers:`` source, or a task's or harness's code raised
+            (verifiers' message, with the file:line). EpisodeFailure: a provider, sandbox, interception or timeout
+            error (``rollout.on_error``).
     """
-    environment = load_env(env, env_args, Path(base_dir) if base_dir else None)
-    endpoints = _endpoints(client)
-    models = [served_model(url, key) for url, key in endpoints]
-    system_prompt = getattr(environment, "system_prompt", None)
-    inputs = [_input(dict(row or {}), prompt, i, system_prompt) for i, (row, prompt) in enumerate(zip(rows, prompts))]
-    own = dict(getattr(environment, "sampling_args", None) or {})  # the environment's (stop, chat_template_kwargs)
-    sampling = {**own, "temperature": temperature, "top_p": top_p, "max_tokens": max_completion_length,
-                "logprobs": True, "extra_body": {**(own.get("extra_body") or {}), "top_k": top_k, "min_p": min_p,
-                                                 "repetition_penalty": repetition_penalty, "return_token_ids": True}}
-    first = confirmed_version(client)
-    groups = run_on_loop(play_groups(environment, inputs, n, endpoints, models, sampling, seed,
-                                     max_completion_length, env_timeout_s))
-    last = confirmed_version(client)
-    out: Dict[str, List[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "completion_mask",
-                                                  *verifiers_rollout.extras)}
-    for g, states in enumerate(groups):
-        for j, state in enumerate(states):
-            where = f"prompt {g}, episode {j} of {env}"
-            if state.get("error") is not None:  # verifiers' own errors: the model server's, a sandbox's, a tool's
-                raise EpisodeFailure(f"{where} failed in the environment: {error_text(state['error'])}")
-            prompt_ids, ids, logprobs, mask, rebased = episode_tokens(state, where)
-            cut = len(ids) > max_completion_length
-            out["prompt_ids"].append(prompt_ids)
-            out["completion_ids"].append(ids[:max_completion_length])
-            out["logprobs"].append(logprobs[:max_completion_length])
-            out["completion_mask"].append(mask[:max_completion_length])
-            out[VERIFIERS_REWARD].append(float(state.get("reward") or 0.0))
-            out[VERIFIERS_SCORES].append({k: float(v) for k, v in (state.get("metrics") or {}).items()})
-            out[rn.NUM_TURNS_EXTRA].append(len(state.get("trajectory") or []))
-            reason, detail = why_ended(state, max_completion_length)
-            out[rn.END_REASON_EXTRA].append(reason)
-            out[rn.END_DETAIL_EXTRA].append(detail)
-            out[rn.TRUNCATED_EXTRA].append(bool(cut or state.get("is_truncated") or reason in BUDGET_REASONS))
-            out[REBASED_TURNS].append(rebased)
-    out["weight_versions"] = [None if first is None else (first, last)] * len(out[REBASED_TURNS])
+    rows = list(rows or [])
+    if not rows or any(TASK_COLUMN not in r for r in rows):
+        raise RolloutError(f"verifiers_rollout plays verifiers tasks and these rows carry none (no {TASK_COLUMN} "
+                           f"column): {LEGACY_FIX}")
+    out = agent_rollout(prompts, client=client, tokenizer=tokenizer, n=n, rows=rows, agent=episode_agent(harness, runtime),
+                        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                        repetition_penalty=repetition_penalty, max_completion_length=max_completion_length, seed=seed,
+                        max_turn_tokens=max_turn_tokens, tool_prompt=tool_prompt, env_timeout_s=env_timeout_s)
+    names = dict.fromkeys(name for r in out[AGENT_RESULT] if r for name in r["rewards"])
+    for name in names:  # each named reward as an extra: logged as extras/verifiers/<name>
+        out[f"{REWARD_EXTRA}/{name}"] = [None if r is None else r["rewards"].get(name) for r in out[AGENT_RESULT]]
     return out
 
 
-TOOL_FLAGS_FIX = ("the environment offers tools, and the vLLM server parses tool calls only when started with them: "
-                  "vllm.extra_args: [--enable-auto-tool-choice, --tool-call-parser, hermes] (the parser that fits "
-                  "the model's chat template; vLLM's docs list them)")
+def verifiers_reward(completions: List[Any], agent_result: List[Optional[Dict[str, Any]]], **_: Any) -> List[Any]:
+    """The verifiers reward: each episode's weighted sum of its task's rewards (``None``: not scored)."""
+    return [None if r is None else r["reward"] for r in agent_result]
 
 
-def error_text(error: BaseException) -> str:
-    """An episode's error with its causes (verifiers wraps the server's answer in a ``ModelError``), and the fix
-    when it is a known one."""
-    parts, seen = [], set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        parts.append(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
-        error = error.__cause__ or error.__context__
-    text = " <- ".join(parts)
-    return text + (f"; {TOOL_FLAGS_FIX}" if "tool-call-parser" in text else "")
+def implied_rewards(kwargs: Mapping[str, Any], base_dir: Any = None) -> List[Tuple[str, Callable, float]]:
+    """The reward this rollout adds: ``verifiers`` (weight 1), verifiers' own score of each episode."""
+    return [(REWARD_EXTRA, verifiers_reward, 1.0)]
 
 
-def _score_reader(name: str, key: str = VERIFIERS_SCORES) -> Callable:
-    def score(completions: Sequence[Any], **extras: Any) -> List[Any]:
-        values = extras[key]
-        return [v.get(name) if isinstance(v, dict) else v for v in values]
-
-    score.__name__ = score.__qualname__ = name
-    return score
-
-
-def rubric_rewards(kwargs: Dict[str, Any], base_dir: Any = None) -> List[Tuple[str, Callable, float]]:
-    """The environment's rubric as this run's reward functions: ``rubric`` (weight 1), the weighted sum verifiers
-    computed for each episode (``state["reward"]``), and one weight-0 function per rubric function returning its score
-    (logged as ``rewards/<name>``; a name repeated in the rubric is logged once: verifiers keeps one score per name)."""
-    environment = load_env(kwargs.get("env"), kwargs.get("env_args"), Path(base_dir) if base_dir else None)
-    names = list(dict.fromkeys(str(n) for n in environment.rubric._get_reward_func_names()))
-    return [(RUBRIC_REWARD, _score_reader(RUBRIC_REWARD, VERIFIERS_REWARD), 1.0)] + \
-        [(name, _score_reader(name), 0.0) for name in names]
-
-
-verifiers_rollout.extras = (VERIFIERS_REWARD, VERIFIERS_SCORES, rn.NUM_TURNS_EXTRA, rn.TRUNCATED_EXTRA,
-                            REBASED_TURNS, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)
-verifiers_rollout.implied_rewards = rubric_rewards
-verifiers_rollout.needs_server = True  # the environment calls the server's OpenAI routes (a dry run starts one)
+def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
+    """Static checks of ``rollout.kwargs``: the legacy ``env``/``env_args`` (verifiers 0.2) are refused saying where
+    the taskset goes now; ``harness`` a string, ``runtime`` a string or mapping; the agent rollout's own settings."""
+    problems = type_problems(kwargs)
+    for key in ("env", "env_args"):
+        if key in kwargs:
+            named = kwargs[key] if key == "env" and isinstance(kwargs[key], str) and ":" not in kwargs[key] else None
+            problems.append((f"rollout.kwargs.{key}", "verifiers 0.4 has no vf.Environment to load; the taskset "
+                             "comes with the data", f"data.train: verifiers:{named}" if named else LEGACY_FIX))
+    if kwargs.get("harness") is not None and not isinstance(kwargs["harness"], str):
+        problems.append(("rollout.kwargs.harness", f"{kwargs['harness']!r} is not a harness id",
+                         "a verifiers harness id (e.g. null, bash), or leave it out"))
+    if not isinstance(kwargs.get("runtime", "subprocess"), (str, Mapping)):
+        problems.append(("rollout.kwargs.runtime", f"{kwargs['runtime']!r} is not a runtime",
+                         "subprocess, docker, prime, ... or a mapping of verifiers' runtime config"))
+    agent_kwargs = {k: v for k, v in kwargs.items() if k not in ("env", "env_args", "harness", "runtime")}
+    agent_problems = agent_rollout.validate_kwargs(dict(agent_kwargs, agent=episode_agent()), base_dir)
+    return problems + [p for p in agent_problems if not p[0].endswith(".agent")]
 
 
-def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, ...]]:
-    """Static checks of ``rollout.kwargs`` for :func:`verifiers_rollout` (validate-config): no unknown setting, and
-    :func:`~.verifiers_loading.env_problems`."""
-    from ...rollouts.kwargs_checks import unknown_settings
-
-    return unknown_settings(verifiers_rollout, kwargs) + env_problems(kwargs, base_dir)
-
-
-verifiers_rollout.validate_kwargs = validate_kwargs
+verifiers_rollout.validate_kwargs = validate_kwargs  # type: ignore[attr-defined]
+verifiers_rollout.implied_rewards = implied_rewards  # type: ignore[attr-defined]
+verifiers_rollout.extras = agent_rollout.extras  # type: ignore[attr-defined]

@@ -82,7 +82,7 @@ async def _play(fn: Callable, session: AgentSession, row: Dict[str, Any], timeou
     except Exception as exc:
         if session.ended:  # the budget ended it: the agent's client raised on the refused request
             return None
-        kind = EpisodeFailure if _lost_connection(exc) else RolloutError
+        kind = EpisodeFailure if isinstance(exc, EpisodeFailure) or _lost_connection(exc) else RolloutError
         raise kind(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} raised {type(exc).__name__}: {exc}"
                    f"{_raised_at(exc)}") from exc
     finally:
@@ -123,8 +123,9 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
     Raises:
         EnvTimeout: an episode ran past ``env_timeout_s`` (an :class:`~..contract.EpisodeFailure`:
             ``rollout.on_error`` decides).
-        RolloutError: the agent raised (naming it, with file:line; a connection or timeout error inside counts as
-            a failed episode for ``rollout.on_error``), or made no chat call in an episode.
+        RolloutError: the agent raised (naming it, with file:line; a connection or timeout error inside, or an
+            ``EpisodeFailure`` it raised, counts as a failed episode for ``rollout.on_error``), or made no chat call
+            in an episode.
     """
     fn = load_agent(agent, base_dir)
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,

@@ -32,7 +32,7 @@ def stream_events(answer: Dict[str, Any], usage: bool) -> List[str]:
     """An answer (``chat.completion`` or ``text_completion``) as the server-sent events of ``stream: true`` (chunks:
     the message or text, then its ``finish_reason``, then the usage when asked, then ``[DONE]``). The whole answer is
     sampled first: the trainer records tokens, not their timing."""
-    choice, head = answer["choices"][0], {k: answer[k] for k in ("id", "model")}
+    choice, head = answer["choices"][0], {k: answer[k] for k in ("id", "model", "created")}
     if answer["object"] == "text_completion":  # the completions route: text pieces, same object name
         head["object"] = "text_completion"
         first, last = {"index": 0, "text": choice["text"]}, {"index": 0, "text": ""}

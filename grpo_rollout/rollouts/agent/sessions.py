@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
@@ -212,7 +213,7 @@ class AgentSession:
                 self._undo(state)
                 raise
             return {"id": f"cmpl-{self.sample}-{self.calls}", "object": "text_completion", "model": AGENT_MODEL,
-                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                    "created": int(time.time()), "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
                     "usage": self._usage(ids)}
 
     async def chat(self, body: Body) -> Body:
@@ -235,7 +236,7 @@ class AgentSession:
             answer = self._answer(text, finish)
             self.seen = list(messages) + [answer]
             return {"id": f"chatcmpl-{self.sample}-{self.calls}", "object": "chat.completion", "model": AGENT_MODEL,
-                    "choices": [{"index": 0, "message": answer, "logprobs": None,
+                    "created": int(time.time()), "choices": [{"index": 0, "message": answer, "logprobs": None,
                                  "finish_reason": "tool_calls" if answer.get("tool_calls") and finish == "stop"
                                  else finish}],
                     "usage": self._usage(ids)}
