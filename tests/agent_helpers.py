@@ -106,6 +106,24 @@ def text_agent(base_url, api_key, model, prompt, **row):
 
 def silent(base_url, api_key, model, prompt, **row):
     return 0
+
+
+async def sdk_responses(base_url, api_key, model, prompt, stream=False, **row):
+    """The Agents SDK with its default model, the Responses API (streamed with ``stream``), and the example's tool."""
+    from agents import Agent, OpenAIResponsesModel, Runner
+    from openai import AsyncOpenAI
+    from agents_sdk_agent import add
+
+    async with AsyncOpenAI(base_url=base_url, api_key=api_key) as client:
+        agent = Agent(name="solver", instructions="Use add for sums.", tools=[add],
+                      model=OpenAIResponsesModel(model=model, openai_client=client))
+        if stream:
+            result = Runner.run_streamed(agent, prompt, max_turns=3)
+            async for _ in result.stream_events():
+                pass
+        else:
+            result = await Runner.run(agent, prompt, max_turns=3)
+    return {"answer": str(result.final_output)}
 '''
 
 REWARD = '''

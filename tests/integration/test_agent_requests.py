@@ -57,7 +57,10 @@ def strict(base_url, api_key, model, prompt, **row):
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
     post = lambda route, body: httpx.post(f"{base_url}/{route}", json=dict({"model": model}, **body), timeout=60)
+    from openai.types.responses import Response
+
     ChatCompletion.model_validate(post("chat/completions", {"messages": GOOD}).json())
+    Response.model_validate(post("responses", {"input": "Hi", "instructions": "Be brief."}).json())
     Completion.model_validate(post("completions", {"prompt": "Hi"}).json())
     lines = post("chat/completions", {"messages": GOOD, "stream": True}).text.split("\\n\\n")
     chunks = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
@@ -135,11 +138,28 @@ def test_malformed_requests_are_400s_that_leave_the_episode_as_it_was(tokenizer,
 
 
 def test_an_unknown_route_says_what_is_served(tokenizer, tmp_path):
-    rows = [{"body": {"input": "hi"}, "route": "responses"}]
+    rows = [{"body": {"input": "hi"}, "route": "embeddings"}]
     out, _ = _play(tokenizer, tmp_path, "probe", rows)
     [result] = out["agent_result"]
     assert result["status"] == 404 and "POST <base_url>/chat/completions" in result["error"]
-    assert "OpenAIChatCompletionsModel" in result["error"]
+    assert "POST <base_url>/responses" in result["error"]
+
+
+RESPONSES_BODIES = {  # Responses API requests the endpoint cannot record
+    "a stored conversation": ({"input": "hi", "previous_response_id": "resp_1"}, "send the whole conversation"),
+    "a built-in tool": ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0] is 'web_search'"),
+    "an image": ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+                 "input[0].content[0] is 'input_image'"),
+    "an item reference": ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0] is 'item_reference'"),
+}
+
+
+def test_responses_requests_it_cannot_record_are_400s(tokenizer, tmp_path):
+    rows = [{"body": body, "route": "responses"} for body, _ in RESPONSES_BODIES.values()]
+    out, _ = _play(tokenizer, tmp_path, "probe", rows)
+    for (name, (_, fragment)), result in zip(RESPONSES_BODIES.items(), out["agent_result"]):
+        assert result["status"] == 400 and fragment in result["error"], (name, result)
+    assert out["num_turns"] == [2] * len(RESPONSES_BODIES)
 
 
 def test_a_retried_request_is_recorded_once_and_tool_calls_without_text_render(tokenizer, tmp_path):

@@ -1,6 +1,6 @@
 """Agents as they are (issue 41), played against a scripted model: the documented examples run the tools the model
-calls (the ``openai`` client's and the OpenAI Agents SDK's), and the ``completions`` route keeps a text sequence
-while each prompt extends it."""
+calls (the ``openai`` client's and the OpenAI Agents SDK's, with chat completions and with its default Responses
+model), and the ``completions`` route keeps a text sequence while each prompt extends it."""
 
 from __future__ import annotations
 
@@ -42,6 +42,19 @@ def test_the_agents_sdk_example_runs_the_tools_the_model_calls(policy, tmp_path)
     assert "5" in inserted and tokenizer.decode([t for t, m in zip(ids, mask) if m]).endswith("5<|im_end|>")
     # the tools reached the model: this template does not render them, so a system prompt describes them
     assert "- add(a: integer, b: integer): Add two integers." in tokenizer.decode(out["prompt_ids"][0])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_agents_sdks_default_responses_model_plays_through_the_responses_route(policy, tmp_path, stream):
+    """The SDK's default model speaks the Responses API: the tool call goes out as a function_call item and comes back
+    with its function_call_output, which map back to the chat messages the endpoint answered (one sequence)."""
+    _, tokenizer = policy
+    out = play((scripted(tokenizer), tokenizer), tmp_path, "sdk_responses", n=1, prompts=["What is 2 + 3?"],
+               rows=[{"prompt": "What is 2 + 3?", "stream": stream}])
+    assert out["agent_result"] == [{"answer": "5"}] and out["num_turns"] == [2] and out["segments"] == [[]]
+    [ids], [mask] = out["completion_ids"], out["completion_mask"]
+    assert tokenizer.decode([t for t, m in zip(ids, mask) if m]).endswith("5<|im_end|>")
+    assert "Use add for sums." in tokenizer.decode(out["prompt_ids"][0])  # instructions: the system message
 
 
 def test_text_completions_continue_a_sequence_while_their_prompt_extends_it(policy, tmp_path):

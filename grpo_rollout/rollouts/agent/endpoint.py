@@ -1,10 +1,11 @@
 """The recording endpoint: an OpenAI-compatible ``/v1`` per episode, served from the training process.
 
 An agent that owns its loop (the ``openai`` client, the OpenAI Agents SDK, a plain ``httpx`` loop) is handed
-``base_url = http://127.0.0.1:<port>/sessions/<id>/v1``; its ``chat/completions`` and ``completions`` calls are
-answered by the run's generation client (:class:`~grpo_rollout.rollouts.agent.sessions.AgentSession`) and recorded
-as tokens. The idea is the field's (AReaL's agent proxy, rLLM's model gateway, TRL/OpenEnv's transparent proxy); this one is a Starlette
-app on uvicorn in a daemon thread, one per training process, started on first use and stopped at the run's end.
+``base_url = http://127.0.0.1:<port>/sessions/<id>/v1``; its ``chat/completions``, ``responses`` (:mod:`.responses`)
+and ``completions`` calls are answered by the run's generation client
+(:class:`~grpo_rollout.rollouts.agent.sessions.AgentSession`) and recorded as tokens. The idea is the field's (AReaL's
+agent proxy, rLLM's model gateway, TRL/OpenEnv's transparent proxy); this one is a Starlette app on uvicorn in a
+daemon thread, one per training process, started on first use and stopped at the run's end.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.routing import Route
 
 from ..run_end import on_run_end
 from .requests import AGENT_MODEL, AgentRequestError
+from .responses import chat_body, response_events, response_of
 from .sessions import AgentSession
 
 
@@ -63,6 +65,7 @@ class RecordingEndpoint:
         self._ids = itertools.count()
         app = Starlette(routes=[Route("/sessions/{sid}/v1/chat/completions", self._chat, methods=["POST"]),
                                 Route("/sessions/{sid}/v1/completions", self._complete, methods=["POST"]),
+                                Route("/sessions/{sid}/v1/responses", self._respond, methods=["POST"]),
                                 Route("/sessions/{sid}/v1/models", self._models, methods=["GET"]),
                                 Route("/{rest:path}", self._unknown, methods=["GET", "POST", "PUT", "DELETE"])])
         self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
@@ -91,8 +94,15 @@ class RecordingEndpoint:
     async def _complete(self, request: Request) -> Any:
         return await self._answer(request, AgentSession.complete)
 
-    async def _answer(self, request: Request, method: Any) -> Any:
-        """Answer a request with ``method`` of its session: JSON, or server-sent events for ``stream: true``."""
+    async def _respond(self, request: Request) -> Any:
+        async def respond(session: AgentSession, body: Dict[str, Any]) -> Dict[str, Any]:
+            return response_of(await session.chat(chat_body(body)), body)
+
+        return await self._answer(request, respond, events=lambda response, body: response_events(response))
+
+    async def _answer(self, request: Request, method: Any, events: Any = None) -> Any:
+        """Answer a request with ``method`` of its session: JSON, or server-sent events for ``stream: true``
+        (``events(answer, body)``; by default the chat and completions routes' chunks)."""
         session = self.sessions.get(request.path_params["sid"])
         if session is None:
             return _error("no such session: this episode has ended", 404)
@@ -110,15 +120,14 @@ class RecordingEndpoint:
             return _error(f"generation failed: {type(exc).__name__}: {exc}", 500)
         if not body.get("stream"):
             return JSONResponse(answer)
+        if events is not None:
+            return StreamingResponse(iter(events(answer, body)), media_type="text/event-stream")
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         return StreamingResponse(iter(stream_events(answer, usage)), media_type="text/event-stream")
 
     async def _unknown(self, request: Request) -> JSONResponse:
-        hint = (" The Responses API is not answered: with the OpenAI Agents SDK, give the agent "
-                "OpenAIChatCompletionsModel(model=model, openai_client=AsyncOpenAI(base_url=base_url, api_key=api_key))."
-                if request.url.path.endswith("/responses") else "")
         return _error(f"{request.method} {request.url.path}: this endpoint answers POST <base_url>/chat/completions, "
-                      f"POST <base_url>/completions and GET <base_url>/models.{hint}", 404)
+                      "POST <base_url>/completions, POST <base_url>/responses and GET <base_url>/models", 404)
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [{"id": AGENT_MODEL, "object": "model",
