@@ -45,6 +45,9 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
              f"[bold]completion[/] ({result.completion_tokens} tokens, {result.trained_tokens} trained):\n"
              f"{escape(s.completion)}",
              f"[bold]reward:[/] {s.reward:.3f}  ({rewards})"]
+    if result.earlier_sequences:  # an agent's context edit: the episode's sequences before this one, also trained
+        seqs = ", ".join(f"{n} tokens ({k} trained)" for n, k in result.earlier_sequences)
+        lines.insert(2, f"[bold]earlier sequences of this episode[/] (a context edit; trained too): {seqs}")
     if extras:
         lines.append(f"[bold]extras:[/] {extras}")
     if s.extras.get(rn.END_REASON_EXTRA):

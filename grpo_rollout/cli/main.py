@@ -192,6 +192,9 @@ def tasks(task: Optional[str] = typer.Argument(None, help="A task: show its sett
 def inspect(run_dir: Path = typer.Argument(..., help="A run folder (training.output_dir).", show_default=False),
             step: Optional[int] = typer.Option(None, "--step", help="Step to show (default: the last saved one)."),
             sample: int = typer.Option(0, "--sample", min=0, help="Completion of that step (0-based)."),
+            segment: Optional[int] = typer.Option(None, "--segment", min=0, help="An earlier sequence of that "
+                                                  "completion's episode (an agent's context edit), 0-based.",
+                                                  show_default=False),
             html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML page here instead.",
                                                 show_default=False),
             ) -> None:
@@ -200,7 +203,7 @@ def inspect(run_dir: Path = typer.Argument(..., help="A run folder (training.out
     from ..views.inspect import console_renderables, load_sample, render_html
 
     try:
-        shown = load_sample(run_dir, step, sample)
+        shown = load_sample(run_dir, step, sample, segment=segment)
     except (FileNotFoundError, IndexError) as exc:
         console.print(f"[red]✗[/] {exc}", soft_wrap=True)
         raise typer.Exit(1)

@@ -42,7 +42,8 @@ class DryRunResult:
         and tokenizer), ``rollout``, ``rewards`` (wall-clock seconds).
         sample: the first completion (its prompt, completion, reward, rewards per function and extras; no
         advantage). prompt_text: its prompt ids decoded (what the model saw). completion_tokens, trained_tokens: its
-        completion's tokens, and those of them trained (the rest: tool or environment tokens).
+        completion's tokens, and those of them trained (the rest: tool or environment tokens). earlier_sequences:
+        ``(tokens, trained)`` of each earlier sequence of the first completion's episode (an agent's context edit).
         rewards: every completion's weighted reward. max_completion_length: the budget the dry run used (at most
         ``configured_max_completion_length``, the config's). num_generations: the completions per prompt it asked for
         (at most ``configured_num_generations``).
@@ -56,6 +57,7 @@ class DryRunResult:
     prompt_text: str = ""
     completion_tokens: int = 0
     trained_tokens: int = 0
+    earlier_sequences: List[Tuple[int, int]] = field(default_factory=list)
     rewards: List[float] = field(default_factory=list)
     max_completion_length: int = 0
     configured_max_completion_length: int = 0
@@ -124,6 +126,8 @@ def dry_run(config: Config, base_dir: Path, num_prompts: int = 2, max_completion
                         prompt_text=tokenizer.decode(batch.rollout.prompt_ids[0]),
                         completion_tokens=len(batch.rollout.completion_ids[0]),
                         trained_tokens=sum(batch.rollout.completion_mask[0]), rewards=list(batch.scores.rewards),
+                        earlier_sequences=[(len(seg.completion_ids), sum(seg.completion_mask))
+                                           for seg in (batch.rollout.segments or [[]])[0]],
                         max_completion_length=cfg.sampling.max_completion_length,
                         configured_max_completion_length=config.sampling.max_completion_length,
                         num_generations=cfg.sampling.num_generations,

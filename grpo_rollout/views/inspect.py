@@ -9,6 +9,7 @@ environment tokens (mask 0) are marked.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ class InspectedSample:
     rewards: Dict[str, Any]
     extras: Dict[str, Any] = field(default_factory=dict)
     weight_versions: Optional[List[int]] = None  # oldest and newest weight version that sampled it (streaming)
+    num_segments: int = 0  # the episode's earlier sequences (a context edit): --segment 0..num_segments-1 shows one
+    segment: Optional[int] = None  # which earlier sequence this is (None: the completion, the episode's last one)
 
 
 def run_tokenizer(run_dir: Path):
@@ -106,13 +109,15 @@ def _mark_tool_calls(tokens: List[TokenView]) -> None:
                 tok.in_tool_call = True
 
 
-def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, tokenizer=None) -> InspectedSample:
-    """Completion ``sample`` of step ``step`` (default: the last saved step) of the run in ``run_dir``.
+def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, tokenizer=None,
+                segment: Optional[int] = None) -> InspectedSample:
+    """Completion ``sample`` of step ``step`` (default: the last saved step) of the run in ``run_dir``; with
+    ``segment``, that earlier sequence of its episode instead (an agent's context edit: the record's ``segments``).
 
     Raises:
         FileNotFoundError: no such folder, or no rollouts saved for that step (the message lists the saved ones and
             the setting).
-        IndexError: ``sample`` is out of range (the message gives the range).
+        IndexError: ``sample`` or ``segment`` is out of range (the message gives the range).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -132,17 +137,25 @@ def load_sample(run_dir: Path, step: Optional[int] = None, sample: int = 0, toke
         raise IndexError(f"step {step} has {len(records)} completions: --sample must be 0-{len(records) - 1}")
     rec = records[sample]
     tokenizer = tokenizer or run_tokenizer(run_dir)
-    ids, mask = rec.completion_ids, rec.completion_mask
+    seq: Dict[str, Any] = dataclasses.asdict(rec)
+    prompt_text = rec.prompt_text or ""
+    if segment is not None:
+        if not 0 <= segment < len(rec.segments):
+            raise IndexError(f"completion {sample} of step {step} has {len(rec.segments)} earlier sequences" + (
+                f": --segment must be 0-{len(rec.segments) - 1}" if rec.segments else " (no context edit)"))
+        seq = rec.segments[segment]
+        prompt_text = tokenizer.decode(seq["prompt_ids"], skip_special_tokens=False)
+    ids, mask = seq["completion_ids"], seq["completion_mask"]
     n = len(ids)
-    sampler = rec.sampler_logprobs or [None] * n
-    trainer = rec.trainer_logprobs or [None] * n
-    weights = rec.importance_weights or [None] * n
+    sampler = seq.get("sampler_logprobs") or [None] * n
+    trainer = seq.get("trainer_logprobs") or [None] * n
+    weights = seq.get("importance_weights") or [None] * n
     tokens = [TokenView(i, tokenizer.decode([i], skip_special_tokens=False), m == "1", s, t, w)
               for i, m, s, t, w in zip(ids, mask, sampler, trainer, weights)]
     _mark_tool_calls(tokens)
-    return InspectedSample(run_dir, step, rec.index, rec.group, rec.prompt, rec.prompt_text or "",
-                           len(rec.prompt_ids), tokens, rec.advantage, rec.reward, rec.rewards or {},
-                           rec.extras or {}, rec.weight_versions)
+    return InspectedSample(run_dir, step, rec.index, rec.group, rec.prompt, prompt_text,
+                           len(seq["prompt_ids"]), tokens, rec.advantage, rec.reward, rec.rewards or {},
+                           rec.extras or {}, rec.weight_versions, len(rec.segments), segment)
 
 
 def _shown(text: str) -> str:
@@ -163,7 +176,17 @@ def summary_line(s: InspectedSample) -> str:
             + (f" ({per_fn})" if per_fn else "") + f" · advantage {_num(s.advantage)} · {len(s.tokens)} completion "
             f"tokens: {trained} trained, {len(s.tokens) - trained} inserted (not trained)"
             + (f", {calls} tool call(s)" if calls else "") + f" · prompt {s.num_prompt_tokens} tokens"
-            + (_versions(s.weight_versions) if s.weight_versions else ""))
+            + (_versions(s.weight_versions) if s.weight_versions else "") + _segments(s))
+
+
+def _segments(s: InspectedSample) -> str:
+    """Where this sequence sits in an episode of several (a context edit), and how to see the others."""
+    if s.segment is not None:
+        return f" · earlier sequence {s.segment} of {s.num_segments} (without --segment: the episode's last one)"
+    if s.num_segments:
+        return (f" · the last of {s.num_segments + 1} sequences (a context edit): --segment 0-{s.num_segments - 1} "
+                "shows an earlier one")
+    return ""
 
 
 def _versions(versions: List[int]) -> str:

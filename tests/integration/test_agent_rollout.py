@@ -6,6 +6,7 @@ trained with the sampler's log-probs, the return value is the reward's input; li
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -119,6 +120,35 @@ def test_an_openai_client_agent_trains_two_steps_on_what_it_sampled(tmp_path, ti
     for sequence in [r for r in records] + [r["segments"][0] for r in records]:
         assert all(abs(a - b) <= 1e-3 for a, b in zip(sequence["sampler_logprobs"], sequence["trainer_logprobs"])
                    if a is not None)
+    # grpo-rollout inspect shows the earlier sequence too (--segment)
+    from grpo_rollout.views.inspect import load_sample, summary_line
+
+    last, earlier = load_sample(tmp_path / "out", 2, 0), load_sample(tmp_path / "out", 2, 0, segment=0)
+    assert "the last of 2 sequences (a context edit): --segment 0-0" in summary_line(last)
+    assert [t.id for t in earlier.tokens] == records[4]["segments"][0]["completion_ids"]
+    assert "earlier sequence 0 of 1" in summary_line(earlier) and "Is that right?" not in earlier.prompt_text
+    with pytest.raises(IndexError, match="has 1 earlier sequences: --segment must be 0-0"):
+        load_sample(tmp_path / "out", 2, 0, segment=1)
+
+
+def test_the_dry_run_shows_an_episodes_earlier_sequences(tmp_path, tiny_model):
+    """validate-config --dry-run on an agent with a context edit: the panel says the episode had an earlier sequence
+    and what of it is trained."""
+    from rich.console import Console
+    from tiny_model import tiny_config
+
+    from grpo_rollout.cli.dry_run_cmd import run_dry_run
+
+    cfg = tiny_config(tmp_path, tiny_model, rewards_source=REWARD, reward="agent_score",
+                      sampling={"num_generations": 2, "max_completion_length": 40},
+                      rollout={"function": "grpo_rollout.rollouts.agent:agent_rollout",
+                               "kwargs": {"agent": "agent.py:scored"}})
+    write_agents(tmp_path)
+    console = Console(record=True, width=200)
+    assert run_dry_run(console, cfg, tmp_path) == 0
+    shown = console.export_text()
+    assert "earlier sequences of this episode (a context edit; trained too): " in shown
+    assert re.search(r"trained too\): \d+ tokens \([1-9]\d* trained\)", shown), shown
 
 
 def test_validate_config_checks_the_agent(tmp_path):
