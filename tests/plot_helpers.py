@@ -34,8 +34,13 @@ def invoke(*args: str):
     return result.exit_code, " ".join(ANSI.sub("", result.output).split())
 
 
+def title(ax) -> str:
+    """An Axes' title on one line (a long one is drawn on two)."""
+    return " ".join(ax.get_title().split())
+
+
 def by_title(fig) -> Dict[str, object]:
-    return {ax.get_title(): ax for ax in fig.axes}
+    return {title(ax): ax for ax in fig.axes}
 
 
 def lines_by_label(ax) -> Dict[str, object]:

@@ -10,6 +10,7 @@ and the trainer's wait for streamed groups.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -20,6 +21,8 @@ from ..runs import names as rn
 
 #: Line styles that tell a panel's metrics apart when the colours mean runs.
 LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
+#: Characters of a panel title per line: what fits the width of one panel (6.4 in) at 10 pt.
+TITLE_CHARS = 70
 #: The observed range of the step's rewards, which the ± std band is clipped to (when the run logged them).
 REWARD_RANGE = (rn.REWARD_MIN, rn.REWARD_MAX)
 
@@ -172,7 +175,8 @@ def draw_panel(ax: Any, panel: Panel, keys: List[str], runs: Sequence[Any], seve
         if several and r == 0:
             styles = [(key, LINESTYLES[k % len(LINESTYLES)], "0.25") for k, key in enumerate(keys)]
     step0 = any(0 in run.series(key)[0] for run in runs for key in keys)
-    ax.set_title(f"{panel.title} ({panel.step0_note})" if panel.step0_note and step0 else panel.title, fontsize=10)
+    title = f"{panel.title} ({panel.step0_note})" if panel.step0_note and step0 else panel.title
+    ax.set_title(textwrap.fill(title, TITLE_CHARS), fontsize=10)  # a long title on two lines, never cut off
     ax.set_ylabel(panel.ylabel, fontsize=9)
     ax.set_xlabel("step", fontsize=9)
     ax.grid(True, alpha=0.3)
