@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def make_tiny_model(folder: Path, seed: int = 0) -> Path:
+def make_tiny_model(folder, seed: int = 0) -> Path:
     """Write a 2-layer, hidden-64 LlamaForCausalLM (vocab 49152, tied embeddings) plus tokenizer into ``folder``."""
     return _tiny_llama(folder, seed, tied=True)
 
@@ -34,6 +34,7 @@ def _tiny_llama(folder: Path, seed: int, tied: bool, edit=None) -> Path:
 
     from grpo_rollout.models.builtin import resolve_model_path
 
+    folder = Path(folder)  # a str from the README's one-liner too
     if (folder / "config.json").is_file():
         return folder
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("builtin:smollm2-135m-instruct"))
@@ -58,6 +59,7 @@ def make_tiny_gpt2(folder: Path, dropout: float = 0.1, seed: int = 0) -> Path:
 
     from grpo_rollout.models.builtin import resolve_model_path
 
+    folder = Path(folder)  # a str from the README's one-liner too
     if (folder / "config.json").is_file():
         return folder
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("builtin:smollm2-135m-instruct"))
