@@ -188,6 +188,31 @@ def test_a_verifiers_taskset_trains_on_the_tiny_model(server, tiny_model, tmp_pa
     assert [m["no_signal_skipped"] for m in history] == [0, 0] and all(m["tokens/forward"] > 0 for m in history)
 
 
+def test_an_agent_streams_on_a_real_server(server, tiny_model, tmp_path):
+    """Issue 41 with streaming rollouts (max_staleness 1: the rollout called per group from a worker thread while
+    weights sync into the server): each call of an episode records the version that sampled it, and steps sampled
+    with the current weights agree with the trainer's log-probs. (A verifiers taskset's episodes are an agent's.)"""
+    from agent_helpers import write_agents
+
+    cfg = verifiers_config(tmp_path, server, tiny_model)  # its parity reward, with the openai example agent
+    write_agents(tmp_path)
+    cfg.rollout.function, cfg.rollout.kwargs = "grpo_rollout.rollouts.agent:agent_rollout", {"agent": "agent.py:scored"}
+    cfg.data.train, cfg.sampling.max_prompt_length = str(tmp_path / "data.jsonl"), 200  # the tools' system prompt
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"prompt": f"What is {i} + 2?", "answer": i + 2}) + "\n"
+                                                 for i in range(6)))
+    cfg.training.max_steps, cfg.training.max_staleness, cfg.training.save_rollouts = 3, 1, "every"
+    result = train(cfg, base_dir=tmp_path, reporter=RichReporter(quiet=True))
+    assert result.steps == 3 and max(m["async/staleness_max"] for m in result.history) <= 1
+    for step, m in enumerate(result.history, start=1):
+        lines = [json.loads(x) for x in (tmp_path / "out" / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        for r in lines:
+            assert 1 <= r["weight_versions"][0] <= r["weight_versions"][1] <= step
+            calls = r["extras"]["call_weight_versions"]
+            assert calls and all(r["weight_versions"][0] <= v[0] <= v[1] <= r["weight_versions"][1] for v in calls)
+        if m["sampler/weight_version_lag"] == 0 and not m["no_signal_skipped"]:
+            assert m["sampler/logprob_abs_diff"] < 1e-3
+
+
 def test_stale_server_weights_stop_the_run(server, tiny_model, tmp_path):
     cfg = _attach_config(tmp_path, server, tiny_model, STALE_ROLLOUT, "grpo_rollout.rewards.library:length_penalty",
                          steps=3)
