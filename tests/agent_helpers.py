@@ -108,6 +108,29 @@ def silent(base_url, api_key, model, prompt, **row):
     return 0
 
 
+async def sdk_provider(base_url, api_key, model, prompt, **row):
+    """The Agents SDK as its docs configure it: a RunConfig with an OpenAIProvider, whose client the SDK keeps
+    between episodes (a new user's input: each later step's calls were retried and recorded twice)."""
+    from agents import Agent, ModelSettings, RunConfig, Runner
+    from agents.models.openai_provider import OpenAIProvider
+    from agents_sdk_agent import add
+
+    config = RunConfig(model=model, model_provider=OpenAIProvider(base_url=base_url, api_key=api_key))
+    agent = Agent(name="solver", instructions="Use add for sums.", tools=[add], model_settings=ModelSettings(max_tokens=12))
+    result = await Runner.run(agent, prompt, max_turns=3, run_config=config)
+    return {"answer": str(result.final_output)}
+
+
+def twice(base_url, api_key, model, prompt, **row):
+    """The same request twice (a client retrying an answer it lost), then a turn that continues the second answer."""
+    import httpx
+    body = {"model": model, "messages": _as_messages(prompt), "max_tokens": 4}
+    httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
+    answer = httpx.post(f"{base_url}/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
+    body["messages"] = body["messages"] + [answer, {"role": "user", "content": "Again."}]
+    return httpx.post(f"{base_url}/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
+
+
 async def sdk_responses(base_url, api_key, model, prompt, stream=False, **row):
     """The Agents SDK with its default model, the Responses API (streamed with ``stream``), and the example's tool."""
     from agents import Agent, OpenAIResponsesModel, Runner

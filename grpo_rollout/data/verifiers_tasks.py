@@ -14,12 +14,15 @@ from these, so the rollout needs no setting of its own to find it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 PREFIX = "verifiers:"
+#: The most tasks a taskset may yield as a dataset: past it, its load() is taken for an endless one.
+MAX_TASKS = 1_000_000
 #: The row columns that carry a task to the rollout.
 ENV_COLUMN, PATH_COLUMN, TASKSET_COLUMN, TASK_COLUMN = ("verifiers_env", "verifiers_path", "verifiers_taskset",
                                                         "verifiers_task")
@@ -72,17 +75,20 @@ def task_rows(spec: str, settings: Mapping[str, Any], base_dir: Optional[Path] =
     """One row per task of the taskset ``spec`` names, made with config fields ``settings`` (``data.task_kwargs``).
 
     Raises:
-        TasksetNotFound, and what :func:`load_taskset` raises. An infinite taskset (``Taskset.INFINITE``) is refused
-        with a ValueError: give it a bounded view in its own ``load()``.
+        TasksetNotFound, and what :func:`load_taskset` raises. An infinite taskset (``Taskset.INFINITE``, or a
+        ``load()`` that yields more than :data:`MAX_TASKS`) is refused with a ValueError.
     """
     taskset_id, folder = locate(spec, base_dir)
     taskset = load_taskset(taskset_id, folder, settings)
+    bound = "bound it (e.g. a num_tasks setting in its config that load() stops at)"
     if not taskset.bounded:
         raise ValueError(f"taskset `{taskset_id}` is infinite (INFINITE = True); a training dataset needs its tasks "
-                         "listed: bound it (e.g. a num_tasks setting in its config)")
+                         f"listed: {bound}")
+    tasks = list(itertools.islice(taskset, MAX_TASKS + 1))
+    if len(tasks) > MAX_TASKS:
+        raise ValueError(f"taskset `{taskset_id}` yielded more than {MAX_TASKS:,} tasks: is its load() endless? {bound}")
     common = {ENV_COLUMN: taskset_id, PATH_COLUMN: folder, TASKSET_COLUMN: json.dumps(dict(settings), default=str)}
-    return [dict(common, prompt=_messages(task.data), **{TASK_COLUMN: task.data.model_dump_json()})
-            for task in taskset]
+    return [dict(common, prompt=_messages(task.data), **{TASK_COLUMN: task.data.model_dump_json()}) for task in tasks]
 
 
 def _messages(data: Any) -> List[Dict[str, Any]]:

@@ -9,6 +9,8 @@ from ..user_code.resolve import resolve_callable
 from ..config.problems import Problem, add_error as _err
 from ..config.schema import Config
 from .task_source import check_task_source
+from .taskset_source import TASKSET_FIX, check_taskset_source
+from ..data.verifiers_tasks import PREFIX as TASKSET_PREFIX
 
 
 def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Optional[List[str]]:
@@ -20,12 +22,13 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
         _err(problems, "data.train", "", "no training data given",
              "set a .jsonl/.csv/.parquet file, a hub dataset, or `module:function` returning a datasets.Dataset")
         return None
-    if not check_task_source(config, problems, "data.train"):
+    if not check_task_source(config, problems, "data.train") or not check_taskset_source(config, problems, base_dir):
         return None
     try:
         ds = load_section(config.data, base_dir)
     except DatasetError as exc:
-        _err(problems, "data.train", config.data.train, str(exc), SOURCE_FIX)
+        taskset = config.data.train.strip().startswith(TASKSET_PREFIX)
+        _err(problems, "data.train", config.data.train, str(exc), TASKSET_FIX if taskset else SOURCE_FIX)
         return None
     columns = list(ds.column_names)
     _check_environment_column(config, ds, problems)

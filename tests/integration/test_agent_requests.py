@@ -151,6 +151,12 @@ RESPONSES_BODIES = {  # Responses API requests the endpoint cannot record
     "an image": ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
                  "input[0].content[0] is 'input_image'"),
     "an item reference": ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0] is 'item_reference'"),
+    # a new user's probes: each was answered 200, or named the chat route's fields
+    "structured output": ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
+                          "text.format 'json_schema' is not supported"),
+    "background": ({"input": "hi", "background": True}, "background is not supported"),
+    "no input": ({"instructions": "Be brief."}, "input is missing"),
+    "a bad role": ({"input": [{"role": "wizard", "content": "hi"}]}, "input[0] has role 'wizard'"),
 }
 
 

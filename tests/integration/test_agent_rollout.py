@@ -61,6 +61,33 @@ def test_an_agents_sdk_agent_plays_on_a_model(policy, tmp_path):
     assert [r["answer"].strip() for r in out["agent_result"]] == [t.strip() for t in out["final_response"]]
 
 
+def test_a_retried_request_replaces_the_call_it_repeats(policy, tmp_path):
+    """A request identical to the one answered before it is a retry (the client lost that answer): the answer it gets
+    is the only one recorded, and the next turn continues it in one sequence."""
+    out = _play(policy, tmp_path, "twice")
+    assert out["num_turns"] == [2] * 4 and out["segments"] == [[]] * 4 and out["retried_calls"] == [1] * 4
+
+
+def test_the_agents_sdks_provider_keeps_its_client_between_steps(policy, tmp_path):
+    """The SDK's OpenAIProvider keeps one client for the process: on a fresh event loop per step its pooled
+    connections were on the closed one, every later call was retried, and the lost answer trained as a context edit.
+    The episodes run on one loop for the process's life."""
+    from grpo_rollout.rollouts.agent import agent_rollout
+    from grpo_rollout.rollouts.run_end import end_run
+
+    write_agents(tmp_path)
+    client, tokenizer = policy
+    try:  # two steps of one run: the endpoint (its port, the SDK's pooled connection to it) stays between them
+        for step in range(2):
+            out = agent_rollout(["How many letters are in 'kiwi'?", "Hi"], client=client, tokenizer=tokenizer, n=2,
+                                seed=step, agent="agent.py:sdk_provider", base_dir=str(tmp_path),
+                                max_completion_length=64)
+            assert out["segments"] == [[]] * 4, step
+            assert out["retried_calls"] == [0] * 4, step
+    finally:
+        end_run()
+
+
 def test_an_async_agent_and_the_budget_ending_an_endless_one(policy, tmp_path):
     out = _play(policy, tmp_path, "run_async")
     assert out["num_turns"] == [1] * 4 and [r["text"] for r in out["agent_result"]] == out["final_response"]

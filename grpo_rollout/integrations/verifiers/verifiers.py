@@ -45,7 +45,7 @@ from ...rollouts.agent import agent_rollout
 from ...rollouts.agent.agent_rollout import AGENT_RESULT, API_KEY
 from ...rollouts.contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S
-from ...rollouts.kwargs_checks import type_problems
+from ...rollouts.kwargs_checks import one_of, type_problems, unknown_settings
 from .chat_harness import HARNESS_ID
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ LEGACY_FIX = ("name the taskset in data.train: verifiers:<id or file.py> (data.t
               "vf.Environment of verifiers 0.2 is ported to a vf.Taskset (docs/environments.md)")
 
 
-class VerifiersEpisodeError(RuntimeError):
+class VerifiersEpisodeError(RolloutError):
     """A verifiers episode ended with an error (its type and message, and the user's frame when there is one)."""
 
 
@@ -89,17 +89,21 @@ def _task(env: Any, row: Mapping[str, Any]) -> Any:
 
 def _user_frame(traceback_text: Optional[str]) -> str:
     """`` (at file:line in function)``: the last frame of a traceback in the user's code (outside Python, installed
-    libraries and this package), or ``""``."""
+    libraries and this package), and the first when it is another (``, from file:line in the_reward_method``), or
+    ``""``."""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', traceback_text or "")
     libraries = (sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[2]))
     mine = [f for f in frames if "site-packages" not in f[0] and not f[0].startswith(libraries + ("<",))]
-    return f" (at {mine[-1][0]}:{mine[-1][1]} in {mine[-1][2]})" if mine else ""
+    if not mine:
+        return ""
+    outer = f", from {mine[0][0]}:{mine[0][1]} in {mine[0][2]}" if mine[0] != mine[-1] else ""
+    return f" (at {mine[-1][0]}:{mine[-1][1]} in {mine[-1][2]}{outer})"
 
 
-def _raise_errors(episode: Any) -> None:
-    """Raise the episode's first error: :class:`EpisodeFailure` for verifiers' transient kinds, else (a task's or
-    harness's error, a request the endpoint refused with a 4xx) :class:`VerifiersEpisodeError`, which the agent
-    rollout names as the run's error."""
+def _raise_errors(episode: Any, where: str = "") -> None:
+    """Raise the episode's first error (``where``: which task it played): :class:`EpisodeFailure` for verifiers'
+    transient kinds, else (a task's or harness's error, a request the endpoint refused with a 4xx)
+    :class:`VerifiersEpisodeError`, the run's error."""
     errors = list(episode.errors) + [e for t in episode.traces for e in t.errors]
     if not errors and episode.ok:
         return
@@ -107,8 +111,8 @@ def _raise_errors(episode: Any) -> None:
     said = f"{first.type}: {first.message}{_user_frame(first.traceback)}" if first else "the episode did not finish"
     refused = first is not None and 400 <= (first.status_code or 0) < 500  # the endpoint refused a request: a fault
     if first is not None and not refused and (first.type in FAILURES or episode.is_timeout):
-        raise EpisodeFailure(f"verifiers episode failed: {said}")
-    raise VerifiersEpisodeError(said)
+        raise EpisodeFailure(f"verifiers episode{where} failed: {said}")
+    raise VerifiersEpisodeError(f"verifiers episode{where} failed: {said}")
 
 
 def _summary(episode: Any) -> Dict[str, Any]:
@@ -129,9 +133,10 @@ def episode_agent(harness: Optional[str] = None, runtime: Any = "subprocess") ->
         os.environ.setdefault(KEY_VARIABLE, API_KEY)
         env = _env(row, harness, runtime)
         context = vf.ModelContext(model=model, client=vf.EvalClientConfig(base_url=base_url, api_key_var=KEY_VARIABLE))
+        task = _task(env, row)
         async with env.serving():
-            episode = await env.run_episode(_task(env, row), context)
-        _raise_errors(episode)
+            episode = await env.run_episode(task, context)
+        _raise_errors(episode, f" of task {task.data.idx} of taskset `{row[ENV_COLUMN]}`")
         return _summary(episode)
 
     return verifiers_episode
@@ -167,10 +172,16 @@ def verifiers_rollout(prompts: Sequence[Any], *, client: GenerationClient, token
     if not rows or any(TASK_COLUMN not in r for r in rows):
         raise RolloutError(f"verifiers_rollout plays verifiers tasks and these rows carry none (no {TASK_COLUMN} "
                            f"column): {LEGACY_FIX}")
-    out = agent_rollout(prompts, client=client, tokenizer=tokenizer, n=n, rows=rows, agent=episode_agent(harness, runtime),
-                        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                        repetition_penalty=repetition_penalty, max_completion_length=max_completion_length, seed=seed,
-                        max_turn_tokens=max_turn_tokens, tool_prompt=tool_prompt, env_timeout_s=env_timeout_s)
+    try:
+        out = agent_rollout(prompts, client=client, tokenizer=tokenizer, n=n, rows=rows,
+                            agent=episode_agent(harness, runtime), temperature=temperature, top_p=top_p, top_k=top_k,
+                            min_p=min_p, repetition_penalty=repetition_penalty,
+                            max_completion_length=max_completion_length, seed=seed, max_turn_tokens=max_turn_tokens,
+                            tool_prompt=tool_prompt, env_timeout_s=env_timeout_s)
+    except RolloutError as exc:  # said as the episode's, not as the agent function's that plays it
+        if isinstance(exc.__cause__, (VerifiersEpisodeError, EpisodeFailure)):
+            raise type(exc)(str(exc.__cause__)) from exc.__cause__
+        raise
     names = dict.fromkeys(name for r in out[AGENT_RESULT] if r for name in r["rewards"])
     for name in names:  # each named reward as an extra: logged as extras/verifiers/<name>
         out[f"{REWARD_EXTRA}/{name}"] = [None if r is None else r["rewards"].get(name) for r in out[AGENT_RESULT]]
@@ -189,22 +200,39 @@ def implied_rewards(kwargs: Mapping[str, Any], base_dir: Any = None) -> List[Tup
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
     """Static checks of ``rollout.kwargs``: the legacy ``env``/``env_args`` (verifiers 0.2) are refused saying where
-    the taskset goes now; ``harness`` a string, ``runtime`` a string or mapping; the agent rollout's own settings."""
-    problems = type_problems(kwargs)
-    for key in ("env", "env_args"):
-        if key in kwargs:
-            named = kwargs[key] if key == "env" and isinstance(kwargs[key], str) and ":" not in kwargs[key] else None
-            problems.append((f"rollout.kwargs.{key}", "verifiers 0.4 has no vf.Environment to load; the taskset "
-                             "comes with the data", f"data.train: verifiers:{named}" if named else LEGACY_FIX))
-    if kwargs.get("harness") is not None and not isinstance(kwargs["harness"], str):
-        problems.append(("rollout.kwargs.harness", f"{kwargs['harness']!r} is not a harness id",
-                         "a verifiers harness id (e.g. null, bash), or leave it out"))
+    the taskset goes now; a ``harness`` verifiers does not know is named with the ones it has; ``runtime`` a string or
+    mapping; unknown settings (with the nearest one), ``max_turn_tokens`` and ``tool_prompt`` as the agent rollout
+    checks them."""
+    legacy = {k: v for k, v in kwargs.items() if k in ("env", "env_args")}
+    rest = {k: v for k, v in kwargs.items() if k not in legacy}
+    problems = (unknown_settings(verifiers_rollout, rest) + type_problems(rest)
+                + one_of(rest, "tool_prompt", ("auto", "template", "system"), "auto"))
+    for key, value in legacy.items():
+        named = value if key == "env" and isinstance(value, str) and ":" not in value else None
+        problems.append((f"rollout.kwargs.{key}", "verifiers 0.4 has no vf.Environment to load; the taskset comes "
+                         "with the data", f"data.train: verifiers:{named}" if named else LEGACY_FIX))
     if not isinstance(kwargs.get("runtime", "subprocess"), (str, Mapping)):
         problems.append(("rollout.kwargs.runtime", f"{kwargs['runtime']!r} is not a runtime",
                          "subprocess, docker, prime, ... or a mapping of verifiers' runtime config"))
-    agent_kwargs = {k: v for k, v in kwargs.items() if k not in ("env", "env_args", "harness", "runtime")}
-    agent_problems = agent_rollout.validate_kwargs(dict(agent_kwargs, agent=episode_agent()), base_dir)
-    return problems + [p for p in agent_problems if not p[0].endswith(".agent")]
+    return problems + _harness_problems(kwargs.get("harness"))
+
+
+def _harness_problems(harness: Any) -> List[Tuple[str, str, str]]:
+    """``rollout.kwargs.harness``, when given: a harness id verifiers can load."""
+    fix = "a verifiers harness id (e.g. null, bash), or leave it out: the taskset's own, else a one-call chat"
+    if harness is None:
+        return []
+    if not isinstance(harness, str):
+        return [("rollout.kwargs.harness", f"{harness!r} is not a harness id", fix)]
+    try:
+        from verifiers.v1.utils.loaders import harness_class
+
+        harness_class(harness)
+    except ImportError as exc:  # verifiers' message lists its built-in harnesses
+        return [("rollout.kwargs.harness", str(exc), fix)]
+    except Exception as exc:  # noqa: BLE001 - a module that exports no harness: verifiers says what it found
+        return [("rollout.kwargs.harness", f"{type(exc).__name__}: {exc}", fix)]
+    return []
 
 
 verifiers_rollout.validate_kwargs = validate_kwargs  # type: ignore[attr-defined]

@@ -8,11 +8,12 @@ as ``agent_result``. docs/environments.md, "Agents as they are", has the whole c
 from __future__ import annotations
 
 import inspect
+import threading
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ...user_code.coroutines import run_coroutine
+from ...user_code.coroutines import SharedLoop
 from ...user_code.resolve import ImportSpecError, resolve_callable
 from ...user_code.signatures import defined_at
 from ...runs import names as rn
@@ -37,6 +38,24 @@ API_KEY = "grpo-rollout"
 AGENT_RESULT = "agent_result"
 #: The extra with each episode's calls' weight versions (``[oldest, newest]`` per call, in order).
 CALL_VERSIONS = "call_weight_versions"
+#: The extra counting each episode's retried requests (each replaced the call it repeated: its answer was lost).
+RETRIED_CALLS = "retried_calls"
+
+_LOOP: Optional[SharedLoop] = None
+_LOOP_LOCK = threading.Lock()
+
+
+def agent_loop() -> SharedLoop:
+    """The event loop every step's episodes run on, started at first use and kept for the process's life: what an
+    async agent keeps between episodes (the OpenAI Agents SDK's shared client and its pooled connections) stays on a
+    live loop. A fresh loop per step left those connections on a closed one, and the client's retry of a call whose
+    answer it then lost was recorded twice; and its shutdown closed the episodes a failed one had cancelled with
+    tracebacks (verifiers' interception servers)."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            _LOOP = SharedLoop("grpo-rollout-agents")
+        return _LOOP
 
 
 def load_agent(agent: Union[str, Callable], base_dir: Optional[str] = None) -> Callable:
@@ -114,8 +133,9 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
         the contract's keys, one row per episode (P × n): its last token sequence, and ``segments``, the ones
         before it (a request that did not continue the one before: :mod:`~grpo_rollout.rollouts.segments`); the
         multi-turn extras (:func:`~grpo_rollout.rollouts.episodes.contract_dict`; ``num_turns``: the episode's chat
-        calls), plus ``agent_result``: each episode's return value (``None`` when the budget ended it), and
-        ``call_weight_versions``: per episode, each call's ``[oldest, newest]`` weight version.
+        calls), plus ``agent_result``: each episode's return value (``None`` when the budget ended it),
+        ``call_weight_versions``: per episode, each call's ``[oldest, newest]`` weight version, and
+        ``retried_calls``: per episode, the requests that repeated the one before (each replaced it).
 
         env_timeout_s: seconds an episode (the agent function's call, model calls included) may take
             (``rollout.env_timeout_s``); a plain function is then abandoned on its daemon thread, its session closed.
@@ -138,7 +158,7 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
     async def main() -> List[Any]:
         return await gather_or_cancel([_play(fn, s, r, env_timeout_s) for s, r in zip(sessions, episode_rows)])
 
-    results = run_coroutine(main())
+    results = agent_loop().run(main())
     for i, session in enumerate(sessions):
         if session.conversation is None:
             raise RolloutError(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} made no chat call in "
@@ -149,6 +169,7 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
     out["weight_versions"] = [s.weight_versions() for s in sessions]
     out[rn.NUM_TURNS_EXTRA] = [s.calls for s in sessions]
     out[CALL_VERSIONS] = [[None if v is None else list(v) for v in s.call_versions] for s in sessions]
+    out[RETRIED_CALLS] = [s.retried for s in sessions]
     out[AGENT_RESULT] = list(results)
     return out
 
@@ -190,5 +211,6 @@ def _call_shape_problem(fn: Callable) -> str:
 
 agent_rollout.validate_kwargs = validate_kwargs  # type: ignore[attr-defined]
 # what reward functions may ask for (validate-config checks their parameters against these)
-agent_rollout.extras = (AGENT_RESULT, CALL_VERSIONS, rn.NUM_TURNS_EXTRA, rn.TURN_STARTS_EXTRA,  # type: ignore[attr-defined]
-                        rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)
+agent_rollout.extras = (AGENT_RESULT, CALL_VERSIONS, RETRIED_CALLS,  # type: ignore[attr-defined]
+                        rn.NUM_TURNS_EXTRA, rn.TURN_STARTS_EXTRA, rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA,
+                        rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)

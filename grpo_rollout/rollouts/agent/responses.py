@@ -12,7 +12,8 @@ session's ``chat`` as any chat call is, and the chat answer is turned back into 
 - the answer → a ``message`` item with its text (when there is text) and a ``function_call`` item per tool call.
 
 Refused (400, naming what to send instead): ``previous_response_id`` and ``conversation`` (nothing is stored: send the
-whole input), item references, non-text content, and tools that are not functions (web search, file search, ...).
+whole input), ``background``, a structured ``text.format`` (the Agents SDK's ``output_type``), item references,
+non-text content, and tools that are not functions (web search, file search, ...).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, Dict, List
 
 from .requests import AGENT_MODEL, AgentRequestError, Body, Message
 
+#: The roles an input message may have.
+ROLES = ("user", "assistant", "system", "developer")
 #: Response fields the Agents SDK and the ``openai`` types require, with the values this endpoint always has.
 _FIXED = {"object": "response", "status": "completed", "parallel_tool_calls": True, "tool_choice": "auto",
           "error": None, "incomplete_details": None, "metadata": {}}
@@ -57,7 +60,9 @@ def _messages(items: Any) -> List[Message]:
     for k, item in enumerate(items):
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind == "message":
-            role = {"developer": "system"}.get(item.get("role"), item.get("role"))
+            if item.get("role") not in ROLES:
+                raise _refuse(f"input[{k}] has role {item.get('role')!r}; a role is one of {', '.join(ROLES)}")
+            role = {"developer": "system"}.get(item["role"], item["role"])
             messages.append({"role": role, "content": _text(item.get("content"), f"input[{k}]")})
         elif kind == "function_call":
             call = {"id": item.get("call_id"), "type": "function",
@@ -77,6 +82,13 @@ def _messages(items: Any) -> List[Message]:
     return messages
 
 
+def _text_format(body: Body) -> str:
+    """The answer's requested format (``text.format.type``): ``text`` unless a structured one is asked for."""
+    text = body.get("text")
+    shape = text.get("format") if isinstance(text, dict) else None
+    return str(shape.get("type", "text")) if isinstance(shape, dict) else "text"
+
+
 def chat_body(body: Body) -> Body:
     """The chat/completions request a Responses request means.
 
@@ -87,7 +99,15 @@ def chat_body(body: Body) -> Body:
     for key in ("previous_response_id", "conversation"):
         if body.get(key):
             raise _refuse(f"{key} is not supported (nothing is stored): send the whole conversation as input")
-    messages = _messages(body.get("input", []))
+    if body.get("background"):
+        raise _refuse("background is not supported: the answer is sampled while the request waits")
+    shape = _text_format(body)
+    if shape != "text":
+        raise _refuse(f"text.format {shape!r} is not supported: the policy samples free text (an Agents SDK "
+                      "output_type asks for it); ask for plain text and parse it")
+    if not body.get("input"):
+        raise _refuse("input is missing: a string, or a list of message / function_call / function_call_output items")
+    messages = _messages(body["input"])
     if body.get("instructions"):
         messages.insert(0, {"role": "system", "content": str(body["instructions"])})
     chat: Body = {"model": body.get("model"), "messages": messages}

@@ -58,6 +58,9 @@ class AgentSession:
             (a context edit): the episode's ``segments`` (:mod:`~grpo_rollout.rollouts.segments`).
         call_versions: per answered request, the oldest and newest weight version that sampled it (``None``: not
             known, e.g. transformers generation).
+        retried: requests identical to the one answered just before (a client's retry of an answer it never got),
+            each of which replaced that call. last_key, before_last: the last answered request and the session
+            before it (what such a retry undoes).
     """
 
     client: GenerationClient
@@ -74,6 +77,9 @@ class AgentSession:
     ended: Optional[str] = None
     earlier: List[Conversation] = field(default_factory=list)
     call_versions: List[Optional[Tuple[int, int]]] = field(default_factory=list)
+    retried: int = 0
+    last_key: Optional[str] = None
+    before_last: Optional[tuple] = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -205,15 +211,11 @@ class AgentSession:
         """
         async with self.lock:
             asked = self._checked(body, chat=False)
-            state = self.snapshot()
-            try:
-                self._continue_text(self._prompt_ids(body))
-                ids, text, finish = await self._sample(asked)
-            except BaseException:
-                self._undo(state)
-                raise
+            ids, text, finish = await self._call(json.dumps(body.get("prompt")), asked,
+                                                 lambda: self._continue_text(self._prompt_ids(body)))
             return {"id": f"cmpl-{self.sample}-{self.calls}", "object": "text_completion", "model": AGENT_MODEL,
-                    "created": int(time.time()), "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                    "created": int(time.time()),
+                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
                     "usage": self._usage(ids)}
 
     async def chat(self, body: Body) -> Body:
@@ -225,21 +227,34 @@ class AgentSession:
                 it was (a retried request is played once).
         """
         async with self.lock:
-            asked, messages = self._checked(body, chat=True), body["messages"]
-            state = self.snapshot()
-            try:
-                self._continue(messages, body.get("tools") or None)
-                ids, text, finish = await self._sample(asked)
-            except BaseException:
-                self._undo(state)
-                raise
+            asked, messages, tools = self._checked(body, chat=True), body["messages"], body.get("tools") or None
+            key = json.dumps([messages, tools], sort_keys=True, default=str)
+            ids, text, finish = await self._call(key, asked, lambda: self._continue(messages, tools))
             answer = self._answer(text, finish)
             self.seen = list(messages) + [answer]
+            finish = "tool_calls" if answer.get("tool_calls") and finish == "stop" else finish
             return {"id": f"chatcmpl-{self.sample}-{self.calls}", "object": "chat.completion", "model": AGENT_MODEL,
-                    "created": int(time.time()), "choices": [{"index": 0, "message": answer, "logprobs": None,
-                                 "finish_reason": "tool_calls" if answer.get("tool_calls") and finish == "stop"
-                                 else finish}],
+                    "created": int(time.time()),
+                    "choices": [{"index": 0, "message": answer, "logprobs": None, "finish_reason": finish}],
                     "usage": self._usage(ids)}
+
+    async def _call(self, key: str, asked: Optional[int], apply: Callable[[], None]) -> tuple:
+        """Play one request: ``apply()`` (continue the sequence or start one), then sample. A request identical to
+        the last one answered (``key``) is a retry whose answer never reached the agent (its client lost the
+        connection): that call is undone first, so only the answer the agent gets is recorded (``retried``). Whatever
+        fails leaves the session as it was."""
+        if key == self.last_key and self.before_last is not None:
+            self.restore(self.before_last)
+            self.calls, self.retried, self.last_key, self.before_last = self.calls - 1, self.retried + 1, None, None
+        state = self.snapshot()
+        try:
+            apply()
+            result = await self._sample(asked)
+        except BaseException:
+            self._undo(state)
+            raise
+        self.last_key, self.before_last = key, state
+        return result
 
     def sequences(self) -> List[Conversation]:
         """The episode's token sequences in the order it made them (the current one last)."""
