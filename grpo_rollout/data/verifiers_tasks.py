@@ -1,8 +1,8 @@
 """A verifiers taskset's tasks as a data source: ``data.train: verifiers:<taskset>`` (verifiers 0.4, ``verifiers.v1``).
 
-``<taskset>`` is an installed taskset's id (``my-env``, as ``prime env install`` / ``vf-init`` users name it: the
-package ``my_env`` exporting a ``vf.Taskset`` subclass), or a ``.py`` file or package folder that exports one (its
-folder is put on ``sys.path`` and its name is the id). ``data.task_kwargs`` are the taskset's config fields
+``<taskset>`` is an installed taskset's id (``my-env`` or the Hub's ``owner/my-env@1.0``, as ``prime env install`` /
+``vf-init`` users name it: the package ``my_env`` exporting a ``vf.Taskset`` subclass), or a ``.py`` file or package
+folder that exports one (its folder is put on ``sys.path`` and its name is the id). ``data.task_kwargs`` are the taskset's config fields
 (``num_tasks: 64`` for a ``TasksetConfig`` subclass with such a field).
 
 Each task is one row: ``prompt`` (its system prompt and prompt as chat messages, what the logs and the prompt length
@@ -45,16 +45,29 @@ def locate(spec: str, base_dir: Optional[Path] = None) -> Tuple[str, str]:
             if path.exists():
                 path = path.resolve()
                 return (path.stem if path.suffix == ".py" else path.name), str(path.parent)
-        raise TasksetNotFound(f"`{spec}` is not a file or folder (looked in {Path.cwd()}"
-                              f"{'' if base_dir is None else f' and {base_dir}'}); name a .py file or package folder "
-                              "exporting a vf.Taskset subclass, or an installed taskset's id")
+        if not _hub_id(spec):
+            raise TasksetNotFound(f"`{spec}` is not a file or folder (looked in {Path.cwd()}"
+                                  f"{'' if base_dir is None else f' and {base_dir}'}); name a .py file or package "
+                                  "folder exporting a vf.Taskset subclass, or an installed taskset's id")
     return spec, ""
 
 
+def _hub_id(spec: str) -> bool:
+    """Whether ``spec`` reads as an Environments Hub id, ``owner/name`` or ``owner/name@version`` (verifiers imports
+    the installed package ``name``)."""
+    return spec.count("/") == 1 and not spec.endswith(".py") and not spec.startswith((".", "/", "~"))
+
+
+def module_name(taskset_id: str) -> str:
+    """The module verifiers imports for a taskset id: ``owner/my-env@1.0`` → ``my_env``."""
+    return taskset_id.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+
+
 def importable(folder: str) -> None:
-    """Put ``folder`` (a taskset's, from :func:`locate`) first on ``sys.path``, once."""
+    """Put ``folder`` (a taskset's, from :func:`locate`) on ``sys.path``, once, last: so that verifiers imports the
+    taskset by its name, and a file beside it never shadows an installed package."""
     if folder and folder not in sys.path:
-        sys.path.insert(0, folder)
+        sys.path.append(folder)
 
 
 def load_taskset(taskset_id: str, folder: str, settings: Mapping[str, Any]):

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 from ..config.key_suggestions import did_you_mean
 from ..config.problems import Problem, add_error as _err, add_warning
 from ..config.schema import Config
-from ..data.verifiers_tasks import PREFIX, TasksetNotFound, importable, locate
+from ..data.verifiers_tasks import PREFIX, TasksetNotFound, importable, locate, module_name
 
 #: The rollout that plays a verifiers source's rows.
 ROLLOUT = "grpo_rollout.integrations.verifiers.verifiers:verifiers_rollout"
@@ -57,7 +57,7 @@ def _config_type(problems: List[Problem], spec: str, target: str, base_dir: Opti
         _err(problems, "data.train", spec, str(exc), "e.g. verifiers:my_taskset.py or verifiers:my-env")
         return None
     importable(folder)
-    module = taskset_id.replace("-", "_").lower()
+    module = module_name(taskset_id)
     if not folder and importlib.util.find_spec(f"verifiers.v1.tasksets.{module}") is None \
             and importlib.util.find_spec(module) is None:
         installed = [m.name for m in pkgutil.iter_modules()]

@@ -121,6 +121,9 @@ def test_an_installed_taskset_is_named_by_its_id(policy, tmp_path, monkeypatch):
     assert [(r["verifiers_env"], r["verifiers_path"]) for r in rows] == [("my-env", "")]
     out = _play(_scripted(tokenizer), tokenizer, rows, n=1)
     assert out["agent_result"][0]["reward"] == 2.0 and out["verifiers/said_yes"] == [1.0]
+    hub = [dict(r) for r in load_train_dataset("verifiers:someone/my-env@0.1", task_kwargs={"hows": ["fine"]})]
+    assert hub[0]["verifiers_env"] == "someone/my-env@0.1"  # the Hub's owner/name@version: the package my_env
+    assert _play(_scripted(tokenizer), tokenizer, hub, n=1)["agent_result"][0]["reward"] == 2.0
 
 
 def test_the_example_taskset_as_rows_and_its_rewards(policy):
