@@ -131,6 +131,18 @@ def twice(base_url, api_key, model, prompt, **row):
     return httpx.post(f"{base_url}/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
 
 
+def react(base_url, api_key, model, prompt, **row):
+    """A ReAct loop as LangChain's classic agents write it: the model stops at "Observation:", the agent runs the
+    action and writes the observation (what the model would have made up) as the next user turn."""
+    client = OpenAI(base_url=base_url, api_key=api_key)
+    messages, seen = _as_messages(prompt), []
+    for _ in range(2):
+        text = client.chat.completions.create(model=model, messages=messages, stop=["Observation:"]).choices[0].message.content
+        seen.append(text)
+        messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Observation: 5"}]
+    return {"seen": seen}
+
+
 async def sdk_responses(base_url, api_key, model, prompt, stream=False, **row):
     """The Agents SDK with its default model, the Responses API (streamed with ``stream``), and the example's tool."""
     from agents import Agent, OpenAIResponsesModel, Runner

@@ -124,6 +124,9 @@ BODIES = {  # the new user's inputs
     "max_tokens text": ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "5"}, "max_tokens='5'"),
     "max_tokens float": ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2.5}, "max_tokens=2.5"),
     "bad prompt": ({"prompt": 5}, "`prompt` must be one non-empty string or one list of token ids"),
+    "stop of numbers": ({"messages": [{"role": "user", "content": "hi"}], "stop": [1]},
+                        "stop=[1]: send a string or a list of up to 4 non-empty strings"),
+    "five stops": ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "a list of up to 4 non-empty strings"),
 }
 
 

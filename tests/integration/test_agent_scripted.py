@@ -57,6 +57,38 @@ def test_the_agents_sdks_default_responses_model_plays_through_the_responses_rou
     assert "Use add for sums." in tokenizer.decode(out["prompt_ids"][0])  # instructions: the system message
 
 
+class StopsAt:
+    """Answers "Action: add 2 3\nObservation: 7" cut after the request's first stop string (no end token then, as a
+    server stops), and "Final: 5" once an observation is in the prompt; log-prob -0.5 per token."""
+
+    max_prompt_length = None
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.eos_ids = tokenizer, {tokenizer.eos_token_id}
+
+    async def agenerate(self, prompt_ids, n=1, stop=None, **kwargs):
+        from grpo_rollout.generation.base import GenerationResult
+
+        text = "Final: 5" if "Observation: 5" in self.tokenizer.decode(prompt_ids[0]) else "Action: add 2 3\nObservation: 7"
+        cut = next((text[:text.index(s) + len(s)] for s in stop or () if s in text), None)
+        ids = self.tokenizer.encode(cut or text, add_special_tokens=False) + ([] if cut else [self.tokenizer.eos_token_id])
+        return GenerationResult([list(p) for p in prompt_ids], [ids] * n, [[-0.5] * len(ids)] * n, ["stop"] * n)
+
+
+def test_a_stop_string_ends_the_answer_and_the_episode_goes_on(policy, tmp_path):
+    """A ReAct agent's stop=["Observation:"]: the model stops there (the stop string is in the trained tokens, as
+    sampled), the answer the agent gets leaves it out (as OpenAI's do), and its next turn continues the sequence."""
+    _, tokenizer = policy
+    out = play((StopsAt(tokenizer), tokenizer), tmp_path, "react", rows=[{"prompt": "What is 2 + 3?"}], n=1,
+               prompts=["What is 2 + 3?"])
+    assert out["agent_result"] == [{"seen": ["Action: add 2 3\n", "Final: 5"]}]
+    assert out["num_turns"] == [2] and out["segments"] == [[]]
+    [ids], [mask] = out["completion_ids"], out["completion_mask"]
+    sampled = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert sampled.startswith("Action: add 2 3\nObservation:") and "Observation: 7" not in sampled
+    assert "Observation: 5" in tokenizer.decode([t for t, m in zip(ids, mask) if not m])  # the agent's, inserted
+
+
 def test_text_completions_continue_a_sequence_while_their_prompt_extends_it(policy, tmp_path):
     _, tokenizer = policy
     from scripted_client import ScriptedClient

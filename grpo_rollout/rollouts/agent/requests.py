@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import numbers
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..tool_parsing import CALL_CLOSE, CALL_OPEN
 
@@ -99,6 +99,30 @@ def check_body(body: Body, chat: bool) -> Optional[int]:
         _check_messages(body.get("messages"))
         _check_tools(body.get("tools"))
     return None if asked is None else int(asked)
+
+
+def stop_strings(body: Body) -> Tuple[str, ...]:
+    """The request's ``stop`` as a tuple (``()``: none): a string, or a list of up to 4 non-empty strings (OpenAI's
+    limit).
+
+    Raises:
+        AgentRequestError: anything else.
+    """
+    stop = body.get("stop")
+    if stop is None or stop == []:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not 1 <= len(stops) <= 4 or not all(isinstance(s, str) and s for s in stops):
+        raise AgentRequestError(f"stop={stop!r}: send a string or a list of up to 4 non-empty strings")
+    return tuple(stops)
+
+
+def without_stop(text: str, stops: Tuple[str, ...]) -> str:
+    """``text`` without the stop string it ends with (the sampler returns it; OpenAI's answers leave it out)."""
+    for stop in stops:
+        if text.endswith(stop):
+            return text[:-len(stop)]
+    return text
 
 
 def for_template(messages: List[Message]) -> List[Message]:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from ..conversation import Conversation, encode_text, eos_ids_of
 from ..episodes import Sampling, sample_turn
 from ..tool_parsing import CALL_OPEN, parse_tool_calls
 from ..tool_prompt import choose_tool_prompt, system_prompt_text, with_system_prompt
-from .requests import AGENT_MODEL, AgentRequestError, Body, Message, check_body, for_template, same_message
+from .requests import (AGENT_MODEL, AgentRequestError, Body, Message, check_body, for_template, same_message,
+                       stop_strings, without_stop)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -168,13 +169,14 @@ class AgentSession:
         self._new_sequence(Conversation(self.tokenizer, [], ids, eos_ids_of(self.client, self.tokenizer)))
         self.text_mode, self.tools, self.seen = True, None, []
 
-    async def _sample(self, asked: Optional[int]) -> tuple:
-        """Sample the current sequence's next turn within the budget and the request's ``max_tokens`` (``asked``);
-        returns its token ids, text and finish reason."""
+    async def _sample(self, asked: Optional[int], stop: Tuple[str, ...] = ()) -> tuple:
+        """Sample the current sequence's next turn within the budget and the request's ``max_tokens`` (``asked``),
+        ending at a ``stop`` string (kept in the tokens, as sampled); returns its token ids, text and finish reason."""
         conv = self.conversation
         limits = [self.budget - self.used] + [x for x in (asked, self.sampling.max_turn_tokens) if x]
         before, conv.weight_versions = conv.weight_versions, None
-        ids, logprobs, finish = await sample_turn(self.client, conv, self.sampling, min(limits),
+        sampling = replace(self.sampling, stop=stop) if stop else self.sampling
+        ids, logprobs, finish = await sample_turn(self.client, conv, sampling, min(limits),
                                                   self.sampling.request_seed(self.sample, self.calls))
         call, self.call_versions = conv.weight_versions, self.call_versions + [conv.weight_versions]
         conv.weight_versions = before if call is None else call if before is None else (
@@ -210,9 +212,10 @@ class AgentSession:
                 up. Whatever fails leaves the session as it was.
         """
         async with self.lock:
-            asked = self._checked(body, chat=False)
-            ids, text, finish = await self._call(json.dumps(body.get("prompt")), asked,
+            asked, stop = self._checked(body, chat=False), stop_strings(body)
+            ids, text, finish = await self._call(json.dumps([body.get("prompt"), stop]), asked, stop,
                                                  lambda: self._continue_text(self._prompt_ids(body)))
+            text = without_stop(text, stop) if finish == "stop" else text
             return {"id": f"cmpl-{self.sample}-{self.calls}", "object": "text_completion", "model": AGENT_MODEL,
                     "created": int(time.time()),
                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
@@ -228,9 +231,10 @@ class AgentSession:
         """
         async with self.lock:
             asked, messages, tools = self._checked(body, chat=True), body["messages"], body.get("tools") or None
-            key = json.dumps([messages, tools], sort_keys=True, default=str)
-            ids, text, finish = await self._call(key, asked, lambda: self._continue(messages, tools))
-            answer = self._answer(text, finish)
+            stop = stop_strings(body)
+            key = json.dumps([messages, tools, stop], sort_keys=True, default=str)
+            ids, text, finish = await self._call(key, asked, stop, lambda: self._continue(messages, tools))
+            answer = self._answer(without_stop(text, stop) if finish == "stop" else text, finish)
             self.seen = list(messages) + [answer]
             finish = "tool_calls" if answer.get("tool_calls") and finish == "stop" else finish
             return {"id": f"chatcmpl-{self.sample}-{self.calls}", "object": "chat.completion", "model": AGENT_MODEL,
@@ -238,7 +242,7 @@ class AgentSession:
                     "choices": [{"index": 0, "message": answer, "logprobs": None, "finish_reason": finish}],
                     "usage": self._usage(ids)}
 
-    async def _call(self, key: str, asked: Optional[int], apply: Callable[[], None]) -> tuple:
+    async def _call(self, key: str, asked: Optional[int], stop: Tuple[str, ...], apply: Callable[[], None]) -> tuple:
         """Play one request: ``apply()`` (continue the sequence or start one), then sample. A request identical to
         the last one answered (``key``) is a retry whose answer never reached the agent (its client lost the
         connection): that call is undone first, so only the answer the agent gets is recorded (``retried``). Whatever
@@ -249,7 +253,7 @@ class AgentSession:
         state = self.snapshot()
         try:
             apply()
-            result = await self._sample(asked)
+            result = await self._sample(asked, stop)
         except BaseException:
             self._undo(state)
             raise
