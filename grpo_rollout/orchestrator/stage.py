@@ -192,8 +192,8 @@ class RolloutStage:
         per_completion_prompts = shown_prompts(prompts, out.extras, g, num_completions)
         completions = [[{"role": "assistant", "content": text}] if isinstance(p, list) else text
                        for p, text in zip(per_completion_prompts, texts)]
-        columns = {c: [rows[i // g][c] for i in range(num_completions)] for c in (rows[0] if rows else ())
-                   if c != cfg.data.prompt_column}
+        # every column of the row, the prompt's too (``prompt``: the row's; ``prompts``: what the model saw)
+        columns = {c: [rows[i // g][c] for i in range(num_completions)] for c in (rows[0] if rows else ())}
         rewards = self.rewards if shaping else [r for r in self.rewards if r.name != OVERLONG_REWARD]
         scored = compute_rewards(rewards, prompts=per_completion_prompts, completions=completions,
                                  completion_ids=out.completion_ids, columns=columns, extras=out.extras, step=step)

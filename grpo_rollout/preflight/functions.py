@@ -10,7 +10,7 @@ from ..user_code.exception_types import resolve_exception_types
 from ..user_code.resolve import ImportSpecError, resolve_callable
 from ..config.problems import Problem, add_error as _err, add_warning as _warn, flagged
 from ..config.schema import Config
-from ..rewards.calling import STANDARD_REWARD_ARGS, implied_rewards
+from ..rewards.calling import STANDARD_REWARD_ARGS, argument_sources, implied_rewards
 from ..rollouts.contract import CONTEXT_ARGS, SAMPLING_ARGS
 from ..user_code.signatures import accepts_var_kwargs, named_params, positional_only_required, required_params
 
@@ -160,19 +160,29 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
     if positional_only_required(fn):
         _err(problems, key, spec, "positional-only parameters cannot be passed by name",
              "remove the `/` from its signature")
-    # every name a reward can receive, and what it is (for a name from several sources the last listed is shown)
-    sources = {**{e: "an extra of the rollout" for e in sorted(extras or ())},
-               **{k: "a config kwarg" for k in kwargs}, **{c: "a dataset column" for c in columns or []},
-               **{a: "a standard argument" for a in STANDARD_REWARD_ARGS}}
+    _check_reward_params(fn, i, spec, kwargs, extras, columns, problems)
+
+
+def _check_reward_params(fn: Callable, i: int, spec: str, kwargs: Dict[str, Any], extras: Optional[set],
+                         columns: Optional[List[str]], problems: List[Problem]) -> None:
+    """Each parameter reward ``i`` requires is one it will be passed: a standard argument, a dataset column (every
+    column, ``data.prompt_column``'s too; ``columns`` ``None``: not loaded, ``--skip-data``), an extra the rollout
+    declares (``extras`` ``None``: it declares none) or a config kwarg; else an error, or a warning where a source is
+    unknown, with a did-you-mean for a name close to one of them."""
+    key = f"rewards[{i}].function"
+    sources = argument_sources(columns or (), extras or (), kwargs)
     for p in required_params(fn):
         if p in sources:
             continue
-        if columns is None:
-            continue  # the dataset did not load; that problem is already reported
         close = difflib.get_close_matches(p, list(sources), n=1, cutoff=0.75)
         hint = f"; did you mean `{close[0]}` ({sources[close[0]]})?" if close else ""
         rename = f"rename the parameter to `{close[0]}`, or " if close else ""
-        if extras is None:
+        if columns is None:  # not loaded (or it failed to: already reported): only a likely misspelling is said
+            if close:
+                _warn(problems, key, spec, f"requires `{p}`, which is neither a standard argument, a config kwarg nor "
+                      f"an extra the rollout declares; the dataset was not loaded, so it may be a column{hint}",
+                      f"{rename}check that the dataset has a column `{p}` (validate-config without --skip-data)")
+        elif extras is None:
             _warn(problems, key, spec,
                   f"requires `{p}`, which is neither a standard argument, a dataset column nor a config kwarg; "
                   f"the rollout must return it as an extra, or the first step fails{hint}",
@@ -180,7 +190,7 @@ def _check_reward_signature(fn: Callable, i: int, spec: str, kwargs: Dict[str, A
         else:
             _err(problems, key, spec,
                  f"requires `{p}`, which is neither a standard argument ({', '.join(STANDARD_REWARD_ARGS)}), a dataset "
-                 f"column ({', '.join(columns or []) or 'none'}), a config kwarg, nor an extra of the rollout{hint}",
+                 f"column ({', '.join(columns) or 'none'}), a config kwarg, nor an extra of the rollout{hint}",
                  f"{rename}add the column `{p}` to the dataset, set `rewards[{i}].kwargs.{p}`, or give the parameter "
                  "a default")
 

@@ -2,7 +2,7 @@
 
 A reward function is ``f(prompts, completions, completion_ids, **kwargs) -> list[float | None]`` with one score per
 completion (``N = P × n``). It receives, as keyword arguments, only what it names (or everything, if it takes
-``**kwargs``): the standard arguments below, every dataset column of the prompt's row (repeated per completion), every
+``**kwargs``): the standard arguments below, every dataset column of the prompt's row (repeated per completion; the prompt column too), every
 extra key the rollout returned, and its own ``kwargs`` from the config. ``None`` means "no opinion" on that completion:
 it counts as 0 in the weighted sum and is left out of that function's mean/std. ``async def`` functions run
 concurrently. A function may return a :class:`~.scores.RewardScores` to say which completions it gave up on for lack
@@ -12,6 +12,7 @@ of time; they are counted as ``rewards/<name>/timeouts``.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 import math
 import numbers
@@ -131,15 +132,43 @@ def _check_scores(name: str, scores: Any, num_completions: int, fn: Optional[Cal
     return out
 
 
-async def _call_all(functions: Sequence[RewardFunction], args: Mapping[str, Any]) -> List[Any]:
+def argument_sources(columns: Collection[str], extras: Collection[str], kwargs: Collection[str] = ()) -> Dict[str, str]:
+    """Every name a reward function can take, and what it is (``"a standard argument"``, ``"a dataset column"``,
+    ``"an extra of the rollout"``, ``"a config kwarg"``), in that order of precedence: a standard argument wins over
+    a column of the same name, a config kwarg over everything (:func:`compute_rewards` passes them so)."""
+    return {**{c: "a dataset column" for c in columns}, **{e: "an extra of the rollout" for e in extras},
+            **{a: "a standard argument" for a in STANDARD_REWARD_ARGS}, **{k: "a config kwarg" for k in kwargs}}
+
+
+_PLURALS = {"a standard argument": "standard arguments", "a dataset column": "dataset columns",
+            "an extra of the rollout": "rollout extras", "a config kwarg": "config kwargs"}
+
+
+def unserved_message(name: str, where: str, missing: Sequence[str], sources: Mapping[str, str]) -> str:
+    """What a reward function ``name`` (``where``: `` (defined at FILE:LINE)`` or ``""``) that requires ``missing``
+    (none of ``sources``, :func:`argument_sources`) is told: every name it could take, by kind, and a did-you-mean
+    for each missing one close to one of them."""
+    by_kind: Dict[str, List[str]] = {kind: [] for kind in _PLURALS}
+    for arg, kind in sources.items():
+        by_kind[kind].append(arg)
+    listed = "; ".join(f"{_PLURALS[kind]}: {', '.join(names) or 'none'}" for kind, names in by_kind.items()
+                       if names or kind != "a config kwarg")
+    hints = [f"did you mean `{close[0]}` ({sources[close[0]]}) for `{m}`?" for m in missing
+             if (close := difflib.get_close_matches(m, list(sources), n=1, cutoff=0.75))]
+    return (f"reward function `{name}`{where} requires {', '.join(f'`{m}`' for m in missing)}, which is neither a "
+            f"standard argument, a dataset column, a rollout extra nor a config kwarg (it can take {listed})"
+            + (f"; {' '.join(hints)}" if hints else "") + "; rename the parameter, return it from the rollout, set "
+            "it in the reward's kwargs, or give it a default")
+
+
+async def _call_all(functions: Sequence[RewardFunction], args: Mapping[str, Any],
+                    sources: Mapping[str, str]) -> List[Any]:
     async def one(rf: RewardFunction) -> Any:
         available = {**args, **(rf.kwargs or {})}
         missing = [p for p in required_params(rf.fn) if p not in available]
         if missing:
-            extras = sorted(set(args) - set(STANDARD_REWARD_ARGS))
-            raise RewardError(f"reward function `{rf.name}` needs {', '.join(f'`{m}`' for m in missing)}, which is "
-                              f"neither a standard argument, a dataset column nor a rollout extra (available: "
-                              f"{', '.join(extras) or 'none'}); return it from the rollout or give it a default")
+            raise RewardError(unserved_message(rf.name, defined_at(rf.fn), missing,
+                                               {**sources, **{k: "a config kwarg" for k in rf.kwargs or {}}}))
         kwargs = select_kwargs(rf.fn, available)
         try:
             if inspect.iscoroutinefunction(rf.fn) or inspect.iscoroutinefunction(getattr(rf.fn, "__call__", None)):
@@ -170,7 +199,7 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
     num_completions = len(completions)
     args: Dict[str, Any] = {**columns, **extras, "prompts": list(prompts), "completions": list(completions),
                             "completion_ids": [list(c) for c in completion_ids], "step": step}
-    raw = run_coroutine(_call_all(functions, args))  # also from inside a running loop (a notebook)
+    raw = run_coroutine(_call_all(functions, args, argument_sources(columns, extras)))  # also from inside a running loop (a notebook)
     per_function = {rf.name: _check_scores(rf.name, scores, num_completions, rf.fn)
                     for rf, scores in zip(functions, raw)}
     reporting = [(rf.name, scores) for rf, scores in zip(functions, raw) if isinstance(scores, RewardScores)]
