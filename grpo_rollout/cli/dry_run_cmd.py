@@ -1,5 +1,5 @@
 """``validate-config --dry-run``: print what the rollout and rewards did on two prompts (two completions each), or why
-they failed."""
+they failed; and warn when every prompt's completions scored alike (no learning signal)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
     from ..rewards.calling import RewardError
     from ..rollouts.contract import RolloutError
     from ..trainer.dry_run import dry_run
+    from ..trainer.update.no_signal import no_signal_note
     from .interrupts import interrupts_raise
 
     say = lambda text: console.print(f"[dim]•[/] {escape(text)}", soft_wrap=True)  # noqa: E731
@@ -63,4 +64,7 @@ def run_dry_run(console: Console, config: Config, base_dir: Path) -> int:
                  f"{result.backend}; model load {t['load']:.1f} s, rollout {t['rollout']:.1f} s, rewards "
                  f"{t['rewards']:.2f} s; rewards of all completions: {', '.join(f'{r:.2f}' for r in result.rewards)}[/]")
     console.print(Panel("\n\n".join(lines), title="[bold green]Dry run: rollout and rewards work", expand=False))
+    note = no_signal_note(result.rewards, result.num_generations, result.configured_num_generations)
+    if note is not None:  # they work, yet no step would learn: said now, not after minutes of training
+        console.print(f"[yellow]{escape(note)}[/]", soft_wrap=True)
     return 0

@@ -2,11 +2,11 @@
 
 A reward function is ``f(prompts, completions, completion_ids, **kwargs) -> list[float | None]`` with one score per
 completion (``N = P × n``). It receives, as keyword arguments, only what it names (or everything, if it takes
-``**kwargs``): the standard arguments below, every dataset column of the prompt's row (repeated per completion; the prompt column too), every
-extra key the rollout returned, and its own ``kwargs`` from the config. ``None`` means "no opinion" on that completion:
-it counts as 0 in the weighted sum and is left out of that function's mean/std. ``async def`` functions run
-concurrently. A function may return a :class:`~.scores.RewardScores` to say which completions it gave up on for lack
-of time; they are counted as ``rewards/<name>/timeouts``.
+``**kwargs``): the standard arguments below, every dataset column of the prompt's row (repeated per completion; the
+prompt column too), every extra key the rollout returned, and its own ``kwargs`` from the config. ``None`` means "no
+opinion" on that completion: it counts as 0 in the weighted sum and is left out of that function's mean/std. ``async
+def`` functions run concurrently. A function may return a :class:`~.scores.RewardScores` to say which completions it
+gave up on for lack of time; they are counted as ``rewards/<name>/timeouts``.
 """
 
 from __future__ import annotations
@@ -199,7 +199,8 @@ def compute_rewards(functions: Sequence[RewardFunction], *, prompts: Sequence[An
     num_completions = len(completions)
     args: Dict[str, Any] = {**columns, **extras, "prompts": list(prompts), "completions": list(completions),
                             "completion_ids": [list(c) for c in completion_ids], "step": step}
-    raw = run_coroutine(_call_all(functions, args, argument_sources(columns, extras)))  # also from inside a running loop (a notebook)
+    # also from inside a running loop (a notebook)
+    raw = run_coroutine(_call_all(functions, args, argument_sources(columns, extras)))
     per_function = {rf.name: _check_scores(rf.name, scores, num_completions, rf.fn)
                     for rf, scores in zip(functions, raw)}
     reporting = [(rf.name, scores) for rf, scores in zip(functions, raw) if isinstance(scores, RewardScores)]

@@ -42,7 +42,7 @@ from .update.surrogates import policy_term
 from .update.turn_credit import with_turn_credit
 from ..orchestrator.batch import CompletionScores, ScoredBatch, StepTimes
 from ..orchestrator.stream_stats import StreamStats
-from .checkpoint import TrainerState, rng_state, save_checkpoint
+from .checkpoint import TrainerState, reusable_weights, rng_state, save_checkpoint, weights_on_disk
 from ..distributed import Dist
 from ..orchestrator.dynamic_sampling import RefillCounts, even_out_groups, keep_groups_with_signal
 from .evaluation.held_out import EvalResult, Evaluator, evaluation_on, write_eval_records
@@ -57,7 +57,7 @@ from .setup import build_optimizer, load_policy, open_clients, restore
 from .reporting.step_metrics import save_rollouts, step_metrics
 from .reporting.streaming_view import startup_lines
 from .update.policy_update import PolicyUpdate, UpdateResult
-from .update.no_signal import skipped_update, step_has_signal
+from .update.no_signal import SignalWatch, skipped_update, step_has_signal
 from .parallel.weight_sync import WeightSync
 
 
@@ -92,6 +92,7 @@ class GRPORecipe:
         # reproduce: its log-probs are then logged but neither corrected for nor checked
         self.compare_with_sampler = s.repetition_penalty == 1.0
         self.nonfinite = NonFiniteGuard(t.max_nonfinite_steps, reporter.message)
+        self.signal = SignalWatch(reporter.message)  # steps without signal said; weights changed counted
         self.policy = self.ref = self.optimizer = self.scheduler = self.tokenizer = None
         self.updater: Optional[PolicyUpdate] = None
         self.weights: Optional[WeightSync] = None
@@ -123,7 +124,7 @@ class GRPORecipe:
         if not client.shares_weights:
             with self.reporter.status("Sending the current weights to vLLM"):
                 self.weights.send()  # a resumed or non-base model must be what the servers sample from
-        self.applied = start
+        self.applied, self.signal.unchanged_since = start, weights_on_disk(self.output_dir, resume)
         return start
 
     # -- one step --------------------------------------------------------------------------------------------------
@@ -187,10 +188,7 @@ class GRPORecipe:
         self.applied = step + 1  # the weights now include this step, whatever happens next
         self.rollouts.source.trained()  # streaming: the step's prompts are used (a checkpoint will not roll them again)
         self.nonfinite.after_step(step, result.skipped)
-        if result.stats.no_signal:
-            self.reporter.message(f"Step {step + 1}: every group's rewards were equal (all advantages 0, no KL or "
-                                  "entropy term): no update this step, its forward and backward passes skipped; the "
-                                  "weights, AdamW's moments and the learning-rate schedule are unchanged")
+        self.signal.after_update(step, result)
         times.trained = time.perf_counter()
         return result
 
@@ -219,6 +217,7 @@ class GRPORecipe:
         self.say_notes(f"Step {step + 1}", whole.timeout_notes(g) + whole.untrained_notes(g))
         lag = None if self.rollouts.client.shares_weights else batch.sampler_lag
         metrics, records = step_metrics(whole, batch.step_advantages, result, times, g, lag)
+        self.signal.after_step(step, metrics)  # K steps in a row without signal: said, with what to change
         if self.keeps_rollouts(step):
             tokens = [r for part in dist.gather(result.token_records) for r in part]
             if dist.is_main:
@@ -257,12 +256,13 @@ class GRPORecipe:
     # -- saving and cleaning up --------------------------------------------------------------------------------------
     def save_checkpoint(self, step: int) -> Path:
         """Checkpoint after ``step`` completed steps (1-based: ``checkpoint-<step>``; a collective: every rank calls
-        it; rank 0 writes)."""
+        it; rank 0 writes). Weights no step changed since a save are not written again (:mod:`.checkpoint`)."""
         t, dist = self.cfg.training, self.dist
         lora = is_peft_model(self.policy.lm)  # a LoRA checkpoint holds the adapters (PeftModel.save_pretrained)
-        weights = None if lora else full_state_dict(self.policy, dist)
+        unchanged = reusable_weights(self.signal.unchanged_since, lora, dist)
+        weights = None if lora or unchanged is not None else full_state_dict(self.policy, dist)
         extra = None
-        if lora and t.save_merged:
+        if lora and t.save_merged and unchanged is None:
             def extra(folder: Path) -> None:
                 save_merged_model(self.policy.lm, folder / MERGED_DIR, self.tokenizer)
         optimizer = None if t.save_only_model else optimizer_state(self.policy, self.optimizer, dist)
@@ -274,8 +274,11 @@ class GRPORecipe:
                                  self.rollouts.prompt_order.position(step), to_yaml(self.cfg), dist.world_size,
                                  None if streams[0] is None else streams)
             path = save_checkpoint(self.output_dir, step, self.policy.lm, self.tokenizer, state, weights=weights,
-                                   keep=t.save_total_limit, extra=extra)
-        return dist.broadcast(path)
+                                   keep=t.save_total_limit, extra=extra, unchanged=unchanged,
+                                   base_model=self.cfg.model.name_or_path)
+        path = dist.broadcast(path)
+        self.signal.saved(path, unchanged, self.cfg.model.name_or_path)
+        return path
 
     def cleanup(self) -> None:
         """Stop the background rollout, the NCCL channel, the generation client (and any server it spawned); an

@@ -35,6 +35,9 @@ def even_ids(completion_ids, **kwargs):
 
 def broken(completions, **kwargs):
     return [len(c) / 0 for c in completions]
+
+def never_called_a_tool(completions, **kwargs):
+    return [0.0 for _ in completions]
 '''
 
 
@@ -60,6 +63,17 @@ def test_good_rollout_prints_a_sample_with_rewards(tmp_path, tiny_model):
     assert "Count to 0." in out and "even_ids = " in out and "n_chars = 11" in out
     assert "completion (8 tokens, 8 trained)" in out  # max_completion_length 8 (below the dry run's 32)
     assert not (tmp_path / "out").exists()  # the run folder is not touched
+    assert "No learning signal" not in out  # even_ids varies within a group
+
+
+def test_rewards_without_a_signal_are_said_with_what_to_change(tmp_path, tiny_model):
+    """Issue 51.10: every completion scored 0.00 and the dry run said nothing; training then never updated."""
+    result = _invoke(tmp_path, tiny_model, reward="never_called_a_tool")
+    assert result.exit_code == 0, result.output  # the functions work: a warning, not a failure
+    out = " ".join(result.output.split())
+    assert ("No learning signal: every completion scored 0.000, so every advantage is 0 and a step would not change "
+            "the weights. With 2 completions a prompt this may be chance (training samples 8)") in out
+    assert "a reward that varies between them" in out and "sampling.num_generations" in out
 
 
 def test_the_cap_reaches_sampling_settings_repeated_in_rollout_kwargs(tmp_path, tiny_model):

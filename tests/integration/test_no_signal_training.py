@@ -136,3 +136,58 @@ def test_every_rank_takes_the_same_decision(tmp_path):
     proc = _torchrun([str(tmp_path / "ranks.py")], cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["[False, True]"] * 2
+
+
+# every completion 0.0, but at step index 3 (the 4th step): the share of even token ids, which varies
+FOURTH_STEP_ONLY = '''
+def fourth_step_only(completion_ids, step, **kwargs):
+    if step == 3:
+        return [sum(t % 2 == 0 for t in ids) / max(len(ids), 1) for ids in completion_ids]
+    return [0.0 for _ in completion_ids]
+'''
+
+
+def test_a_run_without_signal_says_so_counts_its_updates_and_writes_no_unchanged_weights(tmp_path, tiny_model):
+    """Issue 51.10: three steps whose rewards never varied. Before: not a word until the panel's "model saved to:
+    checkpoint-3", and every checkpoint wrote the unchanged model. Now the console warns at the third flat step, the
+    panel says "0 of 3 steps updated the weights" and that the model is the base model, and no checkpoint holds
+    weights; the run resumes from such a checkpoint with the base model's weights, trains step 4, and the flat step 5's
+    checkpoint links step 4's weights instead of writing them again."""
+    from grpo_rollout.trainer.checkpoint import BASE_WEIGHTS_FILE
+    from grpo_rollout.trainer.update.no_signal import FLAT_STEPS_WARNED
+
+    assert FLAT_STEPS_WARNED == 3  # the run below is exactly that long
+    sections = dict(rewards_source=FOURTH_STEP_ONLY, reward="fourth_step_only", sampling={"num_generations": 4},
+                    training={"max_steps": 3, "save_steps": 1, "prompts_per_step": 2,
+                              "micro_batch_size": 8})
+    console = Console(record=True, width=400, force_terminal=False)
+    result = train(tiny_config(tmp_path, tiny_model, **sections), base_dir=tmp_path,
+                   reporter=RichReporter(console=console))
+    text = console.export_text()
+    assert "No learning signal in steps 1-3: every group's rewards were equal in 3 steps in a row" in text
+    assert text.count("No learning signal in steps") == 1
+    assert "0 of 3 steps updated the weights (3 without learning signal: every group's rewards were equal)" in text
+    assert f"model: the base model {tiny_model}, unchanged (not saved again; {result.checkpoint} holds" in text
+    assert "checkpoint-1: no step has changed the weights of the base model" in text
+    out = tmp_path / "out"
+    for k in (1, 2, 3):
+        assert (out / f"checkpoint-{k}" / BASE_WEIGHTS_FILE).read_text().splitlines()[0] == str(tiny_model)
+        assert not list((out / f"checkpoint-{k}").glob("*.safetensors"))
+    console = Console(record=True, width=400, force_terminal=False)
+    resumed = train(tiny_config(tmp_path, tiny_model, **{**sections, "training": {**sections["training"],
+                                                                                  "max_steps": 5}}),
+                    base_dir=tmp_path, resume="latest", reporter=RichReporter(console=console))
+    text = console.export_text()
+    assert "checkpoint-3 holds no weights (no step before it changed the base model's)" in text
+    assert [m["no_signal_skipped"] for m in resumed.history] == [0, 1]
+    assert "1 of 2 steps of this session updated the weights (1 without learning signal" in text
+    assert "checkpoint-5: the weights are unchanged since checkpoint-4; its files are linked" in text
+    four, five = (out / "checkpoint-4" / "model.safetensors").stat(), (out / "checkpoint-5" / "model.safetensors").stat()
+    assert four.st_ino == five.st_ino and f"model saved to: {out / 'checkpoint-5'}" in text
+    # the same as a run that never stopped: the resumed step 4 started from the base model's weights
+    (tmp_path / "whole").mkdir()
+    whole = train(tiny_config(tmp_path / "whole", tiny_model, **{**sections, "training": {
+        **sections["training"], "max_steps": 5, "save_steps": 0}}), base_dir=tmp_path / "whole",
+        reporter=RichReporter(quiet=True))
+    for key in ("reward", "loss", "grad_norm"):
+        assert resumed.history[0][key] == pytest.approx(whole.history[3][key], rel=1e-6), key

@@ -1,6 +1,6 @@
-"""The final summary of a run: steps, how the mean reward moved, the held-out evaluation, time per step by phase, and
-where the model, metrics and rollouts are. :func:`grpo_rollout.train` prints it as a panel at the end (the CLI's
-"Training finished") and returns it as plain text in ``TrainResult.summary``."""
+"""The final summary of a run: steps, how the mean reward moved, the held-out evaluation, time per step by phase, how
+many steps changed the weights, and where the model, metrics and rollouts are. :func:`grpo_rollout.train` prints it
+as a panel at the end (the CLI's "Training finished") and returns it as plain text in ``TrainResult.summary``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ...runs import names as rn
+from ..checkpoint import base_weights_of
 from ..evaluation.held_out import plus_minus
+from ..update.no_signal import updated_weights
 from .streaming_view import summary_lines
 
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ def _title_and_lines(result: TrainResult) -> Tuple[str, List[str]]:
                      f"{last[rn.TOOL_SUCCESS_RATE]:.0%} succeeded")
     out = escape(str(result.output_dir))
     lines += failure_lines(result, out)
-    lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
+    lines += model_lines(result)
     lines.append(f"metrics: {escape(str(result.output_dir / rn.METRICS_FILE))}  (plot: [cyan]grpo-rollout plot {out}[/])")
     if (result.output_dir / rn.ROLLOUTS_DIR).is_dir():
         lines.append(f"token-level rollouts: {out}/{rn.ROLLOUTS_DIR}  ([cyan]grpo-rollout inspect {out}[/])")
@@ -94,6 +96,26 @@ def held_out_lines(result: TrainResult, train_delta: float) -> List[str]:
                      "reward (reward hacking); read the held-out answers in eval/step_<k>.jsonl[/]")
     return lines
 
+
+
+def model_lines(result: TrainResult) -> List[str]:
+    """How many steps of the session changed the weights (``N of M steps updated the weights``, and why the others
+    did not), and where the model is: the final checkpoint, or the base model when no step changed it (its checkpoint
+    holds no weights, :data:`~..checkpoint.BASE_WEIGHTS_FILE`)."""
+    rows = result.history
+    updated = sum(1 for m in rows if updated_weights(m))
+    flat = sum(1 for m in rows if m.get(rn.NO_SIGNAL_SKIPPED))
+    why = [f"{flat} without learning signal: every group's rewards were equal"] if flat else []
+    diverged = len(rows) - updated - flat
+    why += [f"{diverged} whose updates were skipped for a NaN/inf loss"] if diverged else []
+    session = "" if rows[0].get(rn.STEP, 1) == 1 else " of this session"
+    said = f"{updated} of {len(rows)} steps{session} updated the weights" + (f" ({'; '.join(why)})" if why else "")
+    lines = [f"[yellow]{said}[/]" if updated == 0 else said]
+    base = base_weights_of(result.checkpoint)
+    ckpt = escape(str(result.checkpoint))
+    lines.append(f"model: the base model [bold]{escape(base)}[/], unchanged (not saved again; {ckpt} holds the "
+                 f"trainer state for --resume)" if base is not None else f"model saved to: [bold]{ckpt}[/]")
+    return lines
 
 
 def failure_lines(result: TrainResult, out: str) -> List[str]:

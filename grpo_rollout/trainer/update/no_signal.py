@@ -8,16 +8,24 @@ gradient would be exactly 0, and AdamW would still move every weight through its
 step makes no forward or backward pass, no optimizer or learning-rate schedule step (:func:`skipped_update`, chosen by
 :meth:`..recipe.GRPORecipe.update` with :func:`step_has_signal`), and the
 recipe sends no weights (:meth:`..recipe.GRPORecipe.sync`).
+
+Saying so (issue 51.10: a run whose rewards never varied said nothing until its final panel, and not even then):
+:func:`no_signal_note` is what the dry run says when every group's rewards were equal, :class:`SignalWatch` what the
+console says after :data:`FLAT_STEPS_WARNED` such steps in a row, and it counts the steps that changed the weights for
+the final panel and for the checkpoint (which does not write unchanged weights again, :mod:`..checkpoint`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import List
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from ...runs import names as rn
 from ...runs.rollouts import fold_segments, token_record
 from ...orchestrator.batch import ScoredBatch, TrainingRows
 from ...distributed import Dist
+from ..checkpoint import BASE
 from .objective import gradient_without_advantages
 from .policy_update import PolicyUpdate, UpdateResult, UpdateStats
 
@@ -59,3 +67,79 @@ def skipped_update(updater: PolicyUpdate, batch: ScoredBatch, keep_tokens: bool)
     return UpdateResult(stats, num_tokens=int(num_tokens), num_iterations=n,
                         has_sampler_logprobs=out.logprobs is not None, tokens_forward=0, tokens_padded=0,
                         token_records=records)
+
+
+#: steps in a row whose every group's rewards were equal before the console warns (once per such run of steps)
+FLAT_STEPS_WARNED = 3
+
+#: what gives GRPO a signal: the end of each "no learning signal" message
+WHAT_TO_CHANGE = ("GRPO learns only from differences between the completions of one prompt. To get some: a reward "
+                  "that varies between them (partial credit instead of all-or-nothing), more completions per prompt "
+                  "(sampling.num_generations), a higher sampling.temperature, or easier prompts that the model solves "
+                  "some of the time")
+
+
+def no_signal_note(rewards: Sequence[float], num_generations: int, configured: int) -> Optional[str]:
+    """What the dry run says when every group of ``rewards`` (``num_generations`` completions a prompt, prompt by
+    prompt; ``configured``: training's ``sampling.num_generations``) scored alike, else ``None``."""
+    groups = [rewards[i:i + num_generations] for i in range(0, len(rewards), max(num_generations, 1))]
+    if num_generations < 2 or not groups or any(max(g) != min(g) for g in groups):
+        return None
+    alike = (f"every completion scored {rewards[0]:.3f}" if min(rewards) == max(rewards)
+             else "the completions of each prompt scored alike")
+    few = (f" With {num_generations} completions a prompt this may be chance (training samples {configured}); if "
+           "training's first steps say the same, the run will not learn." if num_generations < configured else "")
+    return f"No learning signal: {alike}, so every advantage is 0 and a step would not change the weights.{few} " \
+           f"{WHAT_TO_CHANGE}."
+
+
+def updated_weights(metrics: Dict[str, Any]) -> bool:
+    """Whether the step whose metrics (a ``history`` row) these are changed the weights: it had signal and not every
+    one of its ``num_iterations`` optimizer updates was skipped for a NaN/inf loss."""
+    iterations = sum(1 for k in metrics if k.startswith(f"{rn.LOSS}/iteration_")) or 1
+    return not metrics.get(rn.NO_SIGNAL_SKIPPED) and (metrics.get(rn.NONFINITE_SKIPPED) or 0) < iterations
+
+
+class SignalWatch:
+    """Per run (every rank the same): which steps changed the weights and which had no signal, said on the console.
+
+    Attributes:
+        updated: steps of this session that changed the weights. unchanged_since: where the weights as they are now
+        already lie on disk: a checkpoint folder, :data:`BASE` (no step changed the model loaded from
+        ``model.name_or_path``), or ``None`` (changed since the last save).
+    """
+
+    def __init__(self, say: Callable[[str], None], unchanged_since: Union[Path, str, None] = BASE):
+        self.say, self.unchanged_since = say, unchanged_since
+        self.updated = self.flat = 0
+
+    def after_update(self, step: int, result: UpdateResult) -> None:
+        """Count step ``step``'s (0-based) update; say when it made none for want of signal."""
+        if result.stats.no_signal:
+            self.say(f"Step {step + 1}: every group's rewards were equal (all advantages 0, no KL or entropy term): no "
+                     "update this step, its forward and backward passes skipped; the weights, AdamW's moments and the "
+                     "learning-rate schedule are unchanged")
+        elif result.skipped < result.num_iterations:
+            self.updated += 1
+            self.unchanged_since = None
+
+    def after_step(self, step: int, metrics: Dict[str, Any]) -> None:
+        """After step ``step``'s (0-based) metrics: warn once when :data:`FLAT_STEPS_WARNED` steps in a row had every
+        group's rewards equal (``frac_reward_zero_std`` 1)."""
+        self.flat = self.flat + 1 if metrics.get(rn.FRAC_REWARD_ZERO_STD) == 1.0 else 0
+        if self.flat == FLAT_STEPS_WARNED:
+            first = step + 2 - self.flat
+            self.say(f"No learning signal in steps {first}-{step + 1}: every group's rewards were equal in "
+                     f"{self.flat} steps in a row (frac_reward_zero_std 1.0), so the rewards do not move the "
+                     f"weights. {WHAT_TO_CHANGE}; the completions are in completions.jsonl.")
+
+    def saved(self, path: Path, unchanged: Union[Path, str, None], base_model: str) -> None:
+        """After checkpoint ``path`` was saved with ``unchanged`` (:func:`..checkpoint.save_checkpoint`): say what
+        was not written again; the weights now lie in ``path`` (or stay the base model's)."""
+        if unchanged == BASE:
+            self.say(f"{path.name}: no step has changed the weights of the base model ({base_model}), so they are not "
+                     f"saved again; the folder holds the tokenizer and the trainer state for --resume")
+        elif unchanged is not None:
+            self.say(f"{path.name}: the weights are unchanged since {Path(unchanged).name}; its files are linked, "
+                     "not written again")
+        self.unchanged_since = BASE if unchanged == BASE else path
