@@ -137,7 +137,8 @@ def tiny_server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     from grpo_rollout.generation.server.launch import ServerSettings
     from grpo_rollout.generation.spawn import ManagedServer
 
-    srv = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=256),
+    srv = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=256,
+                                       trusted_network=True),  # no key: the tests update its weights without one
                         tmp_path_factory.mktemp("log") / "vllm.log")
     srv.start(timeout_s=600)
     yield srv

@@ -164,7 +164,11 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
                                              help="Port (default 8000, or the config's vllm.port)."),
           max_model_len: Optional[int] = typer.Option(None, "--max-model-len", min=1,
                                                       help="Longest sequence in tokens."),
-          api_key: Optional[str] = typer.Option(None, "--api-key", help="Require this bearer token."),
+          api_key: Optional[str] = typer.Option(None, "--api-key", help="Require this bearer token on every route "
+                                                "but /health (default: the config's vllm.api_key, or VLLM_API_KEY)."),
+          trusted_network: bool = typer.Option(False, "--trusted-network", help="Without a key: let anyone who "
+                                               "reaches the port update the weights (refused otherwise; also the "
+                                               "config's vllm.trusted_network)."),
           dtype: Optional[ServeDtype] = typer.Option(None, "--dtype", help="The dtype served (default float32, or "
                                                      "the config's model.dtype); the trainer's model.dtype must "
                                                      "match it."),
@@ -175,7 +179,8 @@ def serve(config: Optional[Path] = typer.Argument(None, help="Optional YAML conf
     from .serve_cmd import run_serve
 
     raise typer.Exit(run_serve(console, config, model=model, host=host, port=port, max_model_len=max_model_len,
-                               api_key=api_key, extra=extra or [], dtype=dtype.value if dtype else None))
+                               api_key=api_key, extra=extra or [], dtype=dtype.value if dtype else None,
+                               trusted_network=trusted_network))
 
 
 @app.command()

@@ -11,6 +11,9 @@ from rich.markup import escape
 
 from ..config import Config
 from ..config.problems import Problem
+from ..generation.server.access import KEY_ENV
+from ..generation.server.exposure import is_loopback_host
+from ..generation.server.launch import ServerSettings
 from ..generation.server.managed_flags import check_server_args
 from ..preflight import check_config
 from .render import print_problems
@@ -35,10 +38,28 @@ def vllm_arg_problems(config: Config, extra: List[str], *, model: Optional[str] 
     return problems
 
 
+def announce(console: Console, settings: ServerSettings, path: str) -> None:
+    """What ``serve`` says before the server starts: where, which routes, and who may call them (guarded by the key,
+    open to anyone, refused)."""
+    from ..generation.server.access import access_summary
+
+    url = f"http://{settings.host}:{settings.port}"
+    console.print(f"Serving [bold]{escape(path)}[/] at [bold]{url}[/]: POST /generate/, POST /update_weights/, "
+                  f"GET /health/{', POST /sleep/, POST /wake_up/' if settings.sleep_mode else ''} and vLLM's /v1/... "
+                  "routes. Ctrl-C stops it.")
+    console.print(escape(access_summary([settings.api_key] if settings.api_key else [], settings.trusted_network)))
+    if not is_loopback_host(settings.host) and not settings.api_key:
+        change = "generate and replace the weights" if settings.trusted_network else "generate"
+        console.print(f"[yellow]Listening beyond this machine without --api-key: anyone who reaches the port can "
+                      f"{change}.[/]")
+
+
 def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[str], host: Optional[str],
               port: Optional[int], max_model_len: Optional[int], api_key: Optional[str], extra: List[str],
-              dtype: Optional[str] = None) -> int:
-    """Resolve settings (flags over the config's ``model``/``vllm`` sections over defaults) and exec the server."""
+              dtype: Optional[str] = None, trusted_network: bool = False) -> int:
+    """Resolve settings (flags over the config's ``model``/``vllm`` sections over defaults; the key: ``--api-key``,
+    ``vllm.api_key``, then ``VLLM_API_KEY``; ``trusted_network``: ``--trusted-network`` or ``vllm.trusted_network``)
+    and exec the server."""
     config = Config()
     if config_path is not None:
         loaded, problems = check_config(config_path, load_data=False)
@@ -70,7 +91,8 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
         return 1
     needed = needed_model_len(config.sampling) if config_path else None
     settings = settings_from_config(config, path, max_model_len=max_model_len or config.vllm.max_model_len or needed,
-                                    host=host, port=port or None, api_key=api_key, extra_args=extra)
+                                    host=host, port=port or None, api_key=api_key or os.environ.get(KEY_ENV) or None,
+                                    extra_args=extra, trusted_network=trusted_network or config.vllm.trusted_network)
     from ..generation.server.exposure import dev_mode_exposure
 
     exposed = dev_mode_exposure(settings.weight_transfer, settings.host, settings.api_key)
@@ -89,12 +111,6 @@ def run_serve(console: Console, config_path: Optional[Path], *, model: Optional[
     note = sleep_allocator_note(settings)
     if note:
         console.print(f"[yellow]{escape(note)}[/]")
-    url = f"http://{settings.host}:{settings.port}"
-    console.print(f"Serving [bold]{escape(path)}[/] at [bold]{url}[/]: POST /generate/, POST /update_weights/, "
-                  f"GET /health/{', POST /sleep/, POST /wake_up/' if settings.sleep_mode else ''} and vLLM's /v1/... "
-                  "routes. Ctrl-C stops it.")
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.api_key:
-        console.print("[yellow]Listening beyond this machine without --api-key: anyone who reaches the port can "
-                      "generate and replace the weights.[/]")
+    announce(console, settings, path)
     os.execvpe(argv[0], argv, env)
     return 0  # not reached

@@ -193,7 +193,10 @@ class VllmConfig(Section):
     host: str = setting("127.0.0.1", "The address a spawned or served server binds")
     port: int = setting(8000, "The server's port (spawn mode picks free ports itself)", ge=0, le=65535,
                         fix="e.g. 8000", problem="must be a TCP port (0-65535)")
-    api_key: Optional[str] = setting(None, "The API key the server requires and the trainer sends")
+    api_key: Optional[str] = setting(None, "The API key the server requires on every route but /health and the "
+                                     "trainer sends; null: spawn mode makes a random one per run")
+    trusted_network: bool = setting(False, "serve without api_key: let anyone who reaches the port update the "
+                                    "weights and call vLLM's control routes (refused otherwise)")
     max_model_len: Optional[int] = setting(None, "The server's context length (tokens); null = max_prompt_length + "
                                            "max_completion_length", ge=1, fix="e.g. 2048")
     gpu_memory_utilization: float = setting(0.9, "The fraction of GPU memory vLLM may take; unset with a spawned "

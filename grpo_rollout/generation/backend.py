@@ -34,6 +34,8 @@ def check_server(client: VllmClient, vocab_size: int, needed_len: Optional[int],
     try:
         info = client.health()
     except ServerError as exc:
+        if "HTTP 401" in str(exc):
+            raise BackendError(f"{exc}. The server was started with an API key: set vllm.api_key to it") from exc
         raise BackendError(f"{exc}. Start one with `grpo-rollout serve CONFIG`, or use vllm.mode: spawn") from exc
     if info.get("vocab_size") != vocab_size:
         raise BackendError(f"the server at {client.url} serves {info.get('model')!r} with a vocabulary of "
@@ -57,10 +59,26 @@ def check_server(client: VllmClient, vocab_size: int, needed_len: Optional[int],
     return info
 
 
+def check_weight_access(client: VllmClient, info: dict) -> None:
+    """Check that an attached server lets this trainer update its weights (``info``: its ``/health/`` answer): a
+    server with no API key refuses weight updates unless started with ``--trusted-network`` (server/access.py); one
+    that does not say (an older grpo-rollout) is not checked.
+
+    Raises:
+        BackendError: the server refuses weight updates from anyone.
+    """
+    if info.get("weight_updates") == "refused":
+        raise BackendError(f"the server at {client.url} has no API key, so it refuses weight updates from anyone "
+                           "(403). Restart it with a key (`grpo-rollout serve CONFIG --api-key KEY`, and set "
+                           "vllm.api_key: KEY here), or, when everyone who can reach its port may change its weights, "
+                           "with `grpo-rollout serve CONFIG --trusted-network`; or use vllm.mode: spawn")
+
+
 class _SpawnedClient(VllmClient):
     """A :class:`VllmClient` that also stops its server on :meth:`close`, and knows when its server died."""
 
     server: Any = None
+    api_key: Optional[str] = None  # the key its server was started with (vllm.api_key, or one made for the run)
 
     def alive(self) -> bool:
         """False once the spawned server's process has exited (a request is then not retried)."""
@@ -117,11 +135,18 @@ def _transfer(config: Config) -> str:
     return "auto" if config.vllm.weight_transfer == "nccl" else config.vllm.weight_transfer
 
 
+def server_key(client: GenerationClient, config: Config) -> Optional[str]:
+    """The API key of ``client``'s servers: the one spawn mode made for this run, else ``vllm.api_key``."""
+    first = (getattr(client, "clients", None) or [client])[0]
+    return getattr(first, "api_key", None) or config.vllm.api_key
+
+
 def connect(urls: Sequence[str], config: Config, tokenizer: PreTrainedTokenizerBase, max_prompt: Optional[int],
-            first: int = 0) -> GenerationClient:
+            first: int = 0, api_key: Optional[str] = None) -> GenerationClient:
     """A client for servers that are already running (one :class:`VllmClient`, or a :class:`MultiServerClient`
-    over several, whose first share goes to server ``first``)."""
-    clients = [VllmClient(u, tokenizer, max_prompt, api_key=config.vllm.api_key, transfer=_transfer(config),
+    over several, whose first share goes to server ``first``); ``api_key``: their key (default ``vllm.api_key``)."""
+    key = api_key or config.vllm.api_key
+    clients = [VllmClient(u, tokenizer, max_prompt, api_key=key, transfer=_transfer(config),
                           sync_timeout=config.vllm.sync_timeout_s) for u in urls]
     return clients[0] if len(clients) == 1 else MultiServerClient(clients, first=first)
 
@@ -151,19 +176,21 @@ def open_backend(config: Config, model: Any, tokenizer: PreTrainedTokenizerBase,
         urls = attach_urls(config)
         client = connect(urls, config, tokenizer, max_prompt)
         for one in getattr(client, "clients", [client]):
-            check_server(one, vocab, needed, v.sleep_during_training, config.model.dtype)
+            check_weight_access(one, check_server(one, vocab, needed, v.sleep_during_training, config.model.dtype))
         say(f"Attached to vLLM at {', '.join(urls)}")
         return client
+    from .server.access import new_run_key
     from .server.gpu_share import shared_gpu_share
     from .server.launch import settings_from_config, sleep_allocator_note
     from .spawn import ManagedServer
 
     k = v.num_servers
+    key = v.api_key or new_run_key()  # every route of a spawned server needs it (server/access.py)
     servers = []
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     for i in range(k):
         settings = settings_from_config(config, model_path, max_model_len=v.max_model_len or needed,
-                                        host="127.0.0.1", port=0,  # loopback, a free port
+                                        host="127.0.0.1", port=0, api_key=key,  # loopback, a free port
                                         devices=v.server_devices[i] if v.server_devices else None)
         share = cores[i * len(cores) // k:(i + 1) * len(cores) // k]  # CPU build: the cores split among servers
         if share:
@@ -190,9 +217,9 @@ def open_backend(config: Config, model: Any, tokenizer: PreTrainedTokenizerBase,
         raise
     clients = []
     for server in servers:
-        client = _SpawnedClient(server.url, tokenizer, max_prompt, api_key=v.api_key, transfer=_transfer(config),
+        client = _SpawnedClient(server.url, tokenizer, max_prompt, api_key=key, transfer=_transfer(config),
                                 sync_timeout=v.sync_timeout_s)
-        client.server = server
+        client.server, client.api_key = server, key
         clients.append(client)
     say(f"vLLM server{'s' if k > 1 else ''} ready at {', '.join(s.url for s in servers)}")
     return clients[0] if k == 1 else MultiServerClient(clients)

@@ -27,6 +27,37 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+class _KeyedWeightSyncClient:
+    """vLLM's weight-sync control routes over HTTP (``/init_weight_transfer_engine``, ``/start_weight_update``,
+    ``/update_weights``, ``/finish_weight_update``, ``/shutdown_weight_transfer_engine``), as vLLM's
+    ``HTTPVLLMWeightSyncClient`` calls them, but through ``http`` (which sends the API key: these routes need it, or
+    a trusted network, on a grpo-rollout server; vLLM's own client sends no key)."""
+
+    def __init__(self, url: str, http: httpx.Client):
+        self.url, self._http = url.rstrip("/"), http
+
+    def _post(self, path: str, body: Optional[dict] = None) -> None:
+        try:
+            self._http.post(f"{self.url}/{path}", json=body).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ServerError(f"the vLLM server at {self.url} failed POST /{path}: {exc}") from exc
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self._post("init_weight_transfer_engine", {"init_info": init_info})
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self._post("shutdown_weight_transfer_engine")
+
+    def start_weight_update(self) -> None:
+        self._post("start_weight_update")
+
+    def update_weights(self, update_info: Any) -> None:
+        self._post("update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: Optional[str] = None) -> None:
+        self._post("finish_weight_update", None if weight_version is None else {"weight_version": weight_version})
+
+
 class NcclWeightSync:
     """Trainer side of the NCCL weight transfer to ``urls``.
 
@@ -43,7 +74,6 @@ class NcclWeightSync:
     def __init__(self, urls: Sequence[str], lm: Any, rank: int = 0, master_address: Optional[str] = None,
                  api_key: Optional[str] = None):
         from vllm.distributed.weight_transfer.base import ModuleSource
-        from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo, NCCLTrainerWeightTransferEngine
 
         self.urls, self.rank = list(urls), rank
@@ -58,7 +88,7 @@ class NcclWeightSync:
                 port = _free_port()
             info = NCCLTrainerInitInfo(master_address=address, master_port=port, world_size=1 + workers, rank=rank)
             self.engines.append(NCCLTrainerWeightTransferEngine.trainer_init(
-                info, client=HTTPVLLMWeightSyncClient(url), source=ModuleSource(lm)))
+                info, client=_KeyedWeightSyncClient(url, self._http), source=ModuleSource(lm)))
         self.weight_version = 0
 
     def _get(self, url: str, path: str) -> dict:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 import torch
 
 from ..config import Config
-from ..generation.backend import connect, open_backend, prompt_limit
+from ..generation.backend import connect, open_backend, prompt_limit, server_key
 from ..generation.version_stamps import use_in_flight_updates
 from ..models.pretrained import eos_token_ids, load_model_and_tokenizer
 from ..models.lora import apply_lora, is_adapter_checkpoint, load_adapter, parameter_counts
@@ -205,15 +205,18 @@ def open_clients(config: Config, loaded: LoadedPolicy, output_dir: Path, dist: D
     client = None
     if config.vllm.mode == "off" or dist.is_main:
         client = open_backend(config, lm, loaded.tokenizer, loaded.model_path, output_dir, say=say, status=status)
-    urls = None
-    if config.vllm.mode != "off":
-        urls = dist.broadcast(getattr(client, "urls", None) or [getattr(client, "url", None)])
+    urls = key = None
+    if config.vllm.mode != "off":  # the servers and their key (spawn mode makes one per run) for every rank
+        urls, key = dist.broadcast((getattr(client, "urls", None) or [getattr(client, "url", None)],
+                                    server_key(client, config) if dist.is_main else None))
         if not dist.is_main:
-            client = connect(urls, config, loaded.tokenizer, prompt_limit(config, lm)[0], first=dist.rank)
+            client = connect(urls, config, loaded.tokenizer, prompt_limit(config, lm)[0], first=dist.rank,
+                             api_key=key)
     use_in_flight_updates(client, config.training.staleness() > 0)  # streaming: syncs do not wait
     nccl = None
     if config.vllm.weight_transfer == "nccl" and urls:
         from ..generation.nccl_sync import NcclWeightSync
 
-        nccl = NcclWeightSync(urls, lm, dist.rank, api_key=config.vllm.api_key)
+        nccl = NcclWeightSync(urls, lm, dist.rank, api_key=key)
     return client, nccl
+

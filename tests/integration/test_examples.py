@@ -86,7 +86,7 @@ def server(tmp_path_factory):
     the later examples do not pay for another server start (spawn itself: tests/integration/test_quickstart.py)."""
     configs = [load_config(REPO / "configs" / f"{name}.yaml").config for name in EXAMPLES]
     model = resolve_model_path(configs[0].model.name_or_path)
-    settings = settings_from_config(configs[0], model, port=0,
+    settings = settings_from_config(configs[0], model, port=0, trusted_network=True,  # attached to without a key
                                     max_model_len=max(needed_model_len(c.sampling) for c in configs))
     srv = ManagedServer(settings, tmp_path_factory.mktemp("log") / "vllm.log")
     srv.start(timeout_s=600)

@@ -144,7 +144,8 @@ def test_vllm_after_sync_matches_the_trainers_merged_model(tiny_model, tmp_path)
             if p.requires_grad:
                 p.normal_(0, 0.3)
     prompt = tokenizer("The weather today is", add_special_tokens=False)["input_ids"]
-    server = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=256), tmp_path / "vllm.log")
+    server = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=256, trusted_network=True),
+                           tmp_path / "vllm.log")  # no key: its weights are updated without one
     server.start(timeout_s=600)
     try:
         client = VllmClient(server.url, tokenizer)

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import List
 
+import httpx
 import pytest
 from rich.console import Console
 
@@ -180,12 +181,21 @@ def test_attached_server_killed_before_the_weight_sync(tmp_path, tiny_model):
     from grpo_rollout.trainer import train
     from grpo_rollout.trainer.reporting.progress import RichReporter
 
-    server = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=152, kv_cache_space_gib=1),
-                           tmp_path / "server.log")
+    server = ManagedServer(ServerSettings(model=str(tiny_model), port=0, max_model_len=152, kv_cache_space_gib=1,
+                                          api_key="key-51"), tmp_path / "server.log")
     server.start(timeout_s=600)
     try:
+        # issue 51.14: the key guards vLLM's routes outside /v1 too; only GET /health answers without it
+        for method, path in [("POST", "/invocations"), ("POST", "/scale_elastic_ep"), ("POST", "/tokenize"),
+                             ("POST", "/detokenize"), ("GET", "/metrics"), ("GET", "/v1/models"),
+                             ("POST", "/update_weights/"), ("POST", "/set_weight_version/"), ("GET", "/health/")]:
+            assert httpx.request(method, server.url + path, json={}, timeout=30).status_code == 401, path
+        assert httpx.get(server.url + "/health", timeout=30).status_code == 200
+        keyed = httpx.post(server.url + "/tokenize", json={"prompt": "hi"}, timeout=30,
+                           headers={"Authorization": "Bearer key-51"})
+        assert keyed.status_code == 200 and keyed.json()["tokens"]
         (tmp_path / "killing_reward.py").write_text(KILLING_REWARD.replace("PID", str(server.process.pid)))
-        cfg = _config(tmp_path, tiny_model, mode="attach", url=server.url)
+        cfg = _config(tmp_path, tiny_model, mode="attach", url=server.url, api_key="key-51")  # sent on every request
         cfg.rewards[0].function = f"{tmp_path / 'killing_reward.py'}:kill_before_sync"
         with pytest.raises(ServerError, match=r"the vLLM server at http://127\.0\.0\.1:\d+ failed POST "
                                               r"/update_weights/ after 4 attempts: ConnectError"):
@@ -196,20 +206,27 @@ def test_attached_server_killed_before_the_weight_sync(tmp_path, tiny_model):
     assert (tmp_path / "out" / "checkpoint-2" / "trainer_state.pt").is_file()
 
 
-@pytest.mark.parametrize("host, api_key, warned", [
-    ("0.0.0.0", None, True), ("192.0.2.7", None, True), ("127.0.0.1", None, False), ("0.0.0.0", "secret", False),
+@pytest.mark.parametrize("host, api_key, trusted, warned", [
+    ("0.0.0.0", None, False, "can generate."), ("192.0.2.7", None, True, "can generate and replace the weights."),
+    ("0.0.0.0", None, True, "can generate and replace the weights."), ("127.0.0.1", None, True, None),
+    ("0.0.0.0", "secret", False, None), ("0.0.0.0", "secret", True, None),
 ])
-def test_serve_beyond_loopback_without_a_key_warns(monkeypatch, tmp_path, host, api_key, warned):
-    """`grpo-rollout serve --host 0.0.0.0` without --api-key: anyone who can reach it can replace the weights."""
+def test_serve_beyond_loopback_without_a_key_warns(monkeypatch, tmp_path, host, api_key, trusted, warned):
+    """`grpo-rollout serve --host 0.0.0.0` without --api-key: anyone who can reach it can generate, and with
+    --trusted-network replace the weights (issue 51.14: without it they are refused)."""
     import os
 
     from grpo_rollout.cli.serve_cmd import run_serve
 
     launched = []
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
     monkeypatch.setattr(os, "execvpe", lambda prog, argv, env: launched.append(argv))
     buffer = io.StringIO()
     code = run_serve(Console(file=buffer, width=300), None, model=str(tmp_path), host=host, port=8011,
-                     max_model_len=None, api_key=api_key, extra=[])
+                     max_model_len=None, api_key=api_key, extra=[], trusted_network=trusted)
     assert code == 0 and launched and launched[0][launched[0].index("--host") + 1] == host
     text = buffer.getvalue()
-    assert ("anyone who reaches the port can generate and replace the weights" in text) is warned
+    said = "Listening beyond this machine without --api-key: anyone who reaches the port "
+    assert (said in text) is (warned is not None)
+    if warned:
+        assert said + warned in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import socket
 import threading
@@ -68,16 +69,23 @@ class ScriptedEngine:
 class ScriptedServer:
     """The grpo-rollout routes (vLLM's plugin router) over a :class:`ScriptedEngine`, served over loopback."""
 
-    def __init__(self, vocab: int = 64, sleep_mode: bool = True, tokenizer: Any = None, api_keys=()):
+    def __init__(self, vocab: int = 64, sleep_mode: bool = True, tokenizer: Any = None, api_keys=(),
+                 trusted: bool = True):
+        from unittest import mock
+
         import uvicorn
         from vllm import SamplingParams  # noqa: F401 - /generate/ imports it: the first import, inside a request,
         # took over the client's 10 s on a loaded machine
 
+        from grpo_rollout.generation.server.access import TRUSTED_ENV
+
         self.engine = ScriptedEngine(vocab)
         app = FastAPI()
-        GrpoRolloutPlugin().attach_router(app)
+        app.state.args = SimpleNamespace(api_key=list(api_keys) or None)  # as vLLM sets it before the plugins
+        with mock.patch.dict(os.environ, {TRUSTED_ENV: "1" if trusted else "0"}):  # what the launcher sets
+            GrpoRolloutPlugin().attach_router(app)
         app.state.grpo_rollout = _State(self.engine, tokenizer, "scripted", 4096, vocab, list(api_keys),
-                                        sleep_mode=sleep_mode)
+                                        sleep_mode=sleep_mode, trusted=trusted)
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]

@@ -1,8 +1,11 @@
 """Checks of how a vLLM server from this config is exposed (``grpo-rollout serve`` binds ``vllm.host``).
 
 ``vllm.weight_transfer: nccl`` starts vLLM with ``VLLM_SERVER_DEV_MODE=1``: its weight-transfer control routes and
-dev routes (``/collective_rpc``, ``/pause``, ``/sleep``, ...) then answer anyone who reaches the port, and vLLM's
-``--api-key`` does not guard them (0.32 checks the key only under ``/v1``, ``/v2``, ``/inference``, ``/cohere``).
+dev routes (``/collective_rpc``, ``/pause``, ``/sleep``, ...) run code on the server and replace its weights. vLLM's
+own ``--api-key`` does not guard them (0.32 checks it only under ``/v1``, ``/v2``, ``/inference``, ``/cohere``);
+grpo-rollout's :class:`.access.AccessGuard` does (every route but ``/health``), and without a key refuses them unless
+the server is on a trusted network. Dev mode beyond loopback still needs a key: "trusted network" is not enough
+for routes that run code.
 """
 
 from __future__ import annotations
@@ -35,17 +38,14 @@ def dev_mode_exposure(weight_transfer: str, host: str, api_key: Optional[str]) -
 
 
 def check_server_exposure(config, problems: List[Problem]) -> None:
-    """``vllm.weight_transfer: nccl`` with ``vllm.host`` beyond loopback: an error without ``vllm.api_key``; with
-    one, a warning that vLLM's dev routes stay unguarded by it."""
+    """``vllm.weight_transfer: nccl`` with ``vllm.host`` beyond loopback and no ``vllm.api_key``: an error.
+    ``vllm.trusted_network: true`` with ``vllm.api_key``: a warning (it does nothing then)."""
     v = config.vllm
-    if v.weight_transfer != "nccl" or is_loopback_host(v.host):
-        return
-    if not v.api_key:
+    if v.trusted_network and v.api_key:
+        problems.append(Problem("vllm.trusted_network", True, "does nothing with vllm.api_key: every route but "
+                                "/health needs the key; it opens the weight routes of a server served without one",
+                                "remove vllm.trusted_network (or vllm.api_key)", severity="warning"))
+    if v.weight_transfer == "nccl" and not is_loopback_host(v.host) and not v.api_key:
         problems.append(Problem("vllm.api_key", v.api_key, dev_mode_exposure(v.weight_transfer, v.host, v.api_key),
                                 "set vllm.host: 127.0.0.1 (the trainer on the same machine), or set vllm.api_key and "
                                 "keep the port on a network only the trainer reaches"))
-    else:
-        problems.append(Problem("vllm.host", v.host, "weight_transfer nccl turns on vLLM's dev mode; its routes "
-                                "(/collective_rpc, /pause, ...) are not guarded by vllm.api_key (vLLM checks the key "
-                                "only under /v1)", "keep the port on a network only the trainer reaches (a firewall "
-                                "or a private interface), or use vllm.host: 127.0.0.1", severity="warning"))

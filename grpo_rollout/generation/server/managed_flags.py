@@ -145,6 +145,8 @@ def check_server_args(config: Config, problems: List[Problem], args: Optional[Se
                 now = f"the launcher sets it from {source}" if managed.key else f"the launcher sets {source}"
             elif flag == "--port":
                 now = "spawn mode picks a free port itself"
+            elif flag == "--api-key" and _spawn(config):
+                now = "vllm.api_key is unset, so spawn mode gives the server a random key of its own for the run"
             else:
                 now = f"{managed.key} is unset, so the launcher leaves it out and the trainer assumes none"
             add_error(problems, f"{where}[{i}]", text,

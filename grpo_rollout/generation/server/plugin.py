@@ -25,18 +25,24 @@ token ids outside the vocabulary, malformed chat messages) with 400 and the reas
   memory folder.
 - ``POST /sleep/`` and ``POST /wake_up/`` (a server started with ``--enable-sleep-mode``): vLLM's sleep level 1 (KV
   cache freed, weights offloaded to CPU memory) and back; while asleep ``/generate/`` and the weight routes answer
-  409. Behind the API key like every route here, unlike vLLM's own dev-mode ``/sleep``.
+  409. Refused without the API key (or a trusted network), as vLLM's own dev-mode ``/sleep`` is.
 - ``GET /health/``: ``status``, ``model``, ``weight_version``, ``max_model_len``, ``vocab_size``, ``sleep_mode``,
-  ``asleep``, ``dtype`` (the dtype the model is served in: ``float32``, ``bfloat16``, ``float16``).
+  ``asleep``, ``dtype`` (the dtype the model is served in: ``float32``, ``bfloat16``, ``float16``), ``weight_updates``
+  (who may change the weights: ``key``, ``anyone`` or ``refused``, :func:`.access.weight_access`).
+
+Every route of the app, vLLM's included, passes :class:`.access.AccessGuard` first: with an API key all but
+``GET /health`` need it; without one the weight and control routes are refused unless the server is on a trusted
+network (:mod:`.access`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from fastapi import APIRouter, FastAPI, Request
 
 from . import generate_route, sleep_routes, weight_routes
+from .access import AccessGuard, is_trusted, server_keys, weight_access
 from .generate_route import MAX_N, MAX_SEQUENCES, GenerateRequest, Prompt
 from .state import _State, _state
 from .weight_layout import _served_layout
@@ -50,17 +56,13 @@ async def health(request: Request) -> Dict[str, Any]:
     state = _state(request)
     return {"status": "ok", "model": state.model, "weight_version": state.weight_version,
             "max_model_len": state.max_model_len, "vocab_size": state.vocab_size, "sleep_mode": state.sleep_mode,
-            "asleep": state.asleep, "dtype": state.dtype}
+            "asleep": state.asleep, "dtype": state.dtype,
+            "weight_updates": weight_access(state.api_keys, state.trusted)}
 
 
 router.include_router(generate_route.router)
 router.include_router(weight_routes.router)
 router.include_router(sleep_routes.router)
-
-
-def _api_keys(args: Any) -> List[str]:
-    keys = getattr(args, "api_key", None) or []
-    return [keys] if isinstance(keys, str) else list(keys)
 
 
 class GrpoRolloutPlugin:
@@ -70,8 +72,20 @@ class GrpoRolloutPlugin:
     required_tasks = ("generate",)
 
     def attach_router(self, app: FastAPI) -> None:
-        """Add ``/generate/``, ``/update_weights/`` and ``/health/`` to vLLM's app."""
+        """Add the grpo-rollout routes to vLLM's app, and :class:`.access.AccessGuard` in front of all its routes
+        (with the keys of vLLM's ``app.state.args``, which vLLM sets before calling this).
+
+        Raises:
+            RuntimeError: the app has no ``state.args`` (a vLLM that calls plugins otherwise): the keys are unknown,
+                so the server is not started unguarded.
+        """
+        args = getattr(app.state, "args", None)
+        if args is None:
+            raise RuntimeError("grpo-rollout's plugin cannot read the server's --api-key (vLLM's app.state.args is "
+                               "not set before the endpoint plugins): not starting a server whose routes it cannot "
+                               "guard; install the vLLM version grpo-rollout pins")
         app.include_router(router)
+        app.add_middleware(AccessGuard, keys=server_keys(getattr(args, "api_key", None)), trusted=is_trusted())
 
     async def init_state(self, engine_client: Any, state: Any, args: Any) -> None:
         """Keep the engine, the model's tokenizer, its limits and the API keys for the routes (no engine: routes
@@ -85,9 +99,10 @@ class GrpoRolloutPlugin:
         tied = bool(getattr(model_config.hf_config, "tie_word_embeddings", False))
         state.grpo_rollout = _State(engine_client, tokenizer, getattr(args, "served_model_name", None) and
                                     args.served_model_name[0] or args.model, model_config.max_model_len,
-                                    model_config.get_vocab_size(), _api_keys(args), _served_layout(args.model), tied,
+                                    model_config.get_vocab_size(), server_keys(getattr(args, "api_key", None)),
+                                    _served_layout(args.model), tied,
                                     bool(getattr(model_config, "enable_sleep_mode", False)),
-                                    str(model_config.dtype).removeprefix("torch."))
+                                    str(model_config.dtype).removeprefix("torch."), is_trusted())
 
 
 __all__ = ["GenerateRequest", "GrpoRolloutPlugin", "MAX_N", "MAX_SEQUENCES", "Prompt", "UpdateWeightsRequest",

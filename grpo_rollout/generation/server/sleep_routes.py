@@ -3,8 +3,8 @@ trainer computes (``vllm.sleep_during_training``), the way TRL's colocate mode s
 
 Sleep is vLLM's level 1: the KV cache is freed and the weights are offloaded to CPU memory; waking copies them back
 and re-allocates the cache. The next weight sync then loads the new weights into the woken model. Only an engine
-started with ``--enable-sleep-mode`` (CUDA) can sleep; these routes check the API key, as every grpo-rollout route
-does, where vLLM's own ``/sleep`` (dev mode) checks nothing. While asleep the grpo-rollout generation and weight
+started with ``--enable-sleep-mode`` (CUDA) can sleep; like every route of the server they need the API key, or
+without one a trusted network (:mod:`.access`). While asleep the grpo-rollout generation and weight
 routes answer 409; vLLM's own ``/v1/...`` routes are not guarded, and a request there waits until the wake-up.
 """
 
