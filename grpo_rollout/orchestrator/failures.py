@@ -5,11 +5,12 @@ An attempt *failed outside the model* when it raised :class:`~grpo_rollout.rollo
 or environment server gone, a sandbox crashed), or one of ``rollout.failure_errors`` (by default Python's and httpx's
 connection and timeout errors: a third-party client the user's environment drives cannot raise EpisodeFailure) from
 the rollout, an environment or a reward (:func:`failure_cause`); any other error is a bug or a bad setting and stops
-the run whatever ``on_error`` says. Since a rollout call plays a whole step's groups, a failed call does not say which
-group failed: the step is then played again one group at a time (:func:`play_per_group`), each group
-``1 + max_retries`` times at most with ``retry`` (once with ``drop``), each attempt with a seed of its own; the groups
-that still fail are left out. The failed call counts as one failed group (``episodes/failed`` += ``num_generations``)
-and all its groups as played again (``episodes/retried``). With several training processes every rank then trains the
+the run whatever ``on_error`` says. A rollout call plays a whole step's groups; the built-in multi-turn rollouts and
+``agent_rollout`` say which groups failed and keep the others (:class:`PartlyPlayed`): only the failed groups are
+played again, each alone, ``1 + max_retries`` times at most with ``retry`` (once with ``drop``, i.e. left out), each
+attempt with a seed of its own (:meth:`EpisodeFailures.replay_step`). A call that failed whole does not say which
+group failed: the step is then played again one group at a time (:func:`play_per_group`) likewise; it counts as one
+failed group (``episodes/failed`` += ``num_generations``) and all its groups as played again (``episodes/retried``). With several training processes every rank then trains the
 fewest groups any rank kept (FSDP needs the same micro-batches on every rank). A streamed group that keeps failing is
 left out of its step likewise (:meth:`EpisodeFailures.play_group`). Every failed attempt is recorded
 (:mod:`.failure_report`).
@@ -17,73 +18,38 @@ left out of its step likewise (:meth:`EpisodeFailures.play_group`). Every failed
 
 from __future__ import annotations
 
-import builtins
 import threading
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
-from ..rewards.calling import RewardError
-from ..rollouts.contract import EpisodeFailure, RolloutError
+from ..rollouts.contract import EpisodeFailure
+from ..rollouts.failed_groups import FailedGroups
 from ..runs import names as rn
 from ..runs.failure_records import append_failures
 from ..user_code.exception_types import resolve_exception_types
 from .batch import ScoredBatch
+from .failure_kinds import WRAPPERS, FailureCounts, failure_cause  # noqa: F401 - this module's API too
 from .failure_report import EpochLosses, FailureRecord, failure_notes, type_name
 
-#: grpo-rollout's own wrappers of what user code raised (the rollout function or an environment's method, a reward
-#: function), exactly these types: what counts is the exception they wrap (their ``__cause__``)
-WRAPPERS = (RolloutError, RewardError)
 #: ``note(attempt, raised, cause, outcome)``: one failed attempt (0-based), what it raised, the exception in it that
 #: made it count (:func:`failure_cause`), and what came of it: ``retried`` or ``dropped``
 Note = Callable[[int, BaseException, BaseException, str], None]
 
 
-def failure_cause(exc: BaseException, types: Tuple[Type[BaseException], ...]) -> Optional[BaseException]:
-    """What makes ``exc`` a failed episode: ``exc`` itself when it is an :class:`EpisodeFailure` or one of ``types``
-    (an exception group: when every exception in it is), looking through grpo-rollout's own :data:`WRAPPERS` to the
-    user code's exception; ``None`` when it is none of them (a bug: the run stops)."""
-    while type(exc) in WRAPPERS:
-        exc = exc.__cause__
-    if exc is None:
-        return None
-    if isinstance(exc, (EpisodeFailure, *types)):
-        return exc
-    group = getattr(builtins, "BaseExceptionGroup", ())
-    if isinstance(exc, group) and all(failure_cause(e, types) is not None for e in exc.exceptions):
-        return exc
-    return None
-
-
-@dataclass
-class FailureCounts:
-    """Episodes of a step (``num_generations`` per failed group): ``failed`` (every failed attempt), ``retried``
-    (attempts played again), ``dropped`` (left out of the step)."""
-
-    failed: int = 0
-    retried: int = 0
-    dropped: int = 0
-
-    def add(self, other: "FailureCounts") -> None:
-        """Add ``other``'s counts to these."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def metrics(self) -> Dict[str, float]:
-        """The ``episodes/*`` metrics (episodes, not groups)."""
-        return {rn.EPISODES_FAILED: self.failed, rn.EPISODES_RETRIED: self.retried, rn.EPISODES_DROPPED: self.dropped}
-
-
 def play_group(play: Callable[[int], ScoredBatch], n: int, on_error: str, max_retries: int, counts: FailureCounts,
-               types: Tuple[Type[BaseException], ...] = (), note: Optional[Note] = None
-               ) -> Tuple[Optional[ScoredBatch], Optional[BaseException]]:
+               types: Tuple[Type[BaseException], ...] = (), note: Optional[Note] = None,
+               failed_first: Optional[BaseException] = None) -> Tuple[Optional[ScoredBatch], Optional[BaseException]]:
     """One group played with ``play(attempt)`` until it does not fail outside the model (:func:`failure_cause` with
     ``types``): at most ``1 + max_retries`` times with ``on_error: retry``, once with ``drop``; ``note`` hears of
-    each failed attempt. Returns the batch, or ``None`` and the last failure when every attempt failed (its ``n``
+    each failed attempt. ``failed_first``: what the first attempt raised, when it was already played (with the
+    step's other groups). Returns the batch, or ``None`` and the last failure when every attempt failed (its ``n``
     episodes counted dropped). Raises what ``play`` raised when it is not a failure."""
     attempts = 1 + (max_retries if on_error == "retry" else 0)
     for attempt in range(attempts):
         try:
+            if attempt == 0 and failed_first is not None:
+                raise failed_first
             return play(attempt), None
         except Exception as exc:
             cause = failure_cause(exc, types)
@@ -113,6 +79,20 @@ def play_per_group(play: Callable[[int, int], ScoredBatch], num_groups: int, n: 
             kept.append(batch)
         last = failure or last
     return kept, last
+
+
+class PartlyPlayed(EpisodeFailure):
+    """A step's rollout call some of whose groups failed outside the model (the rollout raised
+    :class:`~grpo_rollout.rollouts.failed_groups.FailedGroups`) while the others finished and were scored.
+
+    Attributes:
+        batch: the finished groups, scored, in order (``None``: none finished). kept: their positions in the call.
+        errors: each failed group's position → the failure of one of its episodes.
+    """
+
+    def __init__(self, failed: FailedGroups, batch: Optional[ScoredBatch]):
+        super().__init__(str(failed))
+        self.batch, self.kept, self.errors = batch, list(failed.kept), dict(failed.errors)
 
 
 class EpisodeFailures:
@@ -173,7 +153,8 @@ class EpisodeFailures:
                     groups: Sequence[Tuple[Optional[int], Any]]) -> ScoredBatch:
         """After the step's rollout raised ``exc``: when that is a failure outside the model (and ``on_error`` is not
         ``stop``), each group again with ``play_one(group, attempt)`` (:func:`play_per_group`), the groups that
-        still fail left out. ``groups``: each group's dataset row index and prompt (for the records).
+        still fail left out; only the failed groups when the others finished (a :class:`PartlyPlayed` ``exc``).
+        ``groups``: each group's dataset row index and prompt (for the records).
 
         Raises:
             EpisodeFailure: every group failed again (step ``step``, 0-based, named 1-based).
@@ -182,18 +163,51 @@ class EpisodeFailures:
         cause = None if self.on_error == "stop" else failure_cause(exc, self.types)
         if cause is None:
             raise exc
+        if isinstance(exc, PartlyPlayed):
+            return self._replay_failed(step, exc, play_one, groups)
         self._note(None, [prompt for _, prompt in groups])(0, exc, cause, "played alone")
         # which group failed is not known: counted as one failed group, every group played again
         counts = FailureCounts(failed=self.n, retried=len(groups) * self.n)
         kept, last = play_per_group(play_one, len(groups), self.n, self.on_error, self.max_retries, counts,
                                     self.types, lambda g: self._note(*groups[g]))
+        return self._kept(step, counts, kept, last or exc)
+
+    def _replay_failed(self, step: int, exc: PartlyPlayed, play_one: Callable[[int, int], ScoredBatch],
+                       groups: Sequence[Tuple[Optional[int], Any]]) -> ScoredBatch:
+        """After a step's call whose other groups finished (``exc``): only the failed groups, each played again
+        alone with ``play_one(group, attempt)`` (:func:`play_group`, its first attempt the one that failed), put
+        back among the finished ones in order."""
+        counts, played, last = FailureCounts(), {}, None
+        for g in sorted(exc.errors):
+            played[g], failure = play_group(lambda attempt, g=g: play_one(g, attempt), self.n, self.on_error,
+                                            self.max_retries, counts, self.types, self._note(*groups[g]),
+                                            failed_first=exc.errors[g])
+            last = failure or last
+        kept = [exc.batch.select_groups([exc.kept.index(g)]) if g in exc.kept else played.get(g)
+                for g in range(len(groups))]
+        return self._kept(step, counts, [b for b in kept if b is not None], last)
+
+    def _kept(self, step: int, counts: FailureCounts, kept: List[ScoredBatch],
+              last: Optional[BaseException]) -> ScoredBatch:
+        """The groups ``kept`` after a step's failure, one batch, its ``counts`` added to the step's.
+
+        Raises:
+            EpisodeFailure: none was kept (``last``: the last failure)."""
         with self.lock:
             self.counts.add(counts)
         if not kept:
             self._keep_records(step)
             raise EpisodeFailure(f"step {step + 1}: every group failed ({self._policy()}); the last failure: "
-                                 f"{last or exc}") from last
+                                 f"{last}") from last
         return ScoredBatch.concat(kept)
+
+    def failure_test(self) -> Optional[Callable[[BaseException], bool]]:
+        """Whether an episode's error counts as a failure outside the model (:func:`failure_cause`), for a rollout
+        that keeps its finished groups (:func:`~grpo_rollout.rollouts.failed_groups.keeping_finished`); ``None``
+        with ``on_error: stop``."""
+        if self.on_error == "stop":
+            return None
+        return lambda exc: failure_cause(exc, self.types) is not None
 
     def play_group(self, play: Callable[[int], ScoredBatch], row: Optional[int], prompt: Any,
                    most_in_a_row: int) -> Optional[ScoredBatch]:

@@ -31,10 +31,11 @@ from ..generation.sampling_settings import SamplingSettings
 from ..generation.version_stamps import RecordingClient
 from ..rewards.calling import RewardFunction, compute_rewards, implied_rewards, unique_names
 from ..rewards.overlong import OVERLONG_REWARD, overlong_reward
-from .failures import EpisodeFailures
+from .failures import EpisodeFailures, PartlyPlayed
 from ..rollouts import builtin_rollout
 from ..rollouts.rollout_call import call_rollout
 from ..rollouts.contract import RolloutContext
+from ..rollouts.failed_groups import FailedGroups, keeping_finished
 from ..rollouts.run_end import end_run
 from ..runs import names as rn
 from .batch import CompletionScores, ScoredBatch
@@ -71,8 +72,9 @@ class BatchSource(Protocol):
 
 class SyncSource:
     """The step's prompts rolled out when the trainer asks (``training.max_staleness: 0``): one rollout call for this
-    rank's groups; with ``rollout.on_error`` retry or drop, one group at a time again when the call fails outside the
-    model (:meth:`.failures.EpisodeFailures.replay_step`)."""
+    rank's groups; with ``rollout.on_error`` retry or drop, when an episode fails outside the model, its group alone
+    again (the others kept), or every group one at a time when the call failed whole
+    (:meth:`.failures.EpisodeFailures.replay_step`)."""
 
     def __init__(self, stage: RolloutStage):
         self.stage = stage
@@ -88,7 +90,8 @@ class SyncSource:
         ids = stage.share(stage.prompt_order.indices(step))
         rows = [stage.dataset[i] for i in ids]
         try:
-            batch = stage.generate_and_score(step, rows, None, row_ids=ids)
+            with keeping_finished(stage.failures.failure_test()):  # on_error retry/drop: a failed group alone again
+                batch = stage.generate_and_score(step, rows, None, row_ids=ids)
         except Exception as exc:
             def play_one(g: int, attempt: int) -> ScoredBatch:
                 sampling = stage.group_sampling(step, g, attempt + 1)
@@ -171,6 +174,8 @@ class RolloutStage:
         Raises:
             RolloutError / RewardError: a user function broke its contract or raised, or a server-backed rollout's
                 completions carry no weight version.
+            PartlyPlayed: some groups failed outside the model (the rollout raised FailedGroups); it holds the
+                others, scored.
         """
         cfg = self.cfg
         sampling = sampling or self.sampling_settings(step)
@@ -179,7 +184,14 @@ class RolloutStage:
         view = RecordingClient(self.client)  # this call's own record of the versions its answers carry
         context = RolloutContext(client=view, tokenizer=self.tokenizer, rows=rows, step=step,
                                  base_dir=str(self.base_dir), env_timeout_s=cfg.rollout.env_timeout_s)
-        out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs), context, self.vocab_size)
+        failed = None
+        try:
+            out = call_rollout(self.rollout_fn, prompts, sampling, dict(cfg.rollout.kwargs), context, self.vocab_size)
+        except FailedGroups as exc:  # the groups that finished are scored and kept; the failed ones played again
+            if not exc.kept:
+                raise PartlyPlayed(exc, None) from exc
+            failed, out, rows = exc, exc.rollout, [rows[i] for i in exc.kept]
+            prompts, row_ids = [prompts[i] for i in exc.kept], row_ids and [row_ids[i] for i in exc.kept]
         if self.client.shares_weights:  # the trainer's own weights: its current version by construction
             out.weight_versions = [None] * len(out)
         else:
@@ -208,6 +220,8 @@ class RolloutStage:
         if row_ids is not None and self.curriculum is not None:
             with self.visits_lock:
                 self.visits.append((list(row_ids), list(scores.rewards)))
+        if failed is not None:
+            raise PartlyPlayed(failed, ScoredBatch(out, scores, generated)) from failed
         return ScoredBatch(out, scores, generated)
 
     def share(self, indices: Sequence[int]) -> List[int]:

@@ -106,6 +106,8 @@ class Conversation:
         last_text: the last sampled turn's text (special tokens skipped). last_finish: its finish reason.
         weight_versions: the oldest and newest weight version that sampled its turns (``None``: the answers carried
             none, transformers generation).
+        call_versions: per model call (a sampled turn; its continuations widen its entry), the oldest and newest
+            weight version that sampled it (``None`` where the answer carried none).
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -126,6 +128,7 @@ class Conversation:
     end_detail: str = ""
     capped_turns: int = 0  # sampled turns cut by max_turn_tokens (they end unfinished; the episode goes on)
     weight_versions: Optional[Tuple[int, int]] = None
+    call_versions: List[Optional[Tuple[int, int]]] = field(default_factory=list)
     _ended_with_eos: bool = False
     _turn_start: int = 0
 

@@ -38,6 +38,7 @@ from ..user_code.deadlines import ExitedInUserCode
 from .env_timeouts import DEFAULT_ENV_TIMEOUT_S, bounded_call
 from .conversation import Conversation, as_messages, eos_ids_of, is_message
 from .episodes import run_multi_turn
+from .failed_groups import finished_groups
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 ENV_EXTRAS = (rn.ENV_REWARD_EXTRA, rn.ENV_DONE_EXTRA, rn.NUM_TURNS_EXTRA, rn.FINAL_RESPONSE_EXTRA,
               rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA, rn.FIRST_PROMPT_EXTRA, rn.TURN_STARTS_EXTRA,
-              rn.TURN_REWARDS_EXTRA)
+              rn.TURN_REWARDS_EXTRA, rn.CALL_VERSIONS_EXTRA)
 
 
 def _label(env: Any, method: str) -> str:
@@ -233,14 +234,16 @@ def environment_rollout(prompts: Sequence[Any], *, client: GenerationClient, tok
         handler = _EnvEpisode(e, env_timeout_s)
         episodes.append((conv, handler))
         handlers.append(handler)
+    failed: Dict[int, BaseException] = {}  # episodes that failed outside the model, their groups played again
     out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                          repetition_penalty=repetition_penalty, seed=seed, stop=stop, max_turn_tokens=max_turn_tokens,
-                         max_completion_length=max_completion_length, max_turns=max_turns)
+                         max_completion_length=max_completion_length, max_turns=max_turns, failed=failed,
+                         group_size=n)
     out[rn.ENV_REWARD_EXTRA] = [h.total_reward for h in handlers]
     out[rn.ENV_DONE_EXTRA] = [h.done for h in handlers]
     out[rn.TURN_REWARDS_EXTRA] = [list(h.turn_rewards) for h in handlers]  # training.credit: turn
     out[rn.FIRST_PROMPT_EXTRA] = list(first_prompts)  # what the model saw first: logged instead of the dataset's text
-    return out
+    return finished_groups(out, failed, len(prompts), n)
 
 
 environment_rollout.extras = ENV_EXTRAS

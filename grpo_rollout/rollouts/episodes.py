@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..user_code.coroutines import run_coroutine  # noqa: F401 - re-exported for the rollouts
 from ..generation.sampling_settings import SamplingSettings
@@ -21,6 +21,7 @@ from ..generation.version_stamps import widened
 from ..runs import names as rn
 from .contract import RolloutError
 from .conversation import MAX_CONTINUATIONS, Conversation, TurnHandler
+from .failed_groups import failure_test
 
 if TYPE_CHECKING:
     from ..generation.base import GenerationClient
@@ -31,6 +32,8 @@ END_REASONS = {
     "max_turns": "max_turns sampled turns",
     "budget_turn": "a sampled turn used up the rest of max_completion_length",
     "budget_reply": "the environment's / tool's reply did not fit in what was left of max_completion_length",
+    "prompt_too_long": "an agent's request was longer than sampling.max_prompt_length or the server's context (the "
+                       "recording endpoint refused it with a 400) and the agent stopped there",
 }
 #: The reasons that count as "cut by the budget" (metric ``episodes/cut_by_budget``).
 BUDGET_REASONS = ("budget_turn", "budget_reply")
@@ -51,9 +54,10 @@ class Sampling(SamplingSettings):
 
 
 async def sample_turn(client: GenerationClient, conv: Conversation, sampling: Sampling, max_tokens: int,
-                      seed: Optional[int]) -> Tuple[List[int], List[float], str]:
+                      seed: Optional[int], continuation: bool = False) -> Tuple[List[int], List[float], str]:
     """Sample one turn of ``conv`` from its tokens so far (``max_tokens`` at most); return the sampled ids, their
-    log-probs (nats) and the finish reason, and widen ``conv.weight_versions`` by the answer's versions."""
+    log-probs (nats) and the finish reason, and widen ``conv.weight_versions`` by the answer's versions; the answer's
+    versions are also the call's in ``conv.call_versions`` (a ``continuation`` of the turn widens its last entry)."""
     # truncate=False: later turns (prompt + completion so far) are longer than max_prompt_length but within the
     # length the server was sized for; cutting them would make the sampler see another context than the trainer.
     # The first prompt was cut by Conversation.start.
@@ -65,6 +69,10 @@ async def sample_turn(client: GenerationClient, conv: Conversation, sampling: Sa
         raise RolloutError(f"the generation client changed the prompt of a turn ({len(ids)} tokens sent, "
                            f"{len(result.prompt_ids[0])} used): the sampler would not see what the trainer trains on")
     conv.weight_versions = widened(conv.weight_versions, result)  # the version travels with the episode
+    if continuation and conv.call_versions:
+        conv.call_versions[-1] = widened(conv.call_versions[-1], result)
+    else:
+        conv.call_versions.append(widened(None, result))
     return result.completion_ids[0], result.logprobs[0], result.finish_reasons[0]
 
 
@@ -104,7 +112,7 @@ async def run_episode(client: GenerationClient, conv: Conversation, on_turn: Tur
                and continue_turn(text)):
             part += 1
             ids, logprobs, finish = await sample_turn(client, conv, sampling, max_tokens(),
-                                                       sampling.request_seed(sample_index, conv.turns, part))
+                                                       sampling.request_seed(sample_index, conv.turns, part), True)
             text = conv.add_sampled(ids, logprobs, finish, continuation=True)
         # cut by the whole completion's budget (not by the per-turn cap): the answer is unfinished
         used = len(conv.completion_ids)
@@ -170,19 +178,51 @@ async def gather_or_cancel(coros: Sequence[Awaitable[Any]]) -> List[Any]:
     return [t.result() for t in tasks]
 
 
+async def gather_settled(coros: Sequence[Awaitable[Any]], is_failure: Callable[[BaseException], bool],
+                         failed: Dict[int, BaseException], group_size: int) -> List[Any]:
+    """Run ``coros`` (episodes, ``group_size`` in a row per group) concurrently; return their results in order,
+    ``None`` for those that failed or were cancelled. An episode whose error ``is_failure`` (outside the model) is
+    put in ``failed`` (index → error) and the rest of its group cancelled (it will be played again whole); the other
+    groups play on. Any other error cancels every episode and is raised, as :func:`gather_or_cancel` does."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    pending = set(tasks)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            for i in sorted(tasks.index(t) for t in done if not t.cancelled() and t.exception() is not None):
+                if not is_failure(tasks[i].exception()):
+                    raise tasks[i].exception()
+                failed.setdefault(i, tasks[i].exception())
+                group = {t for t in tasks[i - i % group_size:i - i % group_size + group_size] if t in pending}
+                await _cancel(list(group))
+                pending -= group
+    except BaseException:  # a bug, or cancelled from outside (Ctrl-C): take the other episodes down too
+        await _cancel([t for t in tasks if not t.done()])
+        _errors(tasks)
+        raise
+    return [None if t.cancelled() or t.exception() is not None else t.result() for t in tasks]
+
+
 def run_episodes(client: GenerationClient, episodes: Sequence[tuple], *, sampling: Sampling, max_completion_length: int,
-                 max_turns: int) -> List[Conversation]:
+                 max_turns: int, failed: Optional[Dict[int, BaseException]] = None,
+                 group_size: int = 1) -> List[Conversation]:
     """Run every ``(conversation, on_turn)`` pair concurrently; return the conversations in the same order.
 
     Every sample turn is its own ``client.agenerate`` request, all in flight at once: a vLLM server batches them; the
     in-process transformers client runs them one at a time (its ``generate`` holds a lock: the model is shared).
-    When one episode raises (an environment error), the others' requests are cancelled before the error is raised.
+    When one episode raises (an environment error), the others' requests are cancelled before the error is raised;
+    but given ``failed`` (a dict) while the trainer keeps finished groups (:mod:`.failed_groups`), an episode that
+    failed outside the model is put there and only its group (``group_size`` episodes in a row) is cancelled.
     """
+    is_failure = failure_test() if failed is not None else None  # read here: the episodes run on another thread
+
     async def main() -> List[Conversation]:
-        return await gather_or_cancel([
-            run_episode(client, conv, on_turn, sampling=sampling, max_completion_length=max_completion_length,
-                        max_turns=max_turns, sample_index=i)
-            for i, (conv, on_turn) in enumerate(episodes)])
+        coros = [run_episode(client, conv, on_turn, sampling=sampling, max_completion_length=max_completion_length,
+                             max_turns=max_turns, sample_index=i) for i, (conv, on_turn) in enumerate(episodes)]
+        if is_failure is None:
+            return await gather_or_cancel(coros)
+        await gather_settled(coros, is_failure, failed, group_size)
+        return [conv for conv, _ in episodes]
 
     return run_coroutine(main())
 
@@ -191,7 +231,8 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
     """The rollout contract's core keys, one row per conversation (``prompt_ids`` too, as prompts may differ per
     sample), plus the ``num_turns``, ``turn_starts``, ``final_response``, ``truncated``, ``end_reason``,
     ``end_detail`` and ``turns_capped`` (sampled turns cut by ``max_turn_tokens``: unfinished answers the episode went
-    on from) extras, and each conversation's ``weight_versions``.
+    on from) extras, each conversation's ``weight_versions`` and, per model call, its ``call_weight_versions``
+    (``[oldest, newest]`` or ``None`` each: the agent rollout's shape).
 
     ``truncated`` is :attr:`Conversation.truncated`: the ``max_completion_length`` budget ended the episode (it is not
     enough to look for an end-of-turn token in the completion: inserted template text holds such tokens too).
@@ -209,17 +250,19 @@ def contract_dict(conversations: Sequence[Conversation]) -> Dict[str, List[Any]]
         rn.END_DETAIL_EXTRA: [c.end_detail for c in conversations],
         "turns_capped": [c.capped_turns for c in conversations],
         "weight_versions": [c.weight_versions for c in conversations],
+        rn.CALL_VERSIONS_EXTRA: [[None if v is None else list(v) for v in c.call_versions] for c in conversations],
     }
 
 
 def run_multi_turn(client: GenerationClient, episodes: Sequence[tuple], *, temperature: float, top_p: float, top_k: int,
                    min_p: float, repetition_penalty: float, seed: Optional[int], stop: Optional[Sequence[str]],
-                   max_turn_tokens: Optional[int], max_completion_length: int,
-                   max_turns: int) -> Dict[str, List[Any]]:
+                   max_turn_tokens: Optional[int], max_completion_length: int, max_turns: int,
+                   failed: Optional[Dict[int, BaseException]] = None, group_size: int = 1) -> Dict[str, List[Any]]:
     """:func:`run_episodes` with the rollout's sampling settings, returned as :func:`contract_dict` (the shared tail
-    of the built-in tool-calling and environment rollouts; their handlers add their own extras)."""
+    of the built-in tool-calling and environment rollouts; their handlers add their own extras). ``failed``,
+    ``group_size``: as :func:`run_episodes` (then :func:`.failed_groups.finished_groups` ends the rollout)."""
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                         repetition_penalty=repetition_penalty, seed=seed, stop=tuple(stop) if stop else None,
                         max_turn_tokens=max_turn_tokens)
-    return contract_dict(run_episodes(client, episodes, sampling=sampling,
-                                      max_completion_length=max_completion_length, max_turns=max_turns))
+    return contract_dict(run_episodes(client, episodes, sampling=sampling, max_completion_length=max_completion_length,
+                                      max_turns=max_turns, failed=failed, group_size=group_size))

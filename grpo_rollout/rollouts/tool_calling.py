@@ -31,6 +31,7 @@ from .kwargs_checks import check_bool, check_optional_text, check_positive_secon
 from .conversation import Conversation, as_messages, eos_ids_of
 from .env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from .episodes import run_multi_turn
+from .failed_groups import finished_groups
 from .tool_parsing import CALL_CLOSE, parse_tool_calls, stopped_inside_string
 from .tool_prompt import ToolPrompt
 from .tool_running import ToolError, ToolResult, cut_result, load_tools, run_tool_call, tool_schema
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 
 #: Extras every sample gets (besides ``tool_calls/<name>`` and ``tool_errors/<name>`` for each configured tool).
 TOOL_EXTRAS = (rn.NUM_TURNS_EXTRA, rn.NUM_TOOL_CALLS_EXTRA, rn.NUM_TOOL_ERRORS_EXTRA, rn.TOOL_RESULTS_EXTRA,
-               rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)
+               rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA, rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA,
+               rn.CALL_VERSIONS_EXTRA)
 #: the ``rollout.kwargs`` keys naming tool sources (:mod:`.tool_sources`; the integrations register them), in the
 #: order their tools follow the configured ones
 SOURCE_KEYS = ("mcp_servers", "environment_factory")
@@ -170,9 +172,11 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: GenerationClient, to
         handler = _ToolEpisode(sample_tools, tool_timeout_s, parallel_tool_calls, conv)
         episodes.append((conv, handler))
         handlers.append(handler)
+    failed: Dict[int, BaseException] = {}  # episodes that failed outside the model, their groups played again
     out = run_multi_turn(client, episodes, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                          repetition_penalty=repetition_penalty, seed=seed, stop=stop, max_turn_tokens=max_turn_tokens,
-                         max_completion_length=max_completion_length, max_turns=max_turns)
+                         max_completion_length=max_completion_length, max_turns=max_turns, failed=failed,
+                         group_size=n)
     per_sample = [h.extras() for h in handlers]
     for key in dict.fromkeys(k for e in per_sample for k in e):  # several environments: each its own tools
         out[key] = [e.get(key, 0) for e in per_sample]
@@ -181,7 +185,7 @@ def tool_calling_rollout(prompts: Sequence[Any], *, client: GenerationClient, to
         out[rn.ENVIRONMENTS_EXTRA] = environments
     if any(p.observation is not None for ps in parts for p in ps):
         out[rn.FIRST_PROMPT_EXTRA] = shown
-    return out
+    return finished_groups(out, failed, len(prompts), n)
 
 
 def _configured_tools(tools: Sequence[Any], base_dir: Optional[Path]) -> EpisodeTools:

@@ -115,6 +115,7 @@ TRUNCATED_EXTRA = "truncated"            # cut by the budget (overrides the trai
 ENV_REWARD_EXTRA = "env_reward"
 ENV_DONE_EXTRA = "env_done"
 ENVIRONMENTS_EXTRA = "environments"      # the episodes' environment objects (TRL's environment_factory)
+CALL_VERSIONS_EXTRA = "call_weight_versions"  # per completion: each model call's [oldest, newest] weight version
 #: extras that are live objects: handed to the reward functions, then dropped (never saved, logged or gathered)
 LIVE_EXTRAS = (ENVIRONMENTS_EXTRA,)
 TOOL_CALLS_PREFIX, TOOL_ERRORS_PREFIX = "tool_calls/", "tool_errors/"  # + a configured tool's name: its counts

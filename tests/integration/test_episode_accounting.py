@@ -4,8 +4,8 @@
 (the recording endpoint, the same tool in its request) and the same loop as a verifiers 0.4 harness (its calls through
 verifiers' interception layer to the endpoint) must play it token for token alike: the same sampled and
 inserted tokens and masks, the same ``max_tokens`` asked of the model on each call, the episode ended by the same
-token budget for the same reason, the weight version recorded (and the same prompt, but for MCP's own wording of the
-tool's description)."""
+token budget for the same reason, the weight versions recorded, the episode's and each call's (issue 51.18), and the
+same prompt, but for MCP's own wording of the tool's description."""
 
 from __future__ import annotations
 
@@ -115,19 +115,22 @@ __all__ = ["Endless", "EndlessHarness"]
 
 class CallingClient:
     """Answers every request with the same tool call, cut at the request's ``max_tokens``; log-prob -0.5 per token,
-    weight version 3."""
+    stamped with weight version 3 + the calls the prompt already holds (the first call 3, the second 4, ...: each
+    call's own version, whatever order the episodes' calls arrive in)."""
 
     max_prompt_length = None
 
     def __init__(self, tokenizer):
         self.eos_ids, self.tokens, self.asked = {tokenizer.eos_token_id}, tokenizer.encode(CALL, add_special_tokens=False), []
+        self.tokenizer = tokenizer
 
     async def agenerate(self, prompt_ids, n=1, max_tokens=None, **kwargs):
         self.asked.append(max_tokens)
         cut = self.tokens[:max_tokens]
         finish = "length" if len(cut) < len(self.tokens) else "stop"
+        version = 3 + self.tokenizer.decode(prompt_ids[0]).rsplit("What is 1 + 2?", 1)[-1].count('"name": "add"')
         return GenerationResult([list(p) for p in prompt_ids], [cut] * n, [[-0.5] * len(cut)] * n, [finish] * n,
-                                weight_version=3, weight_version_end=3)
+                                weight_version=version, weight_version_end=version)
 
 
 @pytest.fixture(scope="module")
@@ -174,13 +177,13 @@ def test_a_model_that_never_stops_calling_is_played_alike_everywhere(tokenizer, 
     played = {how: _play(how, tokenizer, tmp_path, budget)
               for how in ("tools", "environment_factory", "mcp", "agent", "verifiers")}
     keys = ("prompt_ids", "completion_ids", "completion_mask", "logprobs", "truncated", "end_reason", "num_turns",
-            "weight_versions")
+            "weight_versions", "call_weight_versions")
     reference, asked = played["tools"]
     assert reference["end_reason"] == [reason] * 2 and reference["truncated"] == [True] * 2
     assert all(len(ids) <= budget for ids in reference["completion_ids"]) and reference["num_turns"] == [3] * 2
-    assert list(map(tuple, reference["weight_versions"])) == [(3, 3)] * 2
-    assert played["agent"][0]["call_weight_versions"] == [[[3, 3]] * 3] * 2  # each call's, too
-    assert played["verifiers"][0]["call_weight_versions"] == [[[3, 3]] * 3] * 2
+    assert list(map(tuple, reference["weight_versions"])) == [(3, 5)] * 2  # the episode's oldest and newest
+    # issue 51.18: each call's version, on every path, in the same shape (the built-in paths kept only the span)
+    assert reference["call_weight_versions"] == [[[3, 3], [4, 4], [5, 5]]] * 2
     for how, (out, their_asked) in played.items():
         same = [k for k in keys if how != "mcp" or k != "prompt_ids"]
         assert {k: out[k] for k in same} == {k: reference[k] for k in same}, how

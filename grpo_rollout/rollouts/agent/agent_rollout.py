@@ -20,7 +20,8 @@ from ...runs import names as rn
 from ..contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from ..conversation import as_messages
 from ..env_timeouts import DEFAULT_ENV_TIMEOUT_S, ENV_TIMEOUT_KEY, EnvTimeout, bounded_call
-from ..episodes import Sampling, contract_dict, gather_or_cancel
+from ..episodes import Sampling, contract_dict, gather_or_cancel, gather_settled
+from ..failed_groups import failure_test, finished_groups, kept_episodes
 from ..kwargs_checks import one_of, type_problems, unknown_settings
 from ..segments import SEGMENTS_KEY, Segment
 from .endpoint import shared_endpoint
@@ -146,6 +147,8 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
         RolloutError: the agent raised (naming it, with file:line; a connection or timeout error inside, or an
             ``EpisodeFailure`` it raised, counts as a failed episode for ``rollout.on_error``), or made no chat call
             in an episode.
+        FailedGroups: while the trainer keeps finished groups (``rollout.on_error: retry | drop``), some episodes
+            failed outside the model: it holds the groups that finished (:mod:`~..failed_groups`).
     """
     fn = load_agent(agent, base_dir)
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
@@ -155,11 +158,19 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
                 for i in range(len(prompts) * n)]
     episode_rows = [dict({"prompt": as_messages(prompts[i // n])}, **rows[i // n]) for i in range(len(sessions))]
 
+    failed: Dict[int, BaseException] = {}  # episodes that failed outside the model: their groups are played again
+    is_failure = failure_test()  # (the trainer's, read in this thread)
+
     async def main() -> List[Any]:
-        return await gather_or_cancel([_play(fn, s, r, env_timeout_s) for s, r in zip(sessions, episode_rows)])
+        coros = [_play(fn, s, r, env_timeout_s) for s, r in zip(sessions, episode_rows)]
+        if is_failure is None:
+            return await gather_or_cancel(coros)
+        return await gather_settled(coros, is_failure, failed, n)
 
     results = agent_loop().run(main())
-    for i, session in enumerate(sessions):
+    kept = kept_episodes(failed, len(prompts), n)
+    sessions, results = [sessions[i] for i in kept], [results[i] for i in kept]
+    for i, session in zip(kept, sessions):
         if session.conversation is None:
             raise RolloutError(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} made no chat call in "
                                f"episode {i} (prompt {i // n}): call the model at base_url with model={AGENT_MODEL!r}")
@@ -171,7 +182,7 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
     out[CALL_VERSIONS] = [[None if v is None else list(v) for v in s.call_versions] for s in sessions]
     out[RETRIED_CALLS] = [s.retried for s in sessions]
     out[AGENT_RESULT] = list(results)
-    return out
+    return finished_groups(out, failed, len(prompts), n, kept_only=True)
 
 
 def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> List[Tuple[str, str, str]]:
