@@ -14,6 +14,8 @@ from grpo_rollout.config import to_yaml
 from grpo_rollout.preflight import check_config
 from grpo_rollout.integrations.openenv import openenv as oe
 from grpo_rollout.rollouts.contract import RolloutError
+from grpo_rollout.generation.base import GenerationResult
+from grpo_rollout.rollouts.contract import EpisodeFailure
 from scripted_client import ScriptedClient
 
 SERVER = '''
@@ -39,10 +41,14 @@ class CountEnvironment(Environment):
 
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any):
         RESETS.append(dict(kwargs))
+        if kwargs.get("upto") == "bug":
+            return undefined_name
         self.upto, self.next = int(kwargs["upto"]), 1
         return CountObservation(message=f"Count to {self.upto}, one number per turn.", done=False)
 
     def step(self, action: CountAction, timeout_s=None, **kwargs: Any):
+        if action.number == 99:
+            return len(action.number)  # a bug in the environment (issue 51.18)
         right = action.number == self.next
         self.next += right
         done = self.next > self.upto
@@ -64,6 +70,9 @@ def to_action(text):
 
 def shout(observation):
     return observation["message"].upper()
+
+def raw(text):
+    return {"number": text.strip()}
 '''
 
 
@@ -80,9 +89,19 @@ def files(tmp_path):
     oe.close_openenv_servers()
 
 
-def _play(files, tiny_model, rows, **kwargs):
+class StampingClient(ScriptedClient):
+    """Answers as ScriptedClient does, each answer stamped with weight version 3 + the turns before it."""
+
+    async def agenerate(self, prompt_ids, n=1, **kwargs):
+        result = await super().agenerate(prompt_ids, n, **kwargs)
+        version = 2 + self.tokenizer.decode(prompt_ids[0]).count("<|im_start|>assistant")
+        return GenerationResult(result.prompt_ids, result.completion_ids, result.logprobs, result.finish_reasons,
+                                weight_version=version, weight_version_end=version)
+
+
+def _play(files, tiny_model, rows, reply=counting, **kwargs):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    return oe.openenv_rollout([r.get("prompt") for r in rows], client=ScriptedClient(tokenizer, counting), tokenizer=tokenizer,
+    return oe.openenv_rollout([r.get("prompt") for r in rows], client=StampingClient(tokenizer, reply), tokenizer=tokenizer,
                               rows=rows, n=2, max_completion_length=64, max_turns=5,
                               **{"action": f"{files}/play.py:to_action", **kwargs})
 
@@ -96,6 +115,10 @@ def test_episodes_play_on_the_server_each_in_its_own_session(files, tiny_model, 
     out = _play(files, tiny_model, rows, **where)
     assert out["env_reward"] == [1.0, 1.0, 1.5, 1.5] and out["env_done"] == [True] * 4  # every number right
     assert out["num_turns"] == [2, 2, 3, 3]
+    # issue 51.18: each model call's weight version, as the agent path keeps them (the episode's oldest and newest too)
+    assert out["call_weight_versions"] == [[[3, 3], [4, 4]]] * 2 + [[[3, 3], [4, 4], [5, 5]]] * 2
+    assert list(map(tuple, out["weight_versions"])) == [(3, 4)] * 2 + [(3, 5)] * 2
+    assert "call_weight_versions" in oe.openenv_rollout.extras
     first = out["first_prompt"][0][-1]["content"]
     assert first == "Let's count.\n\nCount to 2, one number per turn."  # the row's prompt, then the observation
     server_module = next(m for m in sys.modules.values() if getattr(m, "__file__", None) == str(files / "count_server.py"))
@@ -162,3 +185,32 @@ def test_the_example_trains_two_steps(tmp_path, tiny_model, monkeypatch):
     for m in result.history:
         assert m["reward"] == pytest.approx(m["extras/env_reward"]) and m["extras/num_turns"] >= 1
     assert oe._SERVED == {}  # the app the run served stopped with it
+
+
+@pytest.mark.model
+def test_a_bug_in_the_environment_names_its_line_and_a_bad_action_is_the_models_error(files, tiny_model):
+    """Issue 51.18: a NameError/TypeError in the environment's reset/step was an EpisodeFailure without file:line
+    (retried under on_error as if the server had gone), and an action that does not fit the environment's action
+    stopped the run without naming the field."""
+    server = f"{files}/count_server.py:app"
+    for row, method, kind in [({"prompt": "x", "upto": "bug"}, "reset", "NameError: name 'undefined_name'"),
+                              ({"prompt": "x", "upto": 2}, "step", "TypeError: object of type 'int' has no len")]:
+        with pytest.raises(RolloutError, match=rf"the OpenEnv environment's {method} raised {kind}.* \(at "
+                                               r".*count_server\.py:\d+\): a bug in the environment's code") as raised:
+            _play(files, tiny_model, [row], reply=lambda text: ("99", True), server=server,
+                  action=f"{files}/play.py:raw")
+        assert not isinstance(raised.value, EpisodeFailure)  # a bug stops the run, as the agent path's own errors do
+    assert "at http://x raised in step: boom (EXECUTION_ERROR): a bug in the environment's code; its traceback is " \
+           "in the server's log" in str(oe.environment_bug("http://x", "step", "boom", "EXECUTION_ERROR"))
+
+    def wordy(text):  # "one" first (not a number: the action's field refuses it), then the numbers
+        turns = text.count("<|im_start|>assistant")
+        return ("one" if turns == 1 else str(turns - 1)), True
+
+    out = _play(files, tiny_model, [{"prompt": "Let's count.", "upto": 2}], reply=wordy, server=server,
+                action=f"{files}/play.py:raw")
+    assert out["env_reward"] == [1.0, 1.0] and out["num_turns"] == [3, 3] and out["env_done"] == [True, True]
+    assert out["turn_rewards"] == [[None, 0.5, 0.5]] * 2  # the refused action's turn: no reward
+    answered = AutoTokenizer.from_pretrained(tiny_model).decode(out["completion_ids"][0])
+    assert "Error: the action {'number': 'one'} does not fit the environment's action: field 'number' must be " \
+           'integer, got "one"' in answered

@@ -37,6 +37,7 @@ from ...rollouts.conversation import as_messages
 from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from ...rollouts.environment import ENV_EXTRAS, environment_rollout
 from ...rollouts.kwargs_checks import type_problems, unknown_settings
+from .openenv_errors import action_problem, environment_bug, record_app_errors, server_error
 from .openenv_serving import _SERVED, close_openenv_servers, serve_app  # noqa: F401 - the OpenEnv rollout's API
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class OpenEnvSession:
     def reset(self, row: Dict[str, Any]) -> List[Dict[str, Any]]:
         from openenv.core import GenericEnvClient
 
+        record_app_errors()  # an environment served here: its bugs said with their file:line
         self.env = GenericEnvClient(base_url=self.url).sync()
         try:
             self.env.connect()
@@ -90,6 +92,10 @@ class OpenEnvSession:
         try:
             result = self.env.reset(**columns)
         except Exception as exc:  # noqa: BLE001 - the server answered with an error, or closed the session
+            said = server_error(exc)
+            if said and said[1] == "EXECUTION_ERROR":  # the environment's own reset raised: a bug
+                bug = environment_bug(self.url, "reset", *said)
+                raise bug from bug.__cause__
             fix = CAPACITY_FIX if _at_capacity(exc) else (
                 f"the row's columns ({', '.join(columns) or 'none'}) are reset's keyword arguments: make the "
                 "server's reset accept them")
@@ -114,6 +120,14 @@ class OpenEnvSession:
         try:
             result = self.env.step(action)
         except Exception as exc:  # noqa: BLE001 - said with the server's address; the environment's failure
+            said = server_error(exc)
+            problem = action_problem(self.url, action) if said and said[1] == "VALIDATION_ERROR" else None
+            if problem:  # the model's bad action: answered, as a tool call its schema refuses is
+                return f"Error: the action {str(action)[:80]} does not fit the environment's action: {problem}", \
+                    None, False
+            if said and said[1] in ("EXECUTION_ERROR", "VALIDATION_ERROR"):  # the environment's own step raised
+                bug = environment_bug(self.url, "step", *said)
+                raise bug from bug.__cause__
             raise EpisodeFailure(f"the OpenEnv server at {self.url} failed step({str(action)[:80]}): "
                                  f"{type(exc).__name__}: {exc}") from exc
         return (None if result.done else self._text(result.observation)), result.reward, bool(result.done)
