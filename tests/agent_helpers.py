@@ -44,7 +44,7 @@ def again_httpx(base_url, api_key, model, prompt, stream=False, **row):
     import httpx
     messages, text = _as_messages(prompt), ""
     for _ in range(2):
-        answer = httpx.post(f"{base_url}/chat/completions", timeout=60,
+        answer = httpx.post(f"{base_url}/chat/completions", timeout=60, headers={"Authorization": f"Bearer {api_key}"},
                             json={"model": model, "messages": messages, "max_tokens": 6}).json()
         text = answer["choices"][0]["message"]["content"]
         messages += [{"role": "assistant", "content": text}, {"role": "user", "content": "Again."}]
@@ -122,13 +122,15 @@ async def sdk_provider(base_url, api_key, model, prompt, **row):
 
 
 def twice(base_url, api_key, model, prompt, **row):
-    """The same request twice (a client retrying an answer it lost), then a turn that continues the second answer."""
+    """The same request twice on purpose (both answers reach the agent), then a turn that continues the second
+    answer; returns the three answers."""
     import httpx
+    post = lambda body: httpx.post(f"{base_url}/chat/completions", json=body, timeout=60,
+                                   headers={"Authorization": f"Bearer {api_key}"}).json()["choices"][0]["message"]
     body = {"model": model, "messages": _as_messages(prompt), "max_tokens": 4}
-    httpx.post(f"{base_url}/chat/completions", json=body, timeout=60)
-    answer = httpx.post(f"{base_url}/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
+    first, answer = post(body), post(body)
     body["messages"] = body["messages"] + [answer, {"role": "user", "content": "Again."}]
-    return httpx.post(f"{base_url}/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
+    return [first, answer, post(body)]
 
 
 def react(base_url, api_key, model, prompt, **row):

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterator, Optional, Sequence
 
@@ -18,14 +15,21 @@ from .addresses import is_local_url  # noqa: F401 - re-exported (nccl_sync and o
 from .base import GenerationClient, GenerationResult
 from .sampling_settings import SamplingSettings
 from .version_stamps import reverted_problem
-from .weight_files import CHUNK_BYTES as _CHUNK, file_sha256, weights_for_sync  # noqa: F401 - weights_for_sync re-exported
+# staged_weights, weights_root, WEIGHTS_FILE, weights_for_sync: re-exported (their callers import them from here)
+from .weight_files import (CHUNK_BYTES as _CHUNK, WEIGHTS_FILE, file_sha256, staged_weights,  # noqa: F401
+                           weights_for_sync, weights_root)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
 class ServerError(RuntimeError):
-    """The vLLM server refused a request or could not be reached (the message has its answer)."""
+    """The vLLM server refused a request or could not be reached (the message has its answer). ``status``: the HTTP
+    status of its answer (``None``: none; 400: a request it cannot serve, e.g. a prompt longer than its context)."""
+
+    def __init__(self, message: str, status: Optional[int] = None):
+        super().__init__(message)
+        self.status = status
 
 
 #: Answers and connection failures worth another try: the server may be restarting or briefly overloaded. Timeouts
@@ -44,34 +48,13 @@ def _raise_for(resp: httpx.Response, what: str) -> Dict[str, Any]:
             detail = resp.json().get("detail", resp.text)
         except ValueError:
             detail = resp.text
-        raise ServerError(f"{what}: HTTP {resp.status_code}: {detail}")
+        raise ServerError(f"{what}: HTTP {resp.status_code}: {detail}", resp.status_code)
     try:
         return resp.json()
     except ValueError as exc:
         raise ServerError(f"{what}: the answer is not JSON: {resp.text[:200]!r}") from exc
 
 
-def weights_root() -> Path:
-    """Where weight folders for sync are written: ``/dev/shm`` (memory) when it exists, else the temp folder."""
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() else Path(tempfile.gettempdir())
-
-
-#: The one file a staged weight folder holds.
-WEIGHTS_FILE = "model.safetensors"
-
-
-@contextmanager
-def staged_weights(weights: Any, version: int) -> Iterator[Path]:
-    """A fresh folder under :func:`weights_root` holding ``weights`` as one safetensors file, removed on exit."""
-    from safetensors.torch import save_file
-
-    folder = Path(tempfile.mkdtemp(prefix=f"grpo-rollout-weights-v{version}-", dir=weights_root()))
-    try:
-        save_file(weights_for_sync(weights), str(folder / WEIGHTS_FILE))
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)  # the servers have read it (or failed); nothing else needs it
 
 
 class VllmClient(GenerationClient):

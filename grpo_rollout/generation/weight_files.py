@@ -1,10 +1,14 @@
-"""The weights a sync sends, as tensors and as bytes: what goes into a staged safetensors file, and its checksum."""
+"""The weights a sync sends, as tensors and as bytes: what goes into a staged safetensors file (and the folder it is
+staged in), and its checksum."""
 
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterator
 
 CHUNK_BYTES = 8 << 20  # bytes per read/upload chunk
 
@@ -40,3 +44,26 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def weights_root() -> Path:
+    """Where weight folders for sync are written: ``/dev/shm`` (memory) when it exists, else the temp folder."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() else Path(tempfile.gettempdir())
+
+
+#: The one file a staged weight folder holds.
+WEIGHTS_FILE = "model.safetensors"
+
+
+@contextmanager
+def staged_weights(weights: Any, version: int) -> Iterator[Path]:
+    """A fresh folder under :func:`weights_root` holding ``weights`` as one safetensors file, removed on exit."""
+    from safetensors.torch import save_file
+
+    folder = Path(tempfile.mkdtemp(prefix=f"grpo-rollout-weights-v{version}-", dir=weights_root()))
+    try:
+        save_file(weights_for_sync(weights), str(folder / WEIGHTS_FILE))
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the servers have read it (or failed); nothing else needs it

@@ -8,6 +8,7 @@ from typing import List, Optional
 from ..user_code.resolve import resolve_callable
 from ..config.problems import Problem, add_error as _err
 from ..config.schema import Config
+from .prompt_lengths import check_prompt_lengths
 from .task_source import check_task_source
 from .taskset_source import TASKSET_FIX, check_taskset_source
 from ..data.verifiers_tasks import PREFIX as TASKSET_PREFIX
@@ -43,10 +44,13 @@ def check_dataset(config: Config, problems: List[Problem], base_dir: Path) -> Op
     if not _rollout_uses_prompts(config, base_dir) and all(p is None for p in prompts):
         return columns
     row_keys = lambda i: [k for k, v in ds[i].items() if v is not None]  # noqa: E731
-    for message in prompt_problems(prompts, column=col, row_keys=row_keys):
+    malformed = list(prompt_problems(prompts, column=col, row_keys=row_keys))
+    for message in malformed:
         _err(problems, "data.prompt_column", col, message,
              "make every prompt a non-empty string, or every prompt a list of {role, content} messages with roles "
              f"{', '.join(CHAT_ROLES)} (or point data.prompt_column at another column)")
+    if not malformed:
+        check_prompt_lengths(config, prompts, problems, base_dir)
     return columns
 
 

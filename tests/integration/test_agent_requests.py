@@ -23,10 +23,11 @@ GOOD = [{"role": "user", "content": "Hi"}]
 
 def probe(base_url, api_key, model, prompt, body, route="chat/completions", **row):
     """A good call, the body under test, then a call that continues the first: what the endpoint said to the body."""
-    first = httpx.post(f"{base_url}/chat/completions", json={"model": model, "messages": GOOD}, timeout=60).json()
-    said = httpx.post(f"{base_url}/{route}", json=dict({"model": model}, **body), timeout=60)
+    http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"}, timeout=60)
+    first = http.post(f"{base_url}/chat/completions", json={"model": model, "messages": GOOD}).json()
+    said = http.post(f"{base_url}/{route}", json=dict({"model": model}, **body))
     messages = GOOD + [first["choices"][0]["message"], {"role": "user", "content": "Again."}]
-    httpx.post(f"{base_url}/chat/completions", json={"model": model, "messages": messages}, timeout=60)
+    http.post(f"{base_url}/chat/completions", json={"model": model, "messages": messages})
     return {"status": said.status_code, "error": said.json().get("error", {}).get("message")}
 
 
@@ -56,7 +57,8 @@ def strict(base_url, api_key, model, prompt, **row):
     from openai.types import Completion
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    post = lambda route, body: httpx.post(f"{base_url}/{route}", json=dict({"model": model}, **body), timeout=60)
+    post = lambda route, body: httpx.post(f"{base_url}/{route}", json=dict({"model": model}, **body), timeout=60,
+                                          headers={"Authorization": f"Bearer {api_key}"})
     from openai.types.responses import Response
 
     ChatCompletion.model_validate(post("chat/completions", {"messages": GOOD}).json())
@@ -127,6 +129,15 @@ BODIES = {  # the new user's inputs
     "stop of numbers": ({"messages": [{"role": "user", "content": "hi"}], "stop": [1]},
                         "stop=[1]: send a string or a list of up to 4 non-empty strings"),
     "five stops": ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, "a list of up to 4 non-empty strings"),
+    # issue 51: a 500 AttributeError before
+    "tool_calls not a list": ({"messages": [{"role": "assistant", "content": None, "tool_calls": "oops"},
+                                           {"role": "user", "content": "hi"}]}, "messages[0].tool_calls is str"),
+    "a tool call without a function": ({"messages": [{"role": "assistant", "tool_calls": [{"id": "c1"}]},
+                                                     {"role": "user", "content": "hi"}]},
+                                       "messages[0].tool_calls[0] is not a function call"),
+    "arguments of a number": ({"messages": [{"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": 5}}]},
+        {"role": "user", "content": "hi"}]}, "messages[0].tool_calls[0] is not a function call"),
 }
 
 

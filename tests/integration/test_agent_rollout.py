@@ -61,11 +61,19 @@ def test_an_agents_sdk_agent_plays_on_a_model(policy, tmp_path):
     assert [r["answer"].strip() for r in out["agent_result"]] == [t.strip() for t in out["final_response"]]
 
 
-def test_a_retried_request_replaces_the_call_it_repeats(policy, tmp_path):
-    """A request identical to the one answered before it is a retry (the client lost that answer): the answer it gets
-    is the only one recorded, and the next turn continues it in one sequence."""
+def test_a_deliberate_repeat_is_a_new_call(policy, tmp_path):
+    """The same request sent twice on purpose, both answers read (issue 51: it was taken for a retry, and the answer
+    the agent used was dropped while the one it discarded was trained): each is a call of its own, with a seed of
+    its own; the first is a sequence of its own (the second request does not continue it), the third request
+    continues the second answer."""
     out = _play(policy, tmp_path, "twice")
-    assert out["num_turns"] == [2] * 4 and out["segments"] == [[]] * 4 and out["retried_calls"] == [1] * 4
+    assert out["num_turns"] == [3] * 4 and out["retried_calls"] == [0] * 4
+    _, tokenizer = policy
+    for result, [first], ids, mask in zip(out["agent_result"], out["segments"], out["completion_ids"],
+                                          out["completion_mask"]):
+        assert tokenizer.decode(first["completion_ids"], skip_special_tokens=True).strip() == result[0]["content"].strip()
+        sampled = tokenizer.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=True)
+        assert sampled.strip().startswith(result[1]["content"].strip()[:3])
 
 
 def test_the_agents_sdks_provider_keeps_its_client_between_steps(policy, tmp_path):

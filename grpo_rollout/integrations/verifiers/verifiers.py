@@ -33,6 +33,7 @@ verifiers 0.2 is gone from verifiers 0.4, and so from here: port it to a taskset
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from ...data.verifiers_tasks import ENV_COLUMN, PATH_COLUMN, TASK_COLUMN, TASKSET_COLUMN, importable
 from ...rollouts.agent import agent_rollout
-from ...rollouts.agent.agent_rollout import AGENT_RESULT, API_KEY
+from ...rollouts.agent.agent_rollout import AGENT_RESULT
 from ...rollouts.contract import SAMPLING_DEFAULTS as D, EpisodeFailure, RolloutError
 from ...rollouts.env_timeouts import DEFAULT_ENV_TIMEOUT_S
 from ...rollouts.kwargs_checks import one_of, type_problems, unknown_settings
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
 
     from ...generation.base import GenerationClient
 
-#: The environment variable verifiers reads the endpoint's API key from (its client config names a variable).
+#: The start of the environment variable verifiers reads an episode's API key from (its client config names a
+#: variable; each episode's session has a key of its own, so each episode its own variable).
 KEY_VARIABLE = "GRPO_ROLLOUT_AGENT_KEY"
 #: The reward function this rollout adds, and the prefix of its per-name extras.
 REWARD_EXTRA = "verifiers"
@@ -130,12 +132,17 @@ def episode_agent(harness: Optional[str] = None, runtime: Any = "subprocess") ->
     async def verifiers_episode(base_url: str, api_key: str, model: str, **row: Any) -> Dict[str, Any]:
         import verifiers.v1 as vf
 
-        os.environ.setdefault(KEY_VARIABLE, API_KEY)
-        env = _env(row, harness, runtime)
-        context = vf.ModelContext(model=model, client=vf.EvalClientConfig(base_url=base_url, api_key_var=KEY_VARIABLE))
-        task = _task(env, row)
-        async with env.serving():
-            episode = await env.run_episode(task, context)
+        variable = f"{KEY_VARIABLE}_{hashlib.sha256(api_key.encode()).hexdigest()[:16].upper()}"  # the episode's
+        os.environ[variable] = api_key
+        try:
+            env = _env(row, harness, runtime)
+            context = vf.ModelContext(model=model, client=vf.EvalClientConfig(base_url=base_url,
+                                                                              api_key_var=variable))
+            task = _task(env, row)
+            async with env.serving():
+                episode = await env.run_episode(task, context)
+        finally:
+            os.environ.pop(variable, None)
         _raise_errors(episode, f" of task {task.data.idx} of taskset `{row[ENV_COLUMN]}`")
         return _summary(episode)
 

@@ -22,10 +22,11 @@ from ..conversation import as_messages
 from ..env_timeouts import DEFAULT_ENV_TIMEOUT_S, ENV_TIMEOUT_KEY, EnvTimeout, bounded_call
 from ..episodes import Sampling, contract_dict, gather_or_cancel, gather_settled
 from ..failed_groups import failure_test, finished_groups, kept_episodes
-from ..kwargs_checks import one_of, type_problems, unknown_settings
+from ..kwargs_checks import check_int, one_of, type_problems, unknown_settings
 from ..segments import SEGMENTS_KEY, Segment
 from .endpoint import shared_endpoint
-from .requests import AGENT_MODEL
+from .leftovers import WATCH
+from .requests import AGENT_MODEL, MAX_REQUEST_BYTES
 from .sessions import AgentSession
 
 if TYPE_CHECKING:
@@ -33,14 +34,16 @@ if TYPE_CHECKING:
 
     from ...generation.base import GenerationClient
 
-#: The API key an agent is handed (the endpoint checks none; OpenAI clients insist on one).
-API_KEY = "grpo-rollout"
 #: The extra that carries each episode's return value to the reward functions.
 AGENT_RESULT = "agent_result"
 #: The extra with each episode's calls' weight versions (``[oldest, newest]`` per call, in order).
 CALL_VERSIONS = "call_weight_versions"
-#: The extra counting each episode's retried requests (each replaced the call it repeated: its answer was lost).
+#: The extra counting each episode's answers that never reached the agent (its client had gone, timed out or lost
+#: the connection, when the answer was ready): none is recorded, so the client's retry is the call.
 RETRIED_CALLS = "retried_calls"
+#: The extra counting each episode's tool calls that were not handed to the agent (malformed, a tool the request did
+#: not offer, arguments its schema refuses: :mod:`.answers`).
+REFUSED_TOOL_CALLS = "refused_tool_calls"
 
 _LOOP: Optional[SharedLoop] = None
 _LOOP_LOCK = threading.Lock()
@@ -84,29 +87,65 @@ def _raised_at(exc: BaseException) -> str:
     return f" (raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
 
 
+def _refusal(exc: BaseException, session: AgentSession) -> bool:
+    """Whether ``exc``, raised out of the agent, is its client's error for a request the endpoint refused (the budget
+    used up, a prompt too long): an HTTP error with a 4xx status (the ``openai`` client's ``APIStatusError``, httpx's
+    ``HTTPStatusError``), or one whose message carries the refusal (a harness that wraps it). Anything else is the
+    agent's own exception, raised or not after a refusal: the run's error, with its file:line."""
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int) and 400 <= status < 500:
+        return True
+    said = session.ended or (session.refused[1] if session.refused else "")
+    return bool(said) and said in str(exc)
+
+
+def _finish(session: AgentSession, fn: Callable) -> None:
+    """Say why a played episode ended: the refusal the agent stopped at (``refused``: its last request was refused
+    for its length), else ``done``; an episode refused before its first sequence fails (``rollout.on_error``)."""
+    conv = session.conversation
+    if conv is None and session.refused:
+        raise EpisodeFailure(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} stopped after its first "
+                             f"request was refused: {session.refused[1]}")
+    if conv is None or conv.end_reason is not None:
+        return
+    if session.refused:
+        conv.stop_reason, conv.truncated = "length", True
+        conv.end_reason, conv.end_detail = session.refused
+    else:
+        conv.stop_reason, conv.end_reason = "done", "done"
+        conv.end_detail = f"the agent returned after {session.calls} chat calls"
+
+
 async def _play(fn: Callable, session: AgentSession, row: Dict[str, Any], timeout_s: Optional[float]) -> Any:
     endpoint = shared_endpoint()
-    base_url = endpoint.open(session)
-    kwargs = dict(row, base_url=base_url, api_key=API_KEY, model=AGENT_MODEL)
+    base_url, api_key = endpoint.open(session)
+    kwargs = dict(row, base_url=base_url, api_key=api_key, model=AGENT_MODEL)
     try:
         result = await bounded_call(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)}", fn, kwargs=kwargs,
                                     timeout_s=timeout_s)
-        conv = session.conversation
-        if conv is not None and conv.end_reason is None:
-            conv.stop_reason, conv.end_reason = "done", "done"
-            conv.end_detail = f"the agent returned after {session.calls} chat calls"
-        return result
     except EnvTimeout:
         session.ended = f"the episode ran past {ENV_TIMEOUT_KEY}"
         raise
     except Exception as exc:
-        if session.ended:  # the budget ended it: the agent's client raised on the refused request
-            return None
-        kind = EpisodeFailure if isinstance(exc, EpisodeFailure) or _lost_connection(exc) else RolloutError
-        raise kind(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} raised {type(exc).__name__}: {exc}"
-                   f"{_raised_at(exc)}") from exc
+        if not (session.ended or session.refused) or not _refusal(exc, session):
+            kind = EpisodeFailure if isinstance(exc, EpisodeFailure) or _lost_connection(exc) else RolloutError
+            raise kind(f"the agent {getattr(fn, '__name__', fn)}{defined_at(fn)} raised {type(exc).__name__}: {exc}"
+                       f"{_raised_at(exc)}") from exc
+        result = None  # the agent's client raised on the refused request: the episode ends there
     finally:
         endpoint.close_session(base_url)
+    _finish(session, fn)
+    return result
+
+
+def _run_watched(fn: Callable, coro: Any) -> Any:
+    """Run the step's episodes on :func:`agent_loop`; the processes the agents started and left running are ended
+    when no episode is playing any more (:mod:`.leftovers`)."""
+    WATCH.enter()
+    try:
+        return agent_loop().run(coro)
+    finally:
+        WATCH.leave(f"{getattr(fn, '__name__', fn)}{defined_at(fn)}")
 
 
 def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer: PreTrainedTokenizerBase, n: int,
@@ -116,7 +155,7 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
                   max_completion_length: int = D.max_completion_length, seed: Optional[int] = D.seed,
                   max_turn_tokens: Optional[int] = None, tool_prompt: str = "auto", base_dir: Optional[str] = None,
                   env_timeout_s: Optional[float] = DEFAULT_ENV_TIMEOUT_S,
-                  **_: Any) -> Dict[str, List[Any]]:
+                  max_request_bytes: int = MAX_REQUEST_BYTES, **_: Any) -> Dict[str, List[Any]]:
     """Play ``n`` episodes of the agent per prompt and return them in the rollout contract.
 
     Args:
@@ -136,8 +175,10 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
         multi-turn extras (:func:`~grpo_rollout.rollouts.episodes.contract_dict`; ``num_turns``: the episode's chat
         calls), plus ``agent_result``: each episode's return value (``None`` when the budget ended it),
         ``call_weight_versions``: per episode, each call's ``[oldest, newest]`` weight version, and
-        ``retried_calls``: per episode, the requests that repeated the one before (each replaced it).
+        ``retried_calls``: per episode, the answers its client never got (not recorded; its retry was the call),
+        ``refused_tool_calls``: per episode, the model's tool calls not handed to the agent (:mod:`.answers`).
 
+        max_request_bytes: the longest request body the endpoint reads (longer: 413).
         env_timeout_s: seconds an episode (the agent function's call, model calls included) may take
             (``rollout.env_timeout_s``); a plain function is then abandoned on its daemon thread, its session closed.
 
@@ -154,8 +195,8 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
     sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                         repetition_penalty=repetition_penalty, seed=seed, max_turn_tokens=max_turn_tokens)
     rows = list(rows) if rows is not None else [{"prompt": p} for p in prompts]
-    sessions = [AgentSession(client, tokenizer, sampling, i, max_completion_length, tool_prompt=tool_prompt)
-                for i in range(len(prompts) * n)]
+    sessions = [AgentSession(client, tokenizer, sampling, i, max_completion_length, tool_prompt=tool_prompt,
+                             max_request_bytes=max_request_bytes) for i in range(len(prompts) * n)]
     episode_rows = [dict({"prompt": as_messages(prompts[i // n])}, **rows[i // n]) for i in range(len(sessions))]
 
     failed: Dict[int, BaseException] = {}  # episodes that failed outside the model: their groups are played again
@@ -167,7 +208,7 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
             return await gather_or_cancel(coros)
         return await gather_settled(coros, is_failure, failed, n)
 
-    results = agent_loop().run(main())
+    results = _run_watched(fn, main())
     kept = kept_episodes(failed, len(prompts), n)
     sessions, results = [sessions[i] for i in kept], [results[i] for i in kept]
     for i, session in zip(kept, sessions):
@@ -180,7 +221,8 @@ def agent_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokenizer
     out["weight_versions"] = [s.weight_versions() for s in sessions]
     out[rn.NUM_TURNS_EXTRA] = [s.calls for s in sessions]
     out[CALL_VERSIONS] = [[None if v is None else list(v) for v in s.call_versions] for s in sessions]
-    out[RETRIED_CALLS] = [s.retried for s in sessions]
+    out[RETRIED_CALLS] = [s.lost for s in sessions]
+    out[REFUSED_TOOL_CALLS] = [s.refused_calls for s in sessions]
     out[AGENT_RESULT] = list(results)
     return finished_groups(out, failed, len(prompts), n, kept_only=True)
 
@@ -190,6 +232,7 @@ def validate_kwargs(kwargs: Dict[str, Any], base_dir: Optional[Path] = None) -> 
     settings, no ``agent``, one that does not import or is not a function, ``max_turn_tokens`` out of range, an
     unknown ``tool_prompt``)."""
     problems = (unknown_settings(agent_rollout, kwargs) + type_problems(kwargs)
+                + check_int(kwargs, "max_request_bytes", 1)
                 + one_of(kwargs, "tool_prompt", ("auto", "template", "system"), "auto"))
     fix = "agent: my_agent.py:run (a function called as run(base_url=..., api_key=..., model=..., **row))"
     if not kwargs.get("agent"):
@@ -222,6 +265,6 @@ def _call_shape_problem(fn: Callable) -> str:
 
 agent_rollout.validate_kwargs = validate_kwargs  # type: ignore[attr-defined]
 # what reward functions may ask for (validate-config checks their parameters against these)
-agent_rollout.extras = (AGENT_RESULT, CALL_VERSIONS, RETRIED_CALLS,  # type: ignore[attr-defined]
+agent_rollout.extras = (AGENT_RESULT, CALL_VERSIONS, RETRIED_CALLS, REFUSED_TOOL_CALLS,  # type: ignore[attr-defined]
                         rn.NUM_TURNS_EXTRA, rn.TURN_STARTS_EXTRA, rn.FINAL_RESPONSE_EXTRA, rn.TRUNCATED_EXTRA,
                         rn.END_REASON_EXTRA, rn.END_DETAIL_EXTRA)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import numbers
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..tool_parsing import CALL_CLOSE, CALL_OPEN
 
 #: The model name an agent sends (``model=`` of the OpenAI client); any other is refused.
 AGENT_MODEL = "policy"
+#: Bytes a request's body may have by default (``rollout.kwargs.max_request_bytes``): a longer one is a 413. Far above
+#: any context a model takes (4 MiB of text is about a million tokens); a 50 MB message stalled every episode.
+MAX_REQUEST_BYTES = 4 * 2 ** 20
 #: A chat request's body (the OpenAI ``chat.completions`` JSON) and a message in it.
 Body = Dict[str, Any]
 Message = Dict[str, Any]
@@ -65,6 +68,22 @@ def _check_messages(messages: Any) -> None:
         if isinstance(content, list) and not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
             raise AgentRequestError(f"messages[{i}].content holds a part that is not text: only text parts are "
                                     "supported ({\"type\": \"text\", \"text\": ...})")
+        _check_calls(m.get("tool_calls"), f"messages[{i}].tool_calls")
+
+
+def _check_calls(calls: Any, where: str) -> None:
+    """A message's ``tool_calls``: absent, or a list of ``{"function": {"name": str, "arguments": str or dict}}``."""
+    if calls is None:
+        return
+    shape = ("send a list of {\"id\": ..., \"type\": \"function\", \"function\": {\"name\": ..., \"arguments\": "
+             "\"<JSON>\"}} (the tool_calls of the answer you got)")
+    if not isinstance(calls, list):
+        raise AgentRequestError(f"{where} is {type(calls).__name__}: {shape}")
+    for k, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+                or not isinstance(fn.get("arguments", ""), (str, dict)):
+            raise AgentRequestError(f"{where}[{k}] is not a function call: {shape}")
 
 
 def _check_tools(tools: Any) -> None:
@@ -77,12 +96,51 @@ def _check_tools(tools: Any) -> None:
                                 "\"parameters\": {...}}}")
 
 
+#: Why the endpoint does not force the model's answer (a required or named tool, a JSON schema): constrained decoding
+#: samples from another distribution than the policy's, so the recorded log-probs would not be the policy's and the
+#: update would train the model on tokens it did not choose.
+CONSTRAINED = ("it would need constrained decoding, which samples from another distribution than the policy the "
+               "trainer updates (the recorded log-probs would not be the policy's)")
+
+
+def tool_choice(body: Body) -> str:
+    """The request's ``tool_choice``: ``"auto"`` (also when absent) or ``"none"`` (the answer's tool calls are not
+    parsed: it comes back as text).
+
+    Raises:
+        AgentRequestError: ``"required"``, a named function or anything else (400, saying why: :data:`CONSTRAINED`).
+    """
+    choice = body.get("tool_choice")
+    if choice is None or choice in ("auto", "none"):
+        return choice or "auto"
+    named = isinstance(choice, dict) and (choice.get("function") or {}).get("name", choice.get("name"))
+    what = f"tool_choice {choice!r}" if not named else f"tool_choice naming the function {named!r}"
+    if choice != "required" and not named:
+        raise AgentRequestError(f"{what}: send \"auto\" or \"none\"")
+    raise AgentRequestError(f"{what} is not supported: forcing a tool call {CONSTRAINED}. Send tool_choice \"auto\" "
+                            "and reward the episodes that call the tool instead")
+
+
+def check_format(body: Body) -> None:
+    """Refuse a ``response_format`` other than plain text (``json_object``, ``json_schema``: :data:`CONSTRAINED`).
+
+    Raises:
+        AgentRequestError: (400) naming the format.
+    """
+    shape = body.get("response_format")
+    kind = shape.get("type") if isinstance(shape, dict) else shape
+    if shape is not None and kind != "text":
+        raise AgentRequestError(f"response_format {kind!r} is not supported: a structured answer {CONSTRAINED}. Ask "
+                                "for plain text and parse it (a reward can score whether it parses)")
+
+
 def check_body(body: Body, chat: bool) -> Optional[int]:
     """Check a request body before it touches the episode; return the ``max_tokens`` it asks for (``None``: none).
 
     Raises:
         AgentRequestError: another model (404), ``n > 1``, ``max_tokens`` not a whole number >= 1, malformed
-            ``messages`` or ``tools`` (chat) or no ``prompt`` (completions checks that itself).
+            ``messages`` (their ``tool_calls`` too) or ``tools``, a ``tool_choice`` or ``response_format`` that would
+            force the answer (chat), or no ``prompt`` (completions checks that itself).
     """
     if body.get("model") != AGENT_MODEL:
         raise AgentRequestError(f"model {body.get('model')!r} is not this run's policy: send model={AGENT_MODEL!r} "
@@ -98,7 +156,27 @@ def check_body(body: Body, chat: bool) -> Optional[int]:
     if chat:
         _check_messages(body.get("messages"))
         _check_tools(body.get("tools"))
+        tool_choice(body)
+        check_format(body)
     return None if asked is None else int(asked)
+
+
+def text_prompt(body: Body) -> Any:
+    """A ``completions`` request's ``prompt``: one non-empty string, or one list of token ids (a batch of one is
+    unwrapped).
+
+    Raises:
+        AgentRequestError: anything else.
+    """
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                   for t in prompt):
+        return list(prompt)
+    raise AgentRequestError("`prompt` must be one non-empty string or one list of token ids")
 
 
 def stop_strings(body: Body) -> Tuple[str, ...]:
@@ -123,6 +201,15 @@ def without_stop(text: str, stops: Tuple[str, ...]) -> str:
         if text.endswith(stop):
             return text[:-len(stop)]
     return text
+
+
+def rendered(make: Callable[[], Any]) -> Any:
+    """``make()`` (rendering messages with the chat template), its failure a 400 naming the template's complaint."""
+    try:
+        return make()
+    except Exception as exc:
+        raise AgentRequestError(f"the chat template cannot render these messages ({type(exc).__name__}: {exc}): "
+                                "send string contents and tool calls as OpenAI's chat format has them") from exc
 
 
 def for_template(messages: List[Message]) -> List[Message]:

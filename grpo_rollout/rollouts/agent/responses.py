@@ -9,7 +9,10 @@ session's ``chat`` as any chat call is, and the chat answer is turned back into 
   message's ``tool_calls``, ``function_call_output`` → a ``tool`` message; ``reasoning`` items are left out (the model
   sees no reasoning of its own in a chat template either);
 - ``tools`` of ``type: function`` → chat tools; ``max_output_tokens`` → ``max_tokens``;
-- the answer → a ``message`` item with its text (when there is text) and a ``function_call`` item per tool call.
+- ``tool_choice``: ``auto`` and ``none`` as on the chat route (``required`` and a named function are refused there);
+- the answer → a ``message`` item with its text (when there is text) and a ``function_call`` item per tool call; an
+  answer cut by ``max_output_tokens`` (or the episode's budget) is ``status: incomplete`` with
+  ``incomplete_details.reason: max_output_tokens``, as OpenAI's are (streamed: ``response.incomplete``).
 
 Refused (400, naming what to send instead): ``previous_response_id`` and ``conversation`` (nothing is stored: send the
 whole input), ``background``, a structured ``text.format`` (the Agents SDK's ``output_type``), item references,
@@ -22,13 +25,12 @@ import json
 import time
 from typing import Any, Dict, List
 
-from .requests import AGENT_MODEL, AgentRequestError, Body, Message
+from .requests import AGENT_MODEL, CONSTRAINED, AgentRequestError, Body, Message
 
 #: The roles an input message may have.
 ROLES = ("user", "assistant", "system", "developer")
 #: Response fields the Agents SDK and the ``openai`` types require, with the values this endpoint always has.
-_FIXED = {"object": "response", "status": "completed", "parallel_tool_calls": True, "tool_choice": "auto",
-          "error": None, "incomplete_details": None, "metadata": {}}
+_FIXED = {"object": "response", "parallel_tool_calls": True, "error": None, "metadata": {}}
 
 
 def _refuse(message: str) -> AgentRequestError:
@@ -103,8 +105,8 @@ def chat_body(body: Body) -> Body:
         raise _refuse("background is not supported: the answer is sampled while the request waits")
     shape = _text_format(body)
     if shape != "text":
-        raise _refuse(f"text.format {shape!r} is not supported: the policy samples free text (an Agents SDK "
-                      "output_type asks for it); ask for plain text and parse it")
+        raise _refuse(f"text.format {shape!r} is not supported (an Agents SDK output_type asks for it): a "
+                      f"structured answer {CONSTRAINED}. Ask for plain text and parse it")
     if not body.get("input"):
         raise _refuse("input is missing: a string, or a list of message / function_call / function_call_output items")
     messages = _messages(body["input"])
@@ -123,16 +125,21 @@ def chat_body(body: Body) -> Body:
                                                            if k in t}} for t in tools]
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "function":  # the Responses shape of a named function
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    if choice is not None:
+        chat["tool_choice"] = choice
     return chat
 
 
 def response_of(answer: Body, body: Body) -> Body:
     """The ``response`` object of a chat ``answer`` to the Responses request ``body``."""
-    message = answer["choices"][0]["message"]
-    rid = answer["id"].replace("chatcmpl-", "resp_")
+    message, cut = answer["choices"][0]["message"], answer["choices"][0]["finish_reason"] == "length"
+    rid, status = answer["id"].replace("chatcmpl-", "resp_"), "incomplete" if cut else "completed"
     output: List[Dict[str, Any]] = []
     if message.get("content") or not message.get("tool_calls"):  # an empty answer too: it is sent back as input
-        output.append({"type": "message", "id": rid.replace("resp_", "msg_"), "status": "completed",
+        output.append({"type": "message", "id": rid.replace("resp_", "msg_"), "status": status,
                        "role": "assistant",
                        "content": [{"type": "output_text", "text": message["content"] or "", "annotations": []}]})
     for call in message.get("tool_calls") or []:
@@ -141,6 +148,8 @@ def response_of(answer: Body, body: Body) -> Body:
                        "status": "completed"})
     usage = answer["usage"]
     return dict(_FIXED, id=rid, created_at=answer.get("created", int(time.time())), model=AGENT_MODEL, output=output,
+                status=status, incomplete_details={"reason": "max_output_tokens"} if cut else None,
+                tool_choice=body.get("tool_choice") or "auto",
                 tools=[t for t in body.get("tools") or []], instructions=body.get("instructions"),
                 usage={"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
                        "total_tokens": usage["total_tokens"],
@@ -150,7 +159,8 @@ def response_of(answer: Body, body: Body) -> Body:
 
 def response_events(response: Body) -> List[str]:
     """A response as the server-sent events of ``stream: true``: ``response.created``, each output item added (its
-    text as one ``response.output_text.delta``) and done, then ``response.completed`` with the whole response. The
+    text as one ``response.output_text.delta``) and done, then ``response.completed`` (``response.incomplete`` for a
+    cut answer) with the whole response. The
     whole answer is sampled first, as on the chat route."""
     events: List[Dict[str, Any]] = [{"type": "response.created",
                                      "response": dict(response, status="in_progress", output=[])}]
@@ -160,5 +170,5 @@ def response_events(response: Body) -> List[str]:
             events.append({"type": "response.output_text.delta", "item_id": item["id"], "output_index": k,
                            "content_index": 0, "delta": item["content"][0]["text"], "logprobs": []})
         events.append({"type": "response.output_item.done", "output_index": k, "item": item})
-    events.append({"type": "response.completed", "response": response})
+    events.append({"type": f"response.{response['status']}", "response": response})  # completed or incomplete
     return [f"event: {e['type']}\ndata: {json.dumps(dict(e, sequence_number=n))}\n\n" for n, e in enumerate(events)]

@@ -14,30 +14,24 @@ inserted together, over all the episode's sequences.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, List, Optional, Tuple
 
 from ..conversation import Conversation, encode_text, eos_ids_of
 from ..episodes import Sampling, sample_turn
-from ..tool_parsing import CALL_OPEN, parse_tool_calls
 from ..tool_prompt import choose_tool_prompt, system_prompt_text, with_system_prompt
-from .requests import (AGENT_MODEL, AgentRequestError, Body, Message, check_body, for_template, same_message,
-                       stop_strings, without_stop)
+from .answers import answer_message
+from .requests import (AGENT_MODEL, MAX_REQUEST_BYTES, AgentRequestError, Body, Message, check_body, for_template,
+                       rendered, same_message, stop_strings, text_prompt, tool_choice, without_stop)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from ...generation.base import GenerationClient
 
-def _rendered(make: Callable[[], Any]) -> Any:
-    """``make()`` (rendering messages with the chat template), its failure a 400 naming the template's complaint."""
-    try:
-        return make()
-    except Exception as exc:
-        raise AgentRequestError(f"the chat template cannot render these messages ({type(exc).__name__}: {exc}): "
-                                "send string contents and tool calls as OpenAI's chat format has them") from exc
+#: ``await gone()``: whether the client that sent a request has left (its answer would reach no one).
+Gone = Callable[[], Awaitable[bool]]
 
 
 @dataclass
@@ -52,6 +46,7 @@ class AgentSession:
         seen: the messages of the last request and the answer given to it.
         tool_prompt: how a request's ``tools`` are shown to the model (:mod:`~grpo_rollout.rollouts.tool_prompt`:
             ``auto`` uses the chat template when it renders them, else a system prompt; ``template``; ``system``).
+        max_request_bytes: the longest body a request may have (longer: 413).
         text_mode: whether the current sequence came from ``completions`` requests (text prompts) rather than chat.
         calls: requests answered.
         ended: why the episode can take no more requests (the budget), or ``None``.
@@ -59,9 +54,13 @@ class AgentSession:
             (a context edit): the episode's ``segments`` (:mod:`~grpo_rollout.rollouts.segments`).
         call_versions: per answered request, the oldest and newest weight version that sampled it (``None``: not
             known, e.g. transformers generation).
-        retried: requests identical to the one answered just before (a client's retry of an answer it never got),
-            each of which replaced that call. last_key, before_last: the last answered request and the session
-            before it (what such a retry undoes).
+        lost: answers that never reached the agent (its client had gone when the answer was ready: a timeout, a
+            dropped connection), each undone, so the client's retry is recorded as the call.
+        refused: the ``(end_reason, detail)`` of the last request refused for its length (a prompt longer than
+            ``sampling.max_prompt_length`` or the server's context), ``None`` once a later one is answered: the
+            episode ends that way when the agent stops there.
+        refused_calls: tool calls in answers that were not handed to the agent (malformed, unknown tool, bad
+            arguments: :mod:`.answers`).
     """
 
     client: GenerationClient
@@ -73,14 +72,15 @@ class AgentSession:
     seen: List[Message] = field(default_factory=list)
     tools: Optional[List[Any]] = None
     tool_prompt: str = "auto"
+    max_request_bytes: int = MAX_REQUEST_BYTES
     text_mode: bool = False
     calls: int = 0
     ended: Optional[str] = None
     earlier: List[Conversation] = field(default_factory=list)
     call_versions: List[Optional[Tuple[int, int]]] = field(default_factory=list)
-    retried: int = 0
-    last_key: Optional[str] = None
-    before_last: Optional[tuple] = None
+    lost: int = 0
+    refused: Optional[Tuple[str, str]] = None
+    refused_calls: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -105,17 +105,28 @@ class AgentSession:
                 shown = with_system_prompt(shown, system_prompt_text(tools))
             elif tools:
                 kwargs["tools"] = tools
-            started = _rendered(lambda: Conversation.start(self.tokenizer, shown, eos_ids_of(self.client,
+            started = rendered(lambda: Conversation.start(self.tokenizer, shown, eos_ids_of(self.client,
                                                                                                self.tokenizer),
-                                                           self.client.max_prompt_length, **kwargs))
+                                                           **kwargs))
             self._new_sequence(started)
             self.tools = tools
             return
         new = for_template(messages[len(self.seen):])
-        self._insert(_rendered(lambda: conv.insertion_ids(new)), new)
+        self._insert(rendered(lambda: conv.insertion_ids(new)), new)
 
     def _new_sequence(self, conv: Conversation) -> None:
-        """Make ``conv`` the current sequence, the one before joining ``earlier``."""
+        """Make ``conv`` the current sequence, the one before joining ``earlier``.
+
+        Raises:
+            AgentRequestError: its prompt is longer than ``sampling.max_prompt_length`` (never cut: the agent would
+                be answered from a prompt it did not send).
+        """
+        limit = self.client.max_prompt_length
+        if limit and len(conv.prompt_ids) > limit:
+            detail = (f"the request's prompt has {len(conv.prompt_ids)} tokens, more than sampling.max_prompt_length="
+                      f"{limit} (tools and template included)")
+            self.refused = ("prompt_too_long", detail)
+            raise AgentRequestError(f"{detail}: send a shorter conversation, or raise sampling.max_prompt_length")
         if self.conversation is not None:
             self.earlier.append(self.conversation)
         self.conversation, self.text_mode = conv, False
@@ -124,15 +135,18 @@ class AgentSession:
         """What a request may change, to put back when it fails (:meth:`restore`)."""
         conv = self.conversation
         sizes = None if conv is None else (len(conv.completion_ids), len(conv.messages), conv.turns,
-                                           len(conv.turn_starts), conv.weight_versions)
-        return conv, sizes, len(self.earlier), self.tools, self.text_mode, list(self.seen), len(self.call_versions)
+                                           len(conv.turn_starts), conv.weight_versions, conv.stop_reason,
+                                           conv.truncated, conv.end_reason, conv.end_detail)
+        return (conv, sizes, len(self.earlier), self.tools, self.text_mode, list(self.seen), len(self.call_versions),
+                self.ended)
 
     def restore(self, state: tuple) -> None:
         """Undo a failed request: the session as :meth:`snapshot` saw it (a retried request is then played once)."""
-        conv, sizes, earlier, self.tools, self.text_mode, self.seen, calls = state
+        conv, sizes, earlier, self.tools, self.text_mode, self.seen, calls, self.ended = state
         self.conversation, self.earlier, self.call_versions = conv, self.earlier[:earlier], self.call_versions[:calls]
         if conv is not None:
-            tokens, messages, conv.turns, starts, conv.weight_versions = sizes
+            (tokens, messages, conv.turns, starts, conv.weight_versions, conv.stop_reason, conv.truncated,
+             conv.end_reason, conv.end_detail) = sizes
             del conv.completion_ids[tokens:], conv.logprobs[tokens:], conv.completion_mask[tokens:]
             del conv.messages[messages:], conv.turn_starts[starts:]
 
@@ -140,23 +154,17 @@ class AgentSession:
         """Append tokens the agent sent (mask 0), or end the episode when they do not fit its budget."""
         conv = self.conversation
         if self.used + len(inserted) >= self.budget:
-            conv.stop_reason, conv.truncated, conv.end_reason = "length", True, "budget_reply"
-            conv.end_detail = (f"the messages after turn {conv.turns} need {len(inserted)} tokens but only "
-                               f"{self.budget - self.used} of max_completion_length={self.budget} were left")
-            self.ended = f"the episode's token budget is used up: {conv.end_detail}"
-            raise AgentRequestError(self.ended)
+            self._out_of_budget(f"the messages after turn {conv.turns} need {len(inserted)} tokens but only "
+                                f"{self.budget - self.used} of max_completion_length={self.budget} were left")
         conv.add_inserted(inserted, messages)
 
-    def _prompt_ids(self, body: Body) -> List[int]:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str) and prompt:
-            return encode_text(self.tokenizer, prompt)
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                       for t in prompt):
-            return list(prompt)
-        raise AgentRequestError("`prompt` must be one non-empty string or one list of token ids")
+    def _out_of_budget(self, detail: str) -> None:
+        """End the episode on its budget (``budget_reply``: what the agent sent next did not fit) and refuse the
+        request with the documented 400."""
+        conv = self.conversation
+        conv.stop_reason, conv.truncated, conv.end_reason, conv.end_detail = "length", True, "budget_reply", detail
+        self.ended = f"the episode's token budget is used up: {detail}"
+        raise AgentRequestError(self.ended)
 
     def _continue_text(self, ids: List[int]) -> None:
         """A ``completions`` prompt: when it extends the current sequence's tokens (a text-completion sequence), the
@@ -190,9 +198,14 @@ class AgentSession:
         return ids, text, finish
 
     def _checked(self, body: Body, chat: bool) -> Optional[int]:
+        """The request's ``max_tokens``, after its checks; an episode whose budget is used up (to the last token: a
+        turn that ended exactly there) ends on it, whatever the request (a new sequence has no room either)."""
         asked = check_body(body, chat)
         if self.ended:
             raise AgentRequestError(self.ended)
+        if self.conversation is not None and self.used >= self.budget:
+            self._out_of_budget(f"turn {self.conversation.turns} used the last of max_completion_length="
+                                f"{self.budget} tokens and the agent asked for more")
         return asked
 
     def _undo(self, state: tuple) -> None:
@@ -203,61 +216,77 @@ class AgentSession:
         total = len(self.conversation.input_ids)
         return {"prompt_tokens": total - len(ids), "completion_tokens": len(ids), "total_tokens": total}
 
-    async def complete(self, body: Body) -> Body:
+    async def complete(self, body: Body, gone: Optional[Gone] = None) -> Body:
         """Answer one ``completions`` request (a text prompt or token ids; the OpenAI ``text_completion`` JSON) and
-        record its tokens.
+        record its tokens. ``gone``: whether the agent's client has left (then the answer is not recorded).
 
         Raises:
-            AgentRequestError: another model name, ``n > 1``, a bad ``max_tokens``, no prompt, or the budget used
-                up. Whatever fails leaves the session as it was.
+            AgentRequestError: another model name, ``n > 1``, a bad ``max_tokens``, no prompt, the budget used up or
+                a prompt too long. Whatever fails leaves the session as it was.
         """
         async with self.lock:
             asked, stop = self._checked(body, chat=False), stop_strings(body)
-            ids, text, finish = await self._call(json.dumps([body.get("prompt"), stop]), asked, stop,
-                                                 lambda: self._continue_text(self._prompt_ids(body)))
+            prompt = text_prompt(body)
+            ids, text, finish = await self._call(asked, stop, lambda: self._continue_text(
+                encode_text(self.tokenizer, prompt) if isinstance(prompt, str) else prompt), gone)
             text = without_stop(text, stop) if finish == "stop" else text
             return {"id": f"cmpl-{self.sample}-{self.calls}", "object": "text_completion", "model": AGENT_MODEL,
                     "created": int(time.time()),
                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
                     "usage": self._usage(ids)}
 
-    async def chat(self, body: Body) -> Body:
-        """Answer one ``chat/completions`` request (the OpenAI response JSON) and record its tokens.
+    async def chat(self, body: Body, gone: Optional[Gone] = None) -> Body:
+        """Answer one ``chat/completions`` request (the OpenAI response JSON) and record its tokens. ``gone``: whether
+        the agent's client has left (then the answer is not recorded: a client's retry is the call).
 
         Raises:
-            AgentRequestError: another model name, ``n > 1``, a bad ``max_tokens``, malformed messages or tools,
-                messages the chat template cannot render, or the budget used up. Whatever fails leaves the session as
-                it was (a retried request is played once).
+            AgentRequestError: another model name, ``n > 1``, a bad ``max_tokens``, malformed messages or tools, a
+                forcing ``tool_choice`` or ``response_format``, messages the chat template cannot render, a prompt
+                too long, or the budget used up. Whatever fails leaves the session as it was.
         """
         async with self.lock:
             asked, messages, tools = self._checked(body, chat=True), body["messages"], body.get("tools") or None
             stop = stop_strings(body)
-            key = json.dumps([messages, tools, stop], sort_keys=True, default=str)
-            ids, text, finish = await self._call(key, asked, stop, lambda: self._continue(messages, tools))
-            answer = self._answer(without_stop(text, stop) if finish == "stop" else text, finish)
-            self.seen = list(messages) + [answer]
+            ids, text, finish = await self._call(asked, stop, lambda: self._continue(messages, tools), gone)
+            answer, problems = answer_message(without_stop(text, stop) if finish == "stop" else text, tools,
+                                              tool_choice(body), f"call_{self.sample}_{self.calls}")
+            self.seen, self.refused_calls = list(messages) + [answer], self.refused_calls + len(problems)
             finish = "tool_calls" if answer.get("tool_calls") and finish == "stop" else finish
             return {"id": f"chatcmpl-{self.sample}-{self.calls}", "object": "chat.completion", "model": AGENT_MODEL,
                     "created": int(time.time()),
                     "choices": [{"index": 0, "message": answer, "logprobs": None, "finish_reason": finish}],
                     "usage": self._usage(ids)}
 
-    async def _call(self, key: str, asked: Optional[int], stop: Tuple[str, ...], apply: Callable[[], None]) -> tuple:
-        """Play one request: ``apply()`` (continue the sequence or start one), then sample. A request identical to
-        the last one answered (``key``) is a retry whose answer never reached the agent (its client lost the
-        connection): that call is undone first, so only the answer the agent gets is recorded (``retried``). Whatever
-        fails leaves the session as it was."""
-        if key == self.last_key and self.before_last is not None:
-            self.restore(self.before_last)
-            self.calls, self.retried, self.last_key, self.before_last = self.calls - 1, self.retried + 1, None, None
+    async def _call(self, asked: Optional[int], stop: Tuple[str, ...], apply: Callable[[], None],
+                    gone: Optional[Gone]) -> tuple:
+        """Play one request: ``apply()`` (continue the sequence or start one: rendering and tokenizing, on a worker
+        thread so a huge request does not stall the other episodes' calls), then sample. Whatever fails leaves the
+        session as it was; so does an answer whose client has ``gone`` by the time it is ready (``lost``).
+
+        Raises:
+            AgentRequestError: what ``apply`` refuses; the generation server's 400 (a prompt longer than its
+                context: the episode ends there if the agent stops, ``refused``); 499 when the client has gone.
+        """
+        if gone is not None and await gone():  # a request whose client left while it waited for the session
+            raise AgentRequestError("the client left before the answer was ready", 499)
         state = self.snapshot()
         try:
-            apply()
+            await asyncio.to_thread(apply)
             result = await self._sample(asked, stop)
-        except BaseException:
+        except BaseException as exc:
             self._undo(state)
+            if getattr(exc, "status", None) == 400 and not isinstance(exc, AgentRequestError):  # the server's 400
+                said = f"the generation server refused the request: {exc}"
+                too_long = "max_model_len" in str(exc)  # a prompt longer than its context (generate_route.py)
+                self.refused = ("prompt_too_long", said) if too_long else None
+                raise AgentRequestError(said + (" (the conversation is longer than the server's context: send a "
+                                                "shorter one, or raise vllm.max_model_len)" if too_long else "")) from exc
             raise
-        self.last_key, self.before_last = key, state
+        if gone is not None and await gone():
+            self.restore(state)
+            self.calls, self.lost = self.calls - 1, self.lost + 1
+            raise AgentRequestError("the client left before the answer was ready: not recorded", 499)
+        self.refused = None
         return result
 
     def sequences(self) -> List[Conversation]:
@@ -268,12 +297,3 @@ class AgentSession:
         """The oldest and newest weight version that sampled any of the episode's calls (``None``: not known)."""
         known = [c.weight_versions for c in self.sequences() if c.weight_versions is not None]
         return (min(v[0] for v in known), max(v[1] for v in known)) if known else None
-
-    def _answer(self, text: str, finish: str) -> Message:
-        calls = [c for c in parse_tool_calls(text) if c.well_formed]
-        if not calls:
-            return {"role": "assistant", "content": text}
-        content = text.split(CALL_OPEN, 1)[0].strip()
-        return {"role": "assistant", "content": content or None, "tool_calls": [
-            {"id": f"call_{self.sample}_{self.calls}_{k}", "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for k, c in enumerate(calls)]}
