@@ -6,9 +6,11 @@ one ends the command within seconds, whatever thread user code is stuck in.
   cannot end while a plain function is stuck inside it: the first Ctrl-C seemed to do nothing. ``asyncio.run`` leaves
   a handler of the program's own in place. The command's clean-up then runs as for any interrupt (the finished steps
   saved, the vLLM server stopped).
-- :func:`exit_leaving_stuck_threads`: after that clean-up, a thread the interpreter's exit would wait for (not a
-  daemon: a ``ThreadPoolExecutor`` worker of the user's own, stuck in their code) would keep the process alive, and a
-  second signal would print "Exception ignored in: <module 'threading'>"; the process ends without waiting for it.
+- :func:`exit_leaving_stuck_threads`: after that clean-up (and after a command's error, e.g. ``EnvTimeout``), a
+  thread the interpreter's exit would wait for (one that is not a daemon, or a ``ThreadPoolExecutor`` worker, daemon
+  or not: an agent's own pool, ``asyncio.to_thread``, an OpenEnv server's, stuck in user code) would keep the process
+  alive, and a second signal would print "Exception ignored in: <module 'threading'>"; the process ends without
+  waiting for it, naming the user function each such thread is stuck in.
 """
 
 from __future__ import annotations
@@ -43,15 +45,19 @@ def interrupts_raise() -> Iterator[None]:
 
 
 def exit_leaving_stuck_threads(code: int, grace_s: float = 2.0) -> None:
-    """After an interrupted command has cleaned up: give the threads the interpreter's exit would wait for (those
-    that are not daemons) ``grace_s`` seconds in all; if one still runs, flush the output and end the process now with
-    exit status ``code`` (``os._exit``: no exit handler waits on it). Otherwise return, for a normal exit."""
+    """After a command that failed or was interrupted has cleaned up: give the threads the interpreter's exit would
+    wait for (those that are not daemons, and thread pool workers still running a call:
+    :func:`~grpo_rollout.user_code.left_running.exit_blockers`) ``grace_s`` seconds in all; if one still runs, say
+    on stderr which user function each is stuck in, flush the output and end the process now with exit status
+    ``code`` (``os._exit``: no exit handler waits on it). Otherwise return, for a normal exit."""
+    from ..user_code.left_running import describe, exit_blockers
+
     deadline = time.monotonic() + grace_s
-    me = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not me and not thread.daemon:
-            thread.join(max(0.0, deadline - time.monotonic()))
-    if any(t is not me and not t.daemon and t.is_alive() for t in threading.enumerate()):
+    for thread in exit_blockers():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = exit_blockers()
+    if left:
         sys.stdout.flush()
-        sys.stderr.flush()
+        print("Exiting without waiting for user code still running: " + "; ".join(describe(t) for t in left),
+              file=sys.stderr, flush=True)
         os._exit(code)

@@ -261,20 +261,22 @@ def _output_cut(self: Console) -> None:
 
 
 def main() -> None:
-    """Console-script entry point. An interrupted command (exit status 130) that cleaned up ends at once, even
-    when user code is still stuck in a thread the interpreter's exit would wait for (:mod:`.interrupts`). A command
+    """Console-script entry point. A command that failed or was interrupted (exit status 130) and cleaned up ends
+    within seconds, even when user code is still stuck in a thread the interpreter's exit would wait for, naming
+    where (:mod:`.interrupts`). A command
     whose output is cut short (``| head``) ends quietly with :data:`OUTPUT_CUT`, from a rich console's write or from
     click's (help, ``typer.echo``), which silences ``sys.stdout`` and exits 1."""
     Console.on_broken_pipe = _output_cut  # only in the command: a notebook's console keeps rich's own
     try:
         app()
     except SystemExit as exc:
-        if exc.code == 130:
+        code = OUTPUT_CUT if exc.code == 1 and _reader_gone() else exc.code
+        if isinstance(code, int) and code != 0:  # failed or interrupted: user code stuck in a thread must not hold it
             from .interrupts import exit_leaving_stuck_threads
 
-            exit_leaving_stuck_threads(130)
-        if exc.code == 1 and _reader_gone():
-            raise SystemExit(OUTPUT_CUT) from None
+            exit_leaving_stuck_threads(code)
+        if code != exc.code:
+            raise SystemExit(code) from None
         raise
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import socket
@@ -42,7 +43,10 @@ def serve_app(spec: str, base_dir: Optional[Path] = None, timeout_s: float = 60.
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        # stopping it cancels requests still open after a second: one stuck in the environment's code (on the
+        # server's thread pool) never ends, and the run's end (an error, Ctrl-C) would wait for it
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                               timeout_graceful_shutdown=1))
         logging.getLogger("uvicorn.error").addFilter(_no_disconnect_tracebacks)
         thread = threading.Thread(target=server.run, name=f"openenv-{port}", daemon=True)
         thread.start()
@@ -59,9 +63,11 @@ def serve_app(spec: str, base_dir: Optional[Path] = None, timeout_s: float = 60.
 
 def _no_disconnect_tracebacks(record: logging.LogRecord) -> bool:
     """Drop the traceback openenv-core's server logs when it closes a WebSocket the client already closed (each
-    episode's end); every other record passes."""
+    episode's end), and what uvicorn says when the run's end cancels a request stuck in the environment's code (the
+    CLI names that code as it exits); every other record passes."""
     exc = record.exc_info[1] if record.exc_info else None
-    return type(exc).__name__ != "WebSocketDisconnect"
+    cancelled = isinstance(exc, asyncio.CancelledError) or "timeout graceful shutdown exceeded" in record.getMessage()
+    return type(exc).__name__ != "WebSocketDisconnect" and not cancelled
 
 
 @on_run_end
