@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from ..user_code.deadlines import ExitedInUserCode, StillRunning, call_in_daemon_thread
+from ..user_code.loop_watch import loop_deadline
+from ..user_code.signatures import defined_at
 from .tool_examples import example_arguments, example_call  # noqa: F401 - re-exported: the tool API
 from .contract import RolloutError
+from .env_timeouts import blocked_loop_error
 from .tool_parsing import ToolCall
 from .tool_schemas import ToolError, arguments_problem, converted, tool_schema  # noqa: F401 - re-exported
 
 ToolSpec = Union[str, Callable]
+#: the key of a tool call's time limit, named when an ``async def`` tool blocks its event loop past it
+TOOL_TIMEOUT_KEY = "rollout.kwargs.tool_timeout_s"
 
 
 class ToolExited(RuntimeError):
@@ -192,7 +197,9 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
         timeout_s: seconds before the call is abandoned (``None``: wait forever).
 
     Returns:
-        a :class:`ToolResult`; on failure its ``content`` is ``"Error: ..."`` saying what went wrong.
+        a :class:`ToolResult`; on failure its ``content`` is ``"Error: ..."`` saying what went wrong. An ``async def``
+        tool that blocks the event loop past ``timeout_s`` cannot be answered: the loop's waiter raises
+        :class:`~.env_timeouts.LoopBlocked` naming it (:mod:`grpo_rollout.user_code.loop_watch`).
     """
     if not call.well_formed:
         return ToolResult(call.name, call.arguments, f"Error: malformed tool call ({call.error}). Write "
@@ -213,7 +220,9 @@ async def run_tool_call(call: ToolCall, tools: Mapping[str, Callable], timeout_s
     start = loop.time()
     try:
         if inspect.iscoroutinefunction(fn):
-            value = await asyncio.wait_for(_no_exit(fn(**arguments)), timeout_s)
+            with loop_deadline(timeout_s, blocked_loop_error(f"the tool {call.name}{defined_at(fn)}", timeout_s,
+                                                             TOOL_TIMEOUT_KEY)):
+                value = await asyncio.wait_for(_no_exit(fn(**arguments)), timeout_s)
         else:
             value = await _in_daemon_thread(fn, arguments, timeout_s)
     except asyncio.TimeoutError:

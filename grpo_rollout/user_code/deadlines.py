@@ -5,18 +5,22 @@ A thread cannot be killed: a plain call that runs past its limit is abandoned, s
 Such a thread is never joined (not at the interpreter's exit either, unlike a ``ThreadPoolExecutor``'s or
 ``asyncio.to_thread``'s workers, which the exit and ``asyncio.run`` wait for), so a call stuck for good stops neither
 the run's error nor Ctrl-C. The error says where the call was when its time ran out (``file:line in function``).
+An ``async def`` call that blocks its event loop is caught by the loop's waiter instead (``on_blocked``,
+:mod:`.loop_watch`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import sys
 import threading
 import traceback
 from typing import Any, Awaitable, Callable, Dict, Optional, Sequence
 
-from .signatures import user_frame
+from .loop_watch import loop_deadline, thread_at, where_of
+
+#: what a blocked event loop's waiter raises for a call: ``where`` (`` (at FILE:LINE in FUNCTION)``) → the error
+OnBlocked = Optional[Callable[[str], BaseException]]
 
 
 class StillRunning(TimeoutError):
@@ -44,21 +48,9 @@ class ExitedInUserCode(RuntimeError):
         return out
 
 
-def _where(stack: Sequence[Any]) -> str:
-    """`` (at FILE:LINE in FUNCTION)`` of the user code's innermost frame of ``stack`` (``FrameSummary`` list)."""
-    found = user_frame(stack)
-    return f" (at {found.filename}:{found.lineno} in {found.name})" if found is not None else ""
-
-
-def thread_at(thread: threading.Thread) -> str:
-    """Where ``thread`` runs now, as :func:`_where` says it (``""`` when it has finished)."""
-    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
-    return _where(traceback.extract_stack(frame)) if frame is not None else ""
-
-
 def task_at(task: "asyncio.Task[Any]") -> str:
     """Where a pending task's coroutine waits now (its innermost ``await``, down the chain of coroutines it
-    awaits), as :func:`_where` says it."""
+    awaits), as :func:`~.loop_watch.where_of` says it."""
     frames, coro = [], task.get_coro()
     while coro is not None and len(frames) < 200:
         frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
@@ -66,14 +58,15 @@ def task_at(task: "asyncio.Task[Any]") -> str:
             break
         frames.append((frame, frame.f_lineno))
         coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-    return _where(traceback.StackSummary.extract(frames)) if frames else ""
+    return where_of(traceback.StackSummary.extract(frames)) if frames else ""
 
 
 async def call_in_daemon_thread(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None,
-                                timeout_s: Optional[float] = None) -> Any:
+                                timeout_s: Optional[float] = None, on_blocked: OnBlocked = None) -> Any:
     """``fn(*args, **kwargs)`` on a fresh daemon thread, in a copy of the caller's context (its context variables, as
     ``asyncio.to_thread`` gives them), awaited for at most ``timeout_s`` seconds (``None``: no limit); cancelling the
-    caller (Ctrl-C in ``asyncio.run``) stops the wait at once.
+    caller (Ctrl-C in ``asyncio.run``) stops the wait at once. ``on_blocked``: the error the loop's waiter raises
+    when other code blocks the loop past the limit (:func:`~.loop_watch.loop_deadline`).
 
     Raises:
         StillRunning: it did not return in time (the thread goes on, abandoned).
@@ -103,14 +96,18 @@ async def call_in_daemon_thread(fn: Callable, args: Sequence[Any] = (), kwargs: 
     thread = threading.Thread(target=target, name=f"user-{getattr(fn, '__qualname__', 'call')}", daemon=True)
     thread.start()
     try:
-        return await asyncio.wait_for(future, timeout_s)
+        with loop_deadline(timeout_s, on_blocked, asyncio.current_task()):
+            return await asyncio.wait_for(future, timeout_s)
     except asyncio.TimeoutError:
         raise StillRunning(timeout_s or 0.0, thread_at(thread)) from None
 
 
-async def await_within(awaitable: Awaitable[Any], timeout_s: Optional[float] = None) -> Any:
+async def await_within(awaitable: Awaitable[Any], timeout_s: Optional[float] = None,
+                       on_blocked: OnBlocked = None) -> Any:
     """``await awaitable`` for at most ``timeout_s`` seconds (``None``: no limit), as a task that is cancelled when
-    the time runs out or the caller is cancelled.
+    the time runs out or the caller is cancelled. ``on_blocked``: the error the loop's waiter raises when the
+    awaitable blocks the loop itself past the limit (a blocking call in ``async def`` code: no timer fires then;
+    :func:`~.loop_watch.loop_deadline`).
 
     Raises:
         StillRunning: it did not finish in time (saying where it was waiting).
@@ -127,7 +124,8 @@ async def await_within(awaitable: Awaitable[Any], timeout_s: Optional[float] = N
 
     task = asyncio.ensure_future(guarded())
     try:
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        with loop_deadline(timeout_s, on_blocked, task):
+            done, _ = await asyncio.wait({task}, timeout=timeout_s)
     except asyncio.CancelledError:
         task.cancel()
         raise
