@@ -38,11 +38,21 @@ class SharedLoop:
 
     def _start(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name=self.name, daemon=True)
+        self.thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
         self.watch = LoopWatch(self.loop, self.thread)
         self.given_up = False  # an interrupted wait's task did not end: the loop is stuck in code without a limit
         self.thread.start()
         self.loop.call_soon_threadsafe(self.watch.start)
+
+    def _serve(self) -> None:
+        """The loop's thread. A ``KeyboardInterrupt`` or ``SystemExit`` raised in a task (a reward function's, say)
+        leaves ``run_forever`` (asyncio re-raises them) before the task's waiters are told: it is kept for the
+        waiter (:meth:`LoopWatch.wait`), which raises it in the caller, as the caller's own code would have."""
+        loop, watch = self.loop, self.watch
+        try:
+            loop.run_forever()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiter
+            watch.escaped = exc
 
     def run(self, coro: Awaitable[Any]) -> Any:
         """Run ``coro`` on the loop, in a copy of the caller's context (its context variables: e.g. the weight
@@ -73,7 +83,7 @@ class SharedLoop:
         try:
             return watch.wait(done)
         except BaseException:
-            if watch.found is None and not done.done():  # interrupted: cancel the task, let it close what it opened
+            if watch.found is None and watch.escaped is None and not done.done():  # interrupted: cancel the task
                 loop.call_soon_threadsafe(lambda: [t.cancel() for t in started])
                 concurrent.futures.wait([done], timeout=CANCEL_GRACE_S)
                 self.given_up = self.given_up or (loop is self.loop and not done.done())
@@ -82,7 +92,7 @@ class SharedLoop:
             raise
 
     def _stuck(self) -> bool:
-        return self.watch.found is not None or self.given_up
+        return self.watch.found is not None or self.given_up or not self.thread.is_alive()
 
     @staticmethod
     def _abandon(loop: asyncio.AbstractEventLoop) -> None:

@@ -62,6 +62,7 @@ class LoopWatch:
         self.loop, self.thread = loop, thread
         self.beat = time.monotonic()
         self.found: Optional[Tuple[_Deadline, str]] = None  # once the loop is stuck: whose call, and where
+        self.escaped: Optional[BaseException] = None  # what ended the loop's thread (a task's KeyboardInterrupt)
         self._deadlines: Dict[object, _Deadline] = {}
         self._lock = threading.Lock()
         _WATCHES[loop] = self
@@ -99,13 +100,17 @@ class LoopWatch:
         """``future``'s result (a task on this loop), looking every :data:`POLL_S` seconds whether the loop is stuck.
 
         Raises:
-            BaseException: the stuck call's error (:meth:`stuck`); what the task raised; ``KeyboardInterrupt`` in
-                the waiting thread.
+            BaseException: the stuck call's error (:meth:`stuck`); what the task raised (also a
+                ``KeyboardInterrupt`` or ``SystemExit`` that ended the loop's thread: :attr:`escaped`);
+                ``KeyboardInterrupt`` in the waiting thread.
         """
         while True:
             concurrent.futures.wait([future], timeout=POLL_S)
             if future.done():
                 return future.result()
+            if not self.thread.is_alive() and self.thread.ident is not None:  # the loop ended under its tasks
+                raise self.escaped or RuntimeError(f"the event loop of thread {self.thread.name} stopped before "
+                                                   "the call ended")
             error = self.stuck()
             if error is not None:
                 raise error

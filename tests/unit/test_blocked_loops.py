@@ -238,3 +238,27 @@ def test_a_failed_command_exits_at_once_naming_user_code_stuck_on_a_pool_thread(
     assert re.fullmatch(rf"Exiting without waiting for user code still running: hang_forever at <string>:{line} "
                         r"\(thread ThreadPoolExecutor-0_0, a thread pool's worker\)\n", proc.stderr), proc.stderr
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_raised_in_async_user_code_reaches_the_caller(kind):
+    """A reward function raising KeyboardInterrupt (what Ctrl-C does mid-step) ended the loop's thread before its
+    waiter was told: `grpo-rollout train` hung instead of exiting 130 (test_resume_hint.py). It reaches the caller at
+    once, on a fresh loop and on a shared one, and the shared loop is replaced for the next call."""
+    from grpo_rollout.user_code.coroutines import SharedLoop, run_coroutine
+
+    async def raising():
+        raise kind()
+
+    async def five():
+        return 5
+
+    start = time.monotonic()
+    with pytest.raises(kind):
+        run_coroutine(raising())
+    loop = SharedLoop("test-interrupt")
+    with pytest.raises(kind):
+        loop.run(raising())
+    assert time.monotonic() - start < 2.0  # no cancel grace for a loop that is gone
+    assert loop.run(five()) == 5
+    loop.close()
