@@ -98,6 +98,9 @@ class TrainingConfig(Section):
     logprob_chunk_size: int = setting(1024, "Positions per chunk of the log-prob computation (bounds the logits' "
                                       "memory)", ge=1)
     padding_free: bool = setting(True, "Pack a micro-batch's sequences into shared rows instead of padding them")
+    shared_prefix: bool = setting(False, "Forward the prefix a micro-batch's sequences share (a group's prompt, an "
+                                  "agent's system prompt) once, its completions attending to it through a 4D mask: "
+                                  "the same log-probs and gradients, fewer tokens (off until every path holds)")
     compile: bool = setting(False, "torch.compile each decoder layer (minutes of compiling, then ~10% faster steps "
                             "on 2 CPU cores)")
     gradient_checkpointing: bool = setting(True, "Recompute each decoder layer's activations in the backward pass, "

@@ -112,7 +112,8 @@ class GRPORecipe:
         self.optimizer, self.scheduler = build_optimizer(cfg, self.policy, dist)
         self.updater = PolicyUpdate(cfg, self.policy, self.ref, self.optimizer, self.scheduler,
                                     precision=self.precision, dist=dist, pad_id=self.tokenizer.pad_token_id,
-                                    padding_free=loaded.padding_free, compare_with_sampler=self.compare_with_sampler,
+                                    padding_free=loaded.padding_free, shared_prefix=loaded.shared_prefix,
+                                    compare_with_sampler=self.compare_with_sampler,
                                     surrogate=policy_term(cfg.training, self.base_dir))
         start = restore(loaded.state, self.policy, self.optimizer, self.scheduler, self.rollouts.prompt_order, cfg,
                         dist, say) if resume else 0

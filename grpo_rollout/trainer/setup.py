@@ -23,6 +23,7 @@ from ..models.lora import apply_lora, is_adapter_checkpoint, load_adapter, param
 from .checkpoint import TrainerState, base_weights_of, find_checkpoint, load_trainer_state, restore_rng
 from ..distributed import Dist
 from .update.logprobs import CompletionLogprobs, packing_isolates
+from .update.shared_prefix import shared_prefix_unsupported
 from .parallel.policy import decoder_layers, initialise_sharding, load_optimizer_state, shard
 from .parallel.precision import MASTER_DTYPE, Precision
 from ..orchestrator.prompt_order import PromptOrder
@@ -39,7 +40,8 @@ class LoadedPolicy:
         policy: the trained model inside :class:`~.update.logprobs.CompletionLogprobs` (FSDP2-sharded over N processes).
         ref: the frozen reference for the KL term (``None``: ``beta`` 0, or LoRA: the policy with adapters off).
         tokenizer, model_path: from ``model.name_or_path``. padding_free: micro-batches may share rows (checked on
-        the model). state: rank 0's trainer state of the checkpoint resumed from (``None``: a fresh run, other ranks).
+        the model). shared_prefix: shared prefixes are forwarded once (``training.shared_prefix``, checked on the
+        model). state: rank 0's trainer state of the checkpoint resumed from (``None``: a fresh run, other ranks).
         eos_ids, vocab_size: of the model.
     """
 
@@ -51,6 +53,7 @@ class LoadedPolicy:
     state: Optional[TrainerState]
     eos_ids: set
     vocab_size: int
+    shared_prefix: bool = False
 
 
 def _resumed_lm(lm: Any, config: Config, output_dir: Path, resume: str, dist: Dist, say: Callable[[str], None],
@@ -127,13 +130,17 @@ def load_policy(config: Config, dist: Dist, precision: Precision, output_dir: Pa
     if t.padding_free and not padding_free:
         say(f"training.padding_free: {m.name_or_path} lets sequences packed into one row see each other (its "
             "attention ignores position_ids); padding each sequence instead")
+    unsupported = shared_prefix_unsupported(lm) if t.shared_prefix else None
+    if unsupported:
+        say(f"training.shared_prefix: {m.name_or_path} cannot forward a shared prefix once: {unsupported}; "
+            "forwarding each sequence whole instead (set training.shared_prefix: false to silence this)")
     policy = shard(CompletionLogprobs(lm), dist, mp_policy)
     initialise_sharding(policy, tokenizer.pad_token_id or 0)
     if t.compile:  # each decoder layer on its own (the pattern FSDP2 expects); state-dict names do not change
         for layer in decoder_layers(lm):
             layer.compile(dynamic=True)
     return LoadedPolicy(policy, ref, tokenizer, model_path, padding_free, state, eos_token_ids(lm, tokenizer),
-                        lm.get_input_embeddings().num_embeddings)
+                        lm.get_input_embeddings().num_embeddings, t.shared_prefix and not unsupported)
 
 
 def build_optimizer(config: Config, policy: CompletionLogprobs, dist: Dist) -> Tuple[torch.optim.Optimizer, Any]:

@@ -12,7 +12,7 @@ never holds a ``(B, T, vocab)`` tensor (32 × 128 × 49152 fp32 would be 0.8 GB)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
@@ -36,6 +36,9 @@ class PackedBatch:
         completion_ids: ``(B, C)`` completion tokens, right-padded with 0.
         completion_valid: ``(B, C)`` 1 where ``completion_ids`` holds a real token.
         num_tokens: real (prompt + completion) tokens in the batch; ``input_ids.numel()`` counts the padding too.
+        completion_cols: ``(B, C)`` the column whose hidden state predicts each completion token, where it is not
+            ``completion_start - 1 + j`` (``training.shared_prefix``: ``attention_mask`` is then ``(R, 1, T, T)``
+            bool, :mod:`.shared_prefix`), or ``None``.
     """
 
     input_ids: torch.Tensor
@@ -46,6 +49,7 @@ class PackedBatch:
     completion_ids: torch.Tensor
     completion_valid: torch.Tensor
     num_tokens: int
+    completion_cols: Optional[torch.Tensor] = None
 
 
 def pack(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_id: int,
@@ -157,11 +161,16 @@ class CompletionLogprobs(torch.nn.Module):
         def on_device(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
             return None if x is None else x.to(device)
 
-        hidden = decoder(input_ids=batch.input_ids.to(device), attention_mask=on_device(batch.attention_mask),
+        mask = on_device(batch.attention_mask)
+        if mask is not None and mask.dim() == 4 and decoder.config._attn_implementation == "eager":
+            mask = torch.zeros(mask.shape, device=device).masked_fill(~mask, torch.finfo(torch.float32).min)
+        hidden = decoder(input_ids=batch.input_ids.to(device), attention_mask=mask,
                          position_ids=on_device(batch.position_ids), use_cache=False).last_hidden_state
         b, c = batch.completion_ids.shape
         # hidden state at position (start + j - 1) of the sequence's row predicts completion token j
         positions = batch.completion_start.unsqueeze(1) - 1 + torch.arange(c).unsqueeze(0)
+        if batch.completion_cols is not None:  # a shared prefix: the layout says where
+            positions = batch.completion_cols
         positions = positions.clamp(max=hidden.shape[1] - 1)
         valid = batch.completion_valid.bool()
         rows = batch.row.unsqueeze(1).expand(b, c)[valid]
@@ -256,9 +265,10 @@ class MicroBatch:
 def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                         masks: Sequence[Sequence[int]], logprobs: Optional[Sequence[Sequence[float]]],
                         advantages: torch.Tensor, size: int, pad_id: int, device: torch.device,
-                        padding_free: bool = False) -> List[MicroBatch]:
+                        padding_free: bool = False, layout: Optional[Callable] = None) -> List[MicroBatch]:
     """Split ``N`` sequences into micro-batches of ``size`` (in order) on ``device``, right-padded or padding-free
-    (see :func:`~.logprobs.pack`).
+    (see :func:`~.logprobs.pack`), or as ``layout(prompt_ids, completion_ids, pad_id) -> PackedBatch`` lays them out
+    (:func:`~.shared_prefix.pack_shared`: each shared prefix once).
 
     Args:
         prompt_ids, completion_ids, masks: ``N`` lists each (masks: 0/1 per completion token).
@@ -268,7 +278,8 @@ def build_micro_batches(prompt_ids: Sequence[Sequence[int]], completion_ids: Seq
     batches = []
     for start in range(0, len(completion_ids), size):
         idx = range(start, min(start + size, len(completion_ids)))
-        packed = pack([prompt_ids[i] for i in idx], [completion_ids[i] for i in idx], pad_id, padding_free)
+        p, c = [prompt_ids[i] for i in idx], [completion_ids[i] for i in idx]
+        packed = layout(p, c, pad_id) if layout else pack(p, c, pad_id, padding_free)
         mask = torch.zeros_like(packed.completion_valid, dtype=torch.float32)
         sampler = torch.zeros_like(mask) if logprobs is not None else None
         for row, i in enumerate(idx):

@@ -25,6 +25,7 @@ from ..guards import check_sampler_mismatch
 from ...distributed import Dist
 from ..parallel.precision import Precision
 from .logprobs import CompletionLogprobs, MicroBatch, build_micro_batches
+from .shared_prefix import pack_shared
 from .objective import BatchTotals, TokenLosses, aggregate, importance_weights, per_token_loss
 
 
@@ -164,18 +165,20 @@ class PolicyUpdate:
         config: the run's config. policy: the (sharded) policy. ref: the frozen reference (``None``: no KL term, or
         a LoRA policy whose reference is itself with adapters off). optimizer, scheduler: AdamW and its LR schedule.
         precision: compute dtype (:mod:`..parallel.precision`). dist: the process group. pad_id: the tokenizer's
-        padding id. padding_free: pack micro-batches without padding. compare_with_sampler: false with a repetition
+        padding id. padding_free: pack micro-batches without padding. shared_prefix: forward each shared prefix of a
+        micro-batch once (:mod:`.shared_prefix`). compare_with_sampler: false with a repetition
         penalty (the trainer cannot reproduce the sampler's distribution: no correction, no stale-weights check).
         surrogate: the loss's policy term (:func:`~.surrogates.policy_term`; ``None``: PPO's clip).
     """
 
     def __init__(self, config: Config, policy: CompletionLogprobs, ref: Optional[CompletionLogprobs],
                  optimizer: torch.optim.Optimizer, scheduler: Any, *, precision: Precision, dist: Dist, pad_id: int,
-                 padding_free: bool, compare_with_sampler: bool, surrogate: Optional[Callable] = None):
+                 padding_free: bool, compare_with_sampler: bool, surrogate: Optional[Callable] = None,
+                 shared_prefix: bool = False):
         self.cfg, self.policy, self.ref, self.optimizer, self.scheduler = config, policy, ref, optimizer, scheduler
         self.surrogate = surrogate
         self.precision, self.dist, self.pad_id, self.padding_free = precision, dist, pad_id, padding_free
-        self.compare_with_sampler = compare_with_sampler
+        self.compare_with_sampler, self.shared_prefix = compare_with_sampler, shared_prefix
         s = config.sampling
         # the trainer scores tokens under the same filtering the sampler used, so the two log-probs compare
         self.sampling_filter = {name: getattr(s, name) for name in FILTER_SETTINGS}
@@ -201,7 +204,8 @@ class PolicyUpdate:
         real and padded token counts."""
         t, s, dist = self.cfg.training, self.cfg.sampling, self.dist
         batches = build_micro_batches(rows.prompt_ids, rows.completion_ids, rows.masks, rows.logprobs,
-                                      rows.advantages, t.micro_batch_size, self.pad_id, dist.device, self.padding_free)
+                                      rows.advantages, t.micro_batch_size, self.pad_id, dist.device, self.padding_free,
+                                      pack_shared if self.shared_prefix else None)
         sequences, tokens, micro, real, padded = dist.sum([
             len(rows), sum(mb.mask.sum().item() for mb in batches), len(batches),
             sum(mb.packed.num_tokens for mb in batches), sum(mb.packed.input_ids.numel() for mb in batches)])
