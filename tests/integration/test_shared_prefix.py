@@ -47,11 +47,12 @@ def _load(request, name: str, attn: str = "sdpa"):
 
 
 def _run(model, prompts, completions, masks=None, size: int = 64, shared: bool = False,
-         entropy: Optional[str] = None, autocast: bool = False):
+         entropy: Optional[str] = None, autocast: bool = False, advantages=None):
     """Per-sequence log-probs (and entropies), a loss over every micro-batch, every parameter's gradient and the
-    tokens forwarded, with the shared layout or today's padding-free one."""
+    tokens forwarded, with the shared layout or today's padding-free one (``advantages``: per sequence, or per token
+    as ``training.credit: turn`` gives them; default a ramp over the sequences)."""
     masks = masks or [[1] * len(c) for c in completions]
-    adv = torch.linspace(-1.0, 1.0, len(completions))
+    adv = torch.linspace(-1.0, 1.0, len(completions)) if advantages is None else advantages
     batches = build_micro_batches(prompts, completions, masks, None, adv, size, 0, torch.device("cpu"),
                                   padding_free=True, layout=pack_shared if shared else None)
     model.zero_grad(set_to_none=True)
@@ -60,7 +61,8 @@ def _run(model, prompts, completions, masks=None, size: int = 64, shared: bool =
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             out = completion_logprobs(model, mb.packed, chunk_size=16, entropy=entropy)
         lp, ent = out if entropy else (out, torch.zeros_like(out))
-        per_token = lp * mb.advantages.unsqueeze(1) + (0.01 * ent if entropy == "train" else 0)
+        token_adv = mb.advantages if mb.advantages.dim() == 2 else mb.advantages.unsqueeze(1)
+        per_token = lp * token_adv + (0.01 * ent if entropy == "train" else 0)
         loss = loss + (per_token * mb.mask).sum() / sum(len(c) for c in completions)
         n = mb.packed.completion_valid.sum(dim=1).tolist()
         logps += [lp[r, :k].detach() for r, k in enumerate(n)]
@@ -129,6 +131,14 @@ def test_multi_turn_completions_with_tool_results_inside(request, name):
         completions.append(_tokens(gen, first + tool + second))
         masks.append([1] * first + [0] * tool + [1] * second)  # the tool's tokens are inserted, not trained
     _both(_load(request, name), [prompt] * 4, completions, masks)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_turn_credit_per_token_advantages(request, name):
+    gen = torch.Generator().manual_seed(8)
+    prompts, completions = _group(gen, 30, [12, 7, 16, 9])
+    turns = [[1.0 - 0.1 * (j // 4) * (i + 1) for j in range(len(c))] for i, c in enumerate(completions)]
+    _both(_load(request, name), prompts, completions, advantages=turns, size=3)
 
 
 @pytest.mark.parametrize("name", MODELS)
