@@ -55,6 +55,11 @@ def check_processes(config: Config, problems: List[Problem], processes: Optional
              "streams rollouts while the trainer updates, which needs a vLLM server: with vllm.mode off the trainer's "
              "own model generates, and it cannot sample while the same model is being updated",
              "use vllm.mode: spawn or attach, or set training.max_staleness: 0", depends_on=("vllm.mode",))
+    if n > 1 and t.shared_prefix:
+        _err(problems, "training.shared_prefix", True,
+             f"is not yet checked under {n} training processes (FSDP2): issue 52's equality tests cover one process "
+             "only, so several processes are refused until they do", "set training.shared_prefix: false, or run one "
+             "process", depends_on=("training.shared_prefix",))
     _check_stream(config, problems, n)
     if v.weight_transfer == "nccl":
         import torch

@@ -78,3 +78,17 @@ def test_the_setting_takes_a_bool_only(value, ok):
 def test_off_by_default():
     cfg, _ = config_from_dict({"model": {"name_or_path": "x"}, "data": {"train": "x.jsonl"}})
     assert cfg.training.shared_prefix is False
+
+
+def test_several_processes_are_refused_until_fsdp2_is_checked():
+    from config_helpers import make
+    from grpo_rollout.preflight.processes import check_processes
+
+    config = make(training__shared_prefix=True, training__prompts_per_step=4)
+    problems = []
+    check_processes(config, problems, processes=2)
+    [problem] = [p for p in problems if p.key == "training.shared_prefix"]
+    assert problem.is_error and "2 training processes (FSDP2)" in problem.message
+    problems = []
+    check_processes(config, problems, processes=1)
+    assert [p for p in problems if p.key == "training.shared_prefix"] == []
