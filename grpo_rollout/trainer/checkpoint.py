@@ -3,10 +3,9 @@ the PEFT adapter, and with ``training.save_merged`` the merged model in ``merged
 (optimizer, scheduler, RNG, step, data position) for ``train --resume``.
 
 Weights no step changed since they were saved are not written again (issue 51.10: a run of 3 steps without signal
-wrote its unchanged 135M-parameter model): unchanged since an earlier checkpoint, the new folder's weight files are
-hard links to that one's (a copy where the file system cannot link), so every checkpoint stays whole; unchanged since
-the base model (a full model no step has changed), the folder holds no weights but :data:`BASE_WEIGHTS_FILE`, naming
-``model.name_or_path``, which ``--resume`` and ``eval`` load instead."""
+wrote its unchanged 135M-parameter model at every save): unchanged since an earlier checkpoint, the new folder's weight
+files are hard links to that one's (a copy where the file system cannot link). Every checkpoint stays whole and
+loadable with ``from_pretrained``: a run's first save writes its weights even when no step changed them."""
 
 from __future__ import annotations
 
@@ -24,10 +23,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 STATE_FILE = "trainer_state.pt"
-#: in a checkpoint saved without weights, because no step had changed the base model's: its ``model.name_or_path``
-BASE_WEIGHTS_FILE = "base_weights.txt"
-#: ``unchanged`` of :func:`save_checkpoint`: the weights are the base model's (no step has changed them)
-BASE = "base"
 _NAME = re.compile(r"checkpoint-(\d+)")
 
 
@@ -78,8 +73,7 @@ def checkpoint_dir(output_dir: Path, step: int) -> Path:
 
 def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: PreTrainedTokenizerBase, state: Union[TrainerState, Dict[str, Any]],
                     weights: Optional[Dict[str, torch.Tensor]] = None, keep: Optional[int] = None,
-                    extra: Optional[Callable[[Path], Any]] = None, unchanged: Union[Path, str, None] = None,
-                    base_model: str = "") -> Path:
+                    extra: Optional[Callable[[Path], Any]] = None, unchanged: Optional[Path] = None) -> Path:
     """Write ``checkpoint-<step>`` atomically and return its path.
 
     Args:
@@ -90,8 +84,7 @@ def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: PreTrain
         keep: delete all but the newest ``keep`` checkpoints after this one is in place (``None``: keep all).
         extra: called with the unfinished folder to write more into it (e.g. a merged LoRA model), before the rename.
         unchanged: ``None``: write the model. A checkpoint folder holding the same weights (:func:`holds_weights`):
-            link its files instead (``model``, ``weights`` and ``extra`` unused). :data:`BASE`: no weights, only
-            :data:`BASE_WEIGHTS_FILE` naming ``base_model``.
+            link its files instead (``model``, ``weights`` and ``extra`` unused).
 
     Everything goes to ``checkpoint-<step>.tmp`` first, which is renamed only when complete: a process killed during
     a save leaves no ``checkpoint-<step>`` folder, only the ``.tmp`` one that :func:`find_checkpoint` ignores and the
@@ -102,10 +95,7 @@ def save_checkpoint(output_dir: Path, step: int, model: Any, tokenizer: PreTrain
     for stale in Path(output_dir).glob("checkpoint-*.tmp"):  # left by a save that was killed
         shutil.rmtree(stale, ignore_errors=True)
     tokenizer.save_pretrained(tmp)
-    if unchanged == BASE:
-        (tmp / BASE_WEIGHTS_FILE).write_text(f"{base_model}\n# No training step before this checkpoint changed the "
-                                             "weights of the model above: they were not saved again.\n")
-    elif unchanged is not None:
+    if unchanged is not None:
         _link_missing(Path(unchanged), tmp)
     else:
         model.save_pretrained(tmp, safe_serialization=True, **({"state_dict": weights} if weights is not None else {}))
@@ -139,29 +129,16 @@ def holds_weights(folder: Union[Path, str, None]) -> bool:
     return isinstance(folder, Path) and (folder / STATE_FILE).is_file() and any(folder.glob("*.safetensors"))
 
 
-def base_weights_of(folder: Optional[Path]) -> Optional[str]:
-    """The ``model.name_or_path`` whose weights checkpoint ``folder`` stands for, when it was saved without them
-    (:data:`BASE_WEIGHTS_FILE`); ``None`` for a checkpoint with weights (or no folder)."""
-    marker = Path(folder) / BASE_WEIGHTS_FILE if folder is not None else None
-    return marker.read_text().splitlines()[0] if marker is not None and marker.is_file() else None
+def weights_on_disk(output_dir: Path, resume: Optional[str]) -> Optional[Path]:
+    """Where the weights a run starts from lie saved in this run's folder: the checkpoint ``resume`` names, or
+    ``None`` (a fresh run: its first save writes them)."""
+    return find_checkpoint(output_dir, resume) if resume else None
 
 
-def weights_on_disk(output_dir: Path, resume: Optional[str]) -> Union[Path, str]:
-    """Where the weights a run starts from lie saved: :data:`BASE` (a fresh run, or a checkpoint saved without
-    weights) or the checkpoint ``resume`` names."""
-    if not resume:
-        return BASE
-    ckpt = find_checkpoint(output_dir, resume)
-    return BASE if base_weights_of(ckpt) is not None else ckpt
-
-
-def reusable_weights(since: Union[Path, str, None], lora: bool, dist: Any) -> Union[Path, str, None]:
-    """What a save of weights unchanged ``since`` (a checkpoint, :data:`BASE` or ``None``: changed) gives as
+def reusable_weights(since: Optional[Path], dist: Any) -> Optional[Path]:
+    """What a save of weights unchanged ``since`` (a checkpoint, or ``None``: changed, or never saved) gives as
     :func:`save_checkpoint`'s ``unchanged``: that checkpoint when it still holds them (rank 0 looks; a collective),
-    :data:`BASE` for a full model, ``None`` (write them) otherwise: a LoRA adapter is small, and written, its initial
-    values are what a resumed run continues from."""
-    if since == BASE:
-        return None if lora else BASE
+    else ``None`` (write them)."""
     return None if since is None else dist.broadcast(since if holds_weights(since) else None)
 
 

@@ -260,7 +260,7 @@ class GRPORecipe:
         it; rank 0 writes). Weights no step changed since a save are not written again (:mod:`.checkpoint`)."""
         t, dist = self.cfg.training, self.dist
         lora = is_peft_model(self.policy.lm)  # a LoRA checkpoint holds the adapters (PeftModel.save_pretrained)
-        unchanged = reusable_weights(self.signal.unchanged_since, lora, dist)
+        unchanged = reusable_weights(self.signal.unchanged_since, dist)
         weights = None if lora or unchanged is not None else full_state_dict(self.policy, dist)
         extra = None
         if lora and t.save_merged and unchanged is None:
@@ -275,10 +275,9 @@ class GRPORecipe:
                                  self.rollouts.prompt_order.position(step), to_yaml(self.cfg), dist.world_size,
                                  None if streams[0] is None else streams)
             path = save_checkpoint(self.output_dir, step, self.policy.lm, self.tokenizer, state, weights=weights,
-                                   keep=t.save_total_limit, extra=extra, unchanged=unchanged,
-                                   base_model=self.cfg.model.name_or_path)
+                                   keep=t.save_total_limit, extra=extra, unchanged=unchanged)
         path = dist.broadcast(path)
-        self.signal.saved(path, unchanged, self.cfg.model.name_or_path)
+        self.signal.saved(path, unchanged)
         return path
 
     def cleanup(self) -> None:

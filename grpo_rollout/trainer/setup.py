@@ -20,7 +20,7 @@ from ..generation.backend import connect, open_backend, prompt_limit, server_key
 from ..generation.version_stamps import use_in_flight_updates
 from ..models.pretrained import eos_token_ids, load_model_and_tokenizer
 from ..models.lora import apply_lora, is_adapter_checkpoint, load_adapter, parameter_counts
-from .checkpoint import TrainerState, base_weights_of, find_checkpoint, load_trainer_state, restore_rng
+from .checkpoint import TrainerState, find_checkpoint, load_trainer_state, restore_rng
 from ..distributed import Dist
 from .update.logprobs import CompletionLogprobs, packing_isolates
 from .update.shared_prefix import shared_prefix_unsupported
@@ -75,14 +75,8 @@ def _resumed_lm(lm: Any, config: Config, output_dir: Path, resume: str, dist: Di
             f"{m.lora.r}: {'evaluate' if evaluating else 'resume'} it with the setting it was trained with "
             f"(model.lora.r {'> 0' if not lora else '= 0'})"
             + ("" if evaluating else ", or start a new run in another training.output_dir"))
-    base = base_weights_of(ckpt)  # saved without weights: no step before it had changed the base model's
-    if base is not None and base != m.name_or_path:
-        raise ValueError(f"{ckpt} holds no weights: no step before it changed those of {base}, but model.name_or_path "
-                         f"is {m.name_or_path}; set model.name_or_path={base}")
     if lora:  # the frozen base from model.name_or_path, the trained adapters from the checkpoint
         lm = load_adapter(lm, ckpt)
-    elif base is not None:  # `lm` is that model, loaded as training loads it (float32 master weights)
-        say(f"{ckpt.name} holds no weights (no step before it changed the base model's): using {base}'s")
     else:
         lm, _, _ = load_model_and_tokenizer(str(ckpt), MASTER_DTYPE, trust_remote_code=m.trust_remote_code)
     return lm, (TrainerState.from_dict(load_trainer_state(ckpt)) if dist.is_main and not evaluating else None)

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpo_rollout.trainer.checkpoint import (BASE, BASE_WEIGHTS_FILE, STATE_FILE, base_weights_of, holds_weights,
-                                             list_checkpoints, reusable_weights, save_checkpoint, weights_on_disk)
+from grpo_rollout.trainer.checkpoint import (STATE_FILE, holds_weights, list_checkpoints, reusable_weights,
+                                             save_checkpoint, weights_on_disk)
 from grpo_rollout.distributed import Dist
 from grpo_rollout.trainer.reporting.summary import summary_text
 from grpo_rollout.trainer.run import TrainResult
@@ -88,13 +88,10 @@ def _history(*updated, first=1, flat=True):
 def test_the_panel_counts_the_steps_that_updated_the_weights(tmp_path):
     ckpt = tmp_path / "checkpoint-3"
     ckpt.mkdir()
-    (ckpt / BASE_WEIGHTS_FILE).write_text("HuggingFaceTB/SmolLM2-135M-Instruct\n# ...\n")
     text = TrainResult(tmp_path, ckpt, 3, _history(False, False, False)).summary
     assert ("0 of 3 steps updated the weights (3 without learning signal: every group's rewards were equal)"
             in text.splitlines())
-    assert (f"model: the base model HuggingFaceTB/SmolLM2-135M-Instruct, unchanged (not saved again; {ckpt} holds "
-            "the trainer state for --resume)") in text.splitlines()
-    (ckpt / BASE_WEIGHTS_FILE).unlink()
+    assert f"model saved to: {ckpt}" in text.splitlines()
     text = summary_text(TrainResult(tmp_path, ckpt, 5, _history(True, False, first=4, flat=False)))
     assert "1 of 2 steps of this session updated the weights (1 whose updates were skipped for a NaN/inf loss)" \
         in text.splitlines()
@@ -123,17 +120,17 @@ TOKENIZER = SimpleNamespace(save_pretrained=lambda folder: (Path(folder).mkdir(p
 
 def _save(out, step, model, unchanged=None, keep=None):
     return save_checkpoint(out, step, model, TOKENIZER, {"optimizer": None, "scheduler": {}, "rng_by_rank": [{}]},
-                           keep=keep, unchanged=unchanged, base_model="my/base")
+                           keep=keep, unchanged=unchanged)
 
 
-def test_unchanged_since_the_base_model_no_weights_are_written(tmp_path):
+def test_a_runs_first_save_writes_its_weights_even_unchanged(tmp_path):
+    """The base model's weights are written once into the run's folder: every checkpoint loads with from_pretrained
+    (a folder naming the base model instead broke the notebook's AutoModelForCausalLM.from_pretrained)."""
     model = Model()
-    first = _save(tmp_path, 2, model, unchanged=BASE)
-    assert model.saves == 0 and sorted(p.name for p in first.iterdir()) == [BASE_WEIGHTS_FILE, "tokenizer.json",
-                                                                            STATE_FILE]
-    assert base_weights_of(first) == "my/base" and not holds_weights(first)
-    assert list_checkpoints(tmp_path) == [first]  # still a checkpoint --resume finds
-    assert weights_on_disk(tmp_path, "latest") == BASE and weights_on_disk(tmp_path, None) == BASE
+    assert weights_on_disk(tmp_path, None) is None and reusable_weights(None, Dist()) is None
+    first = _save(tmp_path, 2, model)
+    assert model.saves == 1 and holds_weights(first) and (first / "config.json").is_file()
+    assert weights_on_disk(tmp_path, "latest") == first
     assert torch.load(first / STATE_FILE, weights_only=False)["step"] == 2
 
 
@@ -143,7 +140,7 @@ def test_unchanged_since_a_checkpoint_its_files_are_linked_and_survive_its_delet
     second = _save(tmp_path, 2, model, unchanged=first, keep=1)  # keep 1: checkpoint-1 is deleted after
     assert model.saves == 1 and not first.exists()
     assert (second / "model.safetensors").read_bytes() == b"w" * 1000 and holds_weights(second)
-    assert (second / STATE_FILE).is_file() and base_weights_of(second) is None
+    assert (second / STATE_FILE).is_file()
     third = _save(tmp_path, 3, model, unchanged=second)
     assert os.stat(third / "model.safetensors").st_ino == os.stat(second / "model.safetensors").st_ino  # one file
     assert os.stat(third / STATE_FILE).st_ino != os.stat(second / STATE_FILE).st_ino  # each its own state
@@ -152,24 +149,20 @@ def test_unchanged_since_a_checkpoint_its_files_are_linked_and_survive_its_delet
 
 def test_what_a_save_may_reuse(tmp_path):
     one = Dist()
-    assert reusable_weights(BASE, False, one) == BASE
-    assert reusable_weights(BASE, True, one) is None  # a LoRA adapter is written: its initial values resume
-    assert reusable_weights(None, False, one) is None
-    assert reusable_weights(tmp_path / "checkpoint-1", False, one) is None  # gone (or never whole): written
+    assert reusable_weights(None, one) is None
+    assert reusable_weights(tmp_path / "checkpoint-1", one) is None  # gone (or never whole): written
     saved = _save(tmp_path, 1, Model())
-    assert reusable_weights(saved, False, one) == saved and reusable_weights(saved, True, one) == saved
+    assert reusable_weights(saved, one) == saved
 
 
 def test_saving_says_what_was_not_written_again(tmp_path):
     said = []
     watch = SignalWatch(said.append)
-    assert watch.unchanged_since == BASE  # a fresh run: the base model's weights
-    watch.saved(tmp_path / "checkpoint-3", BASE, "my/base")
-    assert watch.unchanged_since == BASE
-    watch.saved(tmp_path / "checkpoint-4", tmp_path / "checkpoint-2", "my/base")
-    watch.saved(tmp_path / "checkpoint-5", None, "my/base")
-    assert said == ["checkpoint-3: no step has changed the weights of the base model (my/base), so they are not saved "
-                    "again; the folder holds the tokenizer and the trainer state for --resume",
-                    "checkpoint-4: the weights are unchanged since checkpoint-2; its files are linked, not written "
+    assert watch.unchanged_since is None  # a fresh run: its first save writes the weights
+    watch.saved(tmp_path / "checkpoint-3", None)
+    assert watch.unchanged_since == tmp_path / "checkpoint-3"
+    watch.saved(tmp_path / "checkpoint-4", tmp_path / "checkpoint-2")
+    watch.saved(tmp_path / "checkpoint-5", None)
+    assert said == ["checkpoint-4: the weights are unchanged since checkpoint-2; its files are linked, not written "
                     "again"]
     assert watch.unchanged_since == tmp_path / "checkpoint-5"

@@ -12,7 +12,6 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ...runs import names as rn
-from ..checkpoint import base_weights_of
 from ..evaluation.held_out import plus_minus
 from ..update.no_signal import updated_weights
 from .streaming_view import summary_lines
@@ -111,10 +110,7 @@ def model_lines(result: TrainResult) -> List[str]:
     session = "" if rows[0].get(rn.STEP, 1) == 1 else " of this session"
     said = f"{updated} of {len(rows)} steps{session} updated the weights" + (f" ({'; '.join(why)})" if why else "")
     lines = [f"[yellow]{said}[/]" if updated == 0 else said]
-    base = base_weights_of(result.checkpoint)
-    ckpt = escape(str(result.checkpoint))
-    lines.append(f"model: the base model [bold]{escape(base)}[/], unchanged (not saved again; {ckpt} holds the "
-                 f"trainer state for --resume)" if base is not None else f"model saved to: [bold]{ckpt}[/]")
+    lines.append(f"model saved to: [bold]{escape(str(result.checkpoint))}[/]")
     return lines
 
 

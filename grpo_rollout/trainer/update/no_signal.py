@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ...runs import names as rn
 from ...runs.rollouts import fold_segments, token_record
 from ...orchestrator.batch import ScoredBatch, TrainingRows
 from ...distributed import Dist
-from ..checkpoint import BASE
 from .objective import gradient_without_advantages
 from .policy_update import PolicyUpdate, UpdateResult, UpdateStats
 
@@ -104,12 +103,11 @@ class SignalWatch:
     """Per run (every rank the same): which steps changed the weights and which had no signal, said on the console.
 
     Attributes:
-        updated: steps of this session that changed the weights. unchanged_since: where the weights as they are now
-        already lie on disk: a checkpoint folder, :data:`BASE` (no step changed the model loaded from
-        ``model.name_or_path``), or ``None`` (changed since the last save).
+        updated: steps of this session that changed the weights. unchanged_since: the checkpoint folder where the
+        weights as they are now already lie, or ``None`` (changed since the last save, or never saved in this run).
     """
 
-    def __init__(self, say: Callable[[str], None], unchanged_since: Union[Path, str, None] = BASE):
+    def __init__(self, say: Callable[[str], None], unchanged_since: Optional[Path] = None):
         self.say, self.unchanged_since = say, unchanged_since
         self.updated = self.flat = 0
 
@@ -133,13 +131,10 @@ class SignalWatch:
                      f"{self.flat} steps in a row (frac_reward_zero_std 1.0), so the rewards do not move the "
                      f"weights. {WHAT_TO_CHANGE}; the completions are in completions.jsonl.")
 
-    def saved(self, path: Path, unchanged: Union[Path, str, None], base_model: str) -> None:
+    def saved(self, path: Path, unchanged: Optional[Path]) -> None:
         """After checkpoint ``path`` was saved with ``unchanged`` (:func:`..checkpoint.save_checkpoint`): say what
-        was not written again; the weights now lie in ``path`` (or stay the base model's)."""
-        if unchanged == BASE:
-            self.say(f"{path.name}: no step has changed the weights of the base model ({base_model}), so they are not "
-                     f"saved again; the folder holds the tokenizer and the trainer state for --resume")
-        elif unchanged is not None:
+        was not written again; the weights now lie in ``path``."""
+        if unchanged is not None:
             self.say(f"{path.name}: the weights are unchanged since {Path(unchanged).name}; its files are linked, "
                      "not written again")
-        self.unchanged_since = BASE if unchanged == BASE else path
+        self.unchanged_since = path
