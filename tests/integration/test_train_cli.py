@@ -70,7 +70,7 @@ def test_rollout_missing_an_extra_a_reward_needs(tmp_path, tiny_model):
     proc = _run(tmp_path, tiny_model, "needs_extra", "rollout")
     # validate-config could only warn (a user rollout's extras are known at run time); the first step fails clearly
     assert "warning" in proc.stdout and proc.returncode == 1
-    assert "needs `tool_calls`" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+    assert "requires `tool_calls`" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
 
 def test_successful_run_prints_summary(tmp_path, tiny_model):
