@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -209,8 +211,23 @@ def openenv_rollout(prompts: Sequence[Any], *, client: GenerationClient, tokeniz
                                    seed=seed, max_turns=max_turns, stop=stop, max_turn_tokens=max_turn_tokens,
                                    env_timeout_s=env_timeout_s)
     finally:
-        for episode in opened:
-            episode.close()
+        _close_all(opened)
+
+
+#: Seconds the end of a rollout waits for its sessions to close, all together.
+CLOSE_WAIT_S = 2.0
+
+
+def _close_all(opened: List["OpenEnvSession"]) -> None:
+    """Close the episodes' sessions at once, waiting :data:`CLOSE_WAIT_S` seconds at most: a session whose server is
+    stuck in the environment's code (a hung ``reset``, the run interrupted) holds its WebSocket's closing handshake
+    for the client's own 10 s timeout; its closing is left on a daemon thread."""
+    threads = [threading.Thread(target=episode.close, name="openenv-close", daemon=True) for episode in opened]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + CLOSE_WAIT_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 openenv_rollout.extras = ENV_EXTRAS

@@ -70,6 +70,10 @@ def _no_disconnect_tracebacks(record: logging.LogRecord) -> bool:
     return type(exc).__name__ != "WebSocketDisconnect" and not cancelled
 
 
+#: Seconds the run's end waits for a served app's thread.
+STOP_WAIT_S = 2.0
+
+
 @on_run_end
 def close_openenv_servers() -> None:
     """Stop the OpenEnv apps this process serves (the next rollout serves them again)."""
@@ -78,4 +82,6 @@ def close_openenv_servers() -> None:
         _SERVED.clear()
     for _, (server, thread) in served:
         server.should_exit = True
-        thread.join(timeout=10)
+        # uvicorn stops within its graceful-shutdown second; then asyncio's shutdown may wait for an executor thread
+        # stuck in the environment's own code (a hung reset): that daemon thread is left (and named at exit)
+        thread.join(timeout=STOP_WAIT_S)
