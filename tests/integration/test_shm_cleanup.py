@@ -24,9 +24,11 @@ async def rollout(prompts, client, n, max_completion_length, **kwargs):
                 for i in range(7)]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 120
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(headers={"Authorization": "Bearer shm-test-key"}) as http:
         while loop.time() < deadline:  # wait until the server is really generating all 7
-            text = (await http.get(url + "/metrics")).text
+            answer = await http.get(url + "/metrics")
+            answer.raise_for_status()  # (a 401 here once made this loop wait out its deadline and the test vacuous)
+            text = answer.text
             running = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                           if line.startswith("vllm:num_requests_running"))
             if running >= 7:
@@ -37,7 +39,9 @@ async def rollout(prompts, client, n, max_completion_length, **kwargs):
 
 
 def _running(url: str) -> float:
-    text = httpx.get(url + "/metrics", timeout=5).text
+    answer = httpx.get(url + "/metrics", timeout=5, headers={"Authorization": "Bearer shm-test-key"})
+    answer.raise_for_status()
+    text = answer.text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("vllm:num_requests_running"))
 
@@ -98,7 +102,7 @@ def test_rollout_raising_with_requests_in_flight_leaves_no_shm_and_no_busy_serve
         "sampling": {"num_generations": 2, "max_completion_length": 440, "max_prompt_length": 32, "seed": 0},
         "training": {"output_dir": str(tmp_path / "out"), "max_steps": 2, "prompts_per_step": 2,
                      "micro_batch_size": 4},
-        "vllm": {"mode": "spawn", "kv_cache_space_gib": 1}})
+        "vllm": {"mode": "spawn", "kv_cache_space_gib": 1, "api_key": "shm-test-key"}})
     assert not [p for p in problems if p.is_error], problems
 
     seen = {}
